@@ -1,0 +1,113 @@
+"""The ``headrace`` command: a thin shell over the packages; it holds no logic of its own.
+
+Settings are read once here and handed down. Every ``HeadraceError`` becomes one line on
+stderr and its exit code; nothing the user can cause prints a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from typer.exceptions import Abort, Exit, TyperException
+
+from headrace import __version__
+from headrace.cli import _context, streams_cmd
+from headrace.core.errors import FatalError, HeadraceError, PermanentError, RetriableError
+
+app = typer.Typer(
+    name="headrace",
+    help="Event-driven ML pipeline on Kafka: triggered training, versioned models, "
+    "streaming scoring.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"headrace {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    bootstrap: Annotated[str | None, typer.Option(
+        "--bootstrap", "-b", help="Kafka bootstrap servers (env HEADRACE_BOOTSTRAP); "
+        "unset: the embedded broker.")] = None,
+    dfs_root: Annotated[Path | None, typer.Option(
+        "--dfs-root", help="Shared filesystem root (env HEADRACE_DFS_ROOT).")] = None,
+    version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True, help="Print the version and exit.")] = False,
+) -> None:
+    ctx.obj = _context.CliContext(bootstrap=bootstrap, dfs_root=dfs_root)
+
+
+streams_cmd.register(app)
+
+
+def _register_optional() -> None:
+    # Areas register themselves if present; each module is a thin shell over its package.
+    import importlib
+
+    for mod in ("trainers_cmd", "scorers_cmd", "ops_cmd", "topology_cmd"):
+        try:
+            module = importlib.import_module(f"headrace.cli.{mod}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"headrace.cli.{mod}":
+                continue
+            raise
+        if hasattr(module, "register"):
+            module.register(app)
+        elif hasattr(module, "app"):
+            app.add_typer(module.app)
+
+
+_register_optional()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; return (and with ``sys.exit``, exit with) its code."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except Exit as exc:
+        return _exit(int(exc.exit_code or 0), argv)
+    except Abort:
+        print("headrace: aborted", file=sys.stderr)
+        return _exit(130, argv)
+    except TyperException as exc:  # usage errors: bad option, bad value, missing argument
+        message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        hint = getattr(exc, "param_hint", None)
+        hint = f" ({hint})" if isinstance(hint, str) and hint not in message else ""
+        print(f"headrace: {message}{hint}", file=sys.stderr)
+        return _exit(int(getattr(exc, "exit_code", 2)), argv)
+    except KeyboardInterrupt:
+        print("headrace: interrupted", file=sys.stderr)
+        return _exit(130, argv)
+    except HeadraceError as exc:
+        print(f"headrace: {_kind(exc)}{exc}", file=sys.stderr)
+        return _exit(exc.exit_code, argv)
+    except (OSError, ValueError) as exc:
+        print(f"headrace: error: {exc}", file=sys.stderr)
+        return _exit(1, argv)
+    return _exit(0, argv)
+
+
+def _kind(exc: HeadraceError) -> str:
+    if isinstance(exc, RetriableError):
+        return "unavailable: "
+    if isinstance(exc, PermanentError):
+        return "invalid: "
+    if isinstance(exc, FatalError):
+        return "error: "
+    return ""
+
+
+def _exit(code: int, argv: list[str] | None) -> int:
+    if argv is None:
+        sys.exit(code)
+    return code

@@ -1,0 +1,143 @@
+"""`headrace broker | topics | send | tail`: thin shells over headrace.streams."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from headrace.cli import _context
+from headrace.core.errors import ConfigError
+from headrace.streams import topics as topic_names
+from headrace.streams.broker import MEMORY_ONLY_NOTICE, EmbeddedBroker, clear_state, write_state
+from headrace.streams.clients import ensure_topics, list_topics
+from headrace.streams.connection import connection_for
+from headrace.streams.sending import read_records, send_table
+from headrace.streams.tailing import TailedMessage, tail
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+
+def broker(
+    ctx: typer.Context,
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1; 0 picks a free one.",
+                                      min=0, max=65535)] = 0,
+    create_topics: Annotated[bool, typer.Option(
+        "--create-topics/--no-create-topics", help="Create the topic catalog on start.")] = True,
+) -> None:
+    """Run the embedded broker in the foreground until Ctrl-C (data is kept in memory only)."""
+    settings = _context.settings(ctx)
+    root = ctx.find_object(_context.CliContext)
+    if root is not None and root.bootstrap:
+        raise ConfigError("`headrace broker` starts its own broker; drop --bootstrap")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    b = EmbeddedBroker(port=port or settings.embedded_port).start()
+    try:
+        write_state(b)
+        if create_topics:
+            ensure_topics(connection_for(settings, b.bootstrap), topic_names.catalog(settings),
+                          replication_factor=1)
+        out.print(f"Kafka broker listening on [bold]{b.bootstrap}[/]")
+        out.print(f"export HEADRACE_BOOTSTRAP={b.bootstrap}")
+        err.print(f"note: {MEMORY_ONLY_NOTICE}")
+        while not stop.wait(0.5):
+            if not b.running:
+                raise ConfigError("the embedded broker exited unexpectedly")
+    finally:
+        clear_state()
+        b.stop()
+        out.print("broker stopped")
+
+
+def topics(
+    ctx: typer.Context,
+    create: Annotated[bool, typer.Option("--create", help="Create missing topics.")] = False,
+) -> None:
+    """List the topic catalog and what the cluster holds; --create makes the missing ones."""
+    settings = _context.settings(ctx)
+    conn = _context.connection(ctx)
+    if create:
+        made = ensure_topics(conn, topic_names.catalog(settings),
+                             replication_factor=settings.replication_factor)
+        for name in made:
+            out.print(f"created {name}")
+    existing = list_topics(conn)
+    table = Table("topic", "partitions", "exists", "purpose")
+    catalog_names = set()
+    for spec in topic_names.catalog(settings):
+        catalog_names.add(spec.name)
+        have = existing.get(spec.name)
+        table.add_row(spec.name, str(have if have is not None else spec.partitions),
+                      "yes" if have is not None else "no", spec.purpose)
+    for name in sorted(set(existing) - catalog_names):
+        table.add_row(name, str(existing[name]), "yes", "")
+    out.print(table)
+
+
+def send(
+    ctx: typer.Context,
+    stream: Annotated[str, typer.Argument(help="Stream name; records go to data.<stream>.")],
+    file: Annotated[Path, typer.Argument(help="A .jsonl, .csv or .parquet file.")],
+    fmt: Annotated[str, typer.Option("--format", help="json: a message per record; "
+                                     "arrow: Arrow IPC batches.")] = "json",
+    batch_rows: Annotated[int, typer.Option(help="Rows per Arrow message.", min=1)] = 10_000,
+    key: Annotated[str | None, typer.Option(help="Column to use as the message key.")] = None,
+) -> None:
+    """Publish a file's records to data.<stream>."""
+    if fmt not in ("json", "arrow"):
+        raise typer.BadParameter("must be json or arrow", param_hint="--format")
+    topic = topic_names.data_topic(stream)
+    table = read_records(file)  # validate the whole file before touching Kafka
+    conn = _context.connection(ctx)
+    ensure_topics(conn, [s for s in topic_names.catalog(
+        _context.settings(ctx).with_overrides(streams=[stream])) if s.name == topic])
+    result = send_table(conn, topic, table, fmt=fmt, key_column=key,  # type: ignore[arg-type]
+                        batch_rows=batch_rows)
+    out.print(f"sent {result.rows} records in {result.messages} messages to {result.topic}")
+
+
+def _print(msg: TailedMessage, as_json: bool) -> None:
+    if as_json:
+        out.print_json(json.dumps({
+            "topic": msg.topic, "partition": msg.partition, "offset": msg.offset,
+            "timestamp_ms": msg.timestamp_ms, "key": msg.key, "headers": msg.headers,
+            "value": msg.value}, default=str), indent=None)
+        return
+    head = " ".join(f"{k}={v}" for k, v in msg.headers.items())
+    out.print(f"[dim]{msg.topic}[{msg.partition}]@{msg.offset} key={msg.key} {head}[/]")
+    out.print(json.dumps(msg.value, default=str) if not isinstance(msg.value, str) else msg.value,
+              markup=False)
+
+
+def tail_cmd(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic to read, e.g. data.demo.")],
+    from_beginning: Annotated[bool, typer.Option("--from-beginning",
+                                                 help="Start at the oldest message.")] = False,
+    max_messages: Annotated[int | None, typer.Option("--max", min=1,
+                                                     help="Stop after N messages.")] = None,
+    idle_timeout: Annotated[float | None, typer.Option(
+        "--idle-timeout", min=0, help="Stop after this many seconds without a message.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+) -> None:
+    """Print decoded messages with their headers."""
+    conn = _context.connection(ctx)
+    for msg in tail(conn, topic, from_beginning=from_beginning, max_messages=max_messages,
+                    idle_timeout_s=idle_timeout):
+        _print(msg, as_json)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(broker)
+    app.command()(topics)
+    app.command()(send)
+    app.command("tail")(tail_cmd)

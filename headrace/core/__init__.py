@@ -1,0 +1,1 @@
+"""Foundations shared by every package: settings, errors, safe names and paths."""

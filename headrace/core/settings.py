@@ -1,0 +1,87 @@
+"""Settings, read once at the entrypoint into a frozen, validated object.
+
+Every value can come from the environment (prefix ``HEADRACE_``) or be overridden by the CLI.
+Nothing below the entrypoint reads the environment.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import platformdirs
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from headrace.core.errors import ConfigError
+from headrace.core.naming import check_name
+
+
+def default_dfs_root() -> Path:
+    return platformdirs.user_data_path("headrace") / "dfs"
+
+
+class Settings(BaseSettings):
+    """Process-wide settings shared by every role."""
+
+    model_config = SettingsConfigDict(env_prefix="HEADRACE_", frozen=True, extra="forbid")
+
+    bootstrap: str | None = Field(
+        default=None,
+        description="Kafka bootstrap servers; unset means start the embedded broker.",
+    )
+    kafka_config: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings (security.protocol, sasl.*, ssl.*) as JSON.",
+    )
+    dfs_root: Path = Field(default_factory=default_dfs_root)
+    streams: Annotated[tuple[str, ...], NoDecode] = ("demo",)
+    partitions: int = Field(default=3, ge=1, le=10_000)
+    replication_factor: int = Field(default=1, ge=1, le=7)
+    request_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    client_rack: str | None = None
+    embedded_port: int = Field(default=0, ge=0, le=65535)
+
+    @field_validator("streams", mode="before")
+    @classmethod
+    def _split_streams(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = [s.strip() for s in value.split(",") if s.strip()]
+        return tuple(check_name(s, what="stream name") for s in value)
+
+    @field_validator("kafka_config", mode="before")
+    @classmethod
+    def _parse_kafka_config(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = json.loads(value) if value.strip() else {}
+        if not isinstance(value, dict):
+            raise ValueError("kafka_config must be a JSON object")
+        return {str(k): str(v) for k, v in value.items()}
+
+    @field_validator("dfs_root", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().absolute()
+
+    def with_overrides(self, **overrides: Any) -> Settings:
+        """A copy with the non-None overrides applied, validated again."""
+        data = self.model_dump()
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        return load_settings(**data)
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read the environment once, apply overrides, and validate; raise ``ConfigError``."""
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    except (ValidationError, json.JSONDecodeError, ValueError) as exc:
+        raise ConfigError(f"invalid settings: {_first_error(exc)}") from None
+
+
+def _first_error(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"]) or "settings"
+        return f"{loc}: {err['msg']}"
+    return str(exc)

@@ -1,0 +1,47 @@
+"""The manifest: written last into a version, it lists every file with its sha256."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from headrace.streams.contracts import Framework, SafeName, Task
+
+MANIFEST = "manifest.json"
+
+
+class DatasetIdentity(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    uri: str
+    fingerprint: str  # sha256 of the dataset file(s)
+    rows: int = 0
+
+
+class Manifest(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format_version: int = 1
+    name: SafeName
+    version: int = Field(default=0, ge=0)  # set when the version number is allocated
+    framework: Framework
+    task: Task
+    features: tuple[str, ...]
+    label: str
+    classes: tuple[str, ...] = ()  # class names in output order; empty for a regressor
+    input_dtype: str = "float32"
+    files: dict[str, str] = Field(default_factory=dict)  # relative path -> sha256
+    metrics: dict[str, float] = Field(default_factory=dict)
+    confusion_matrix: list[list[int]] = Field(default_factory=list)
+    dataset: DatasetIdentity | None = None
+    trigger_event_id: str | None = None
+    job_id: str | None = None
+    code_version: str = ""
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def num_outputs(self) -> int:
+        return len(self.classes) if self.classes else 1

@@ -1,0 +1,35 @@
+"""Resolve where Kafka is: the configured cluster, or an embedded broker started for us."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from headrace.core.settings import Settings
+from headrace.streams.broker import MEMORY_ONLY_NOTICE, EmbeddedBroker
+from headrace.streams.clients import KafkaConnection
+
+
+def connection_for(settings: Settings, bootstrap: str | None = None) -> KafkaConnection:
+    return KafkaConnection(
+        bootstrap=bootstrap or settings.bootstrap or "",
+        extra=dict(settings.kafka_config),
+        client_rack=settings.client_rack,
+        timeout_s=settings.request_timeout_s,
+    )
+
+
+@contextmanager
+def kafka(settings: Settings, *, announce: bool = True) -> Iterator[KafkaConnection]:
+    """The configured cluster; without one, an embedded broker for the duration of the block."""
+    if settings.bootstrap:
+        yield connection_for(settings)
+        return
+    broker = EmbeddedBroker(port=settings.embedded_port).start()
+    if announce:
+        print(f"{MEMORY_ONLY_NOTICE} ({broker.bootstrap})", file=sys.stderr)
+    try:
+        yield connection_for(settings, broker.bootstrap)
+    finally:
+        broker.stop()

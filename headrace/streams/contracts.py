@@ -1,0 +1,239 @@
+"""Event contracts: versioned, validated pydantic models for every control-plane message.
+
+Each message is JSON with a ``content-type`` and ``schema``/``schema-version`` header, so a
+consumer can reject or dead-letter what it does not understand without guessing.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+from headrace.core.errors import ValidationFailed
+from headrace.core.naming import check_name
+
+MAX_EVENT_BYTES = 1_000_000
+def _safe_name(value: str) -> str:
+    try:
+        return check_name(value, what="name")
+    except ValidationFailed as exc:  # pydantic reports ValueErrors with the field's location
+        raise ValueError(str(exc)) from None
+
+
+SafeName = Annotated[str, AfterValidator(_safe_name)]
+_SCHEME_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
+OBJECT_STORE_SCHEMES = ("s3", "gs", "hdfs", "abfs")
+
+
+def _check_dataset_uri(uri: str) -> str:
+    """A dataset lives on the DFS (a relative path or ``dfs://path``) or in an object store."""
+    if not uri or len(uri) > 1024 or "\x00" in uri:
+        raise ValueError("dataset URI must be 1-1024 printable characters")
+    scheme = uri.split("://", 1)[0] if _SCHEME_RE.match(uri) else ""
+    if scheme and scheme != "dfs" and scheme not in OBJECT_STORE_SCHEMES:
+        raise ValueError(f"unsupported dataset URI scheme {scheme!r}")
+    path = uri.split("://", 1)[1] if scheme else uri
+    if scheme in ("", "dfs"):
+        if path.startswith("/") or "\\" in path:
+            raise ValueError("dataset path must be relative to the DFS root")
+        if any(part in ("..", "") for part in path.split("/")):
+            raise ValueError("dataset path must not contain '..' or empty segments")
+    return uri
+
+
+DatasetUri = Annotated[str, AfterValidator(_check_dataset_uri)]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Contract(BaseModel):
+    """Base of every event: frozen, strict about unknown fields, versioned."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    SCHEMA: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+
+    schema_version: int = Field(default=1, ge=1)
+
+    def to_bytes(self) -> bytes:
+        return self.model_dump_json().encode()
+
+
+class Framework(StrEnum):
+    TENSORFLOW = "tensorflow"
+    MXNET = "mxnet"
+
+
+class Task(StrEnum):
+    CLASSIFIER = "classifier"
+    REGRESSOR = "regressor"
+
+
+class TriggerKind(StrEnum):
+    MANUAL = "manual"
+    SCHEDULE = "schedule"
+    EVENT = "event"
+
+
+class ModelSpec(BaseModel):
+    """What to build and how to train it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: Task = Task.CLASSIFIER
+    label: str = Field(default="label", min_length=1, max_length=128)
+    features: tuple[str, ...] | None = None  # None: every column but the label
+    hidden: tuple[Annotated[int, Field(ge=1, le=16384)], ...] = (64, 64)
+    activation: Literal["relu", "tanh", "sigmoid"] = "relu"
+    epochs: int = Field(default=5, ge=1, le=10_000)
+    batch_size: int = Field(default=256, ge=1, le=1_000_000)
+    learning_rate: float = Field(default=1e-3, gt=0, le=10)
+    validation_split: float = Field(default=0.2, gt=0, lt=1)
+    seed: int = 0
+    checkpoint_every_steps: int | None = Field(default=None, ge=1)
+
+
+class Resources(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cpu: float = Field(default=1.0, gt=0, le=1024)
+    memory_gib: float = Field(default=2.0, gt=0, le=4096)
+    gpus: int = Field(default=0, ge=0, le=64)
+    workers: int = Field(default=1, ge=1, le=256)
+
+
+class Trigger(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: TriggerKind = TriggerKind.MANUAL
+    source: str = Field(default="cli", max_length=256)  # schedule name, rule name, or caller
+    slot: str | None = Field(default=None, max_length=64)  # schedule slot (ISO time) or window
+
+
+class TrainRequested(Contract):
+    SCHEMA: ClassVar[str] = "headrace.TrainRequested"
+
+    event_id: str = Field(default_factory=new_id, pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
+    idempotency_key: str = Field(pattern=r"^[A-Za-z0-9_.:@/-]{1,256}$")
+    created_at: datetime = Field(default_factory=utcnow)
+    model_name: SafeName
+    framework: Framework
+    dataset_uri: DatasetUri
+    spec: ModelSpec = Field(default_factory=ModelSpec)
+    hyperparameters: dict[str, float | int | str | bool] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    trigger: Trigger = Field(default_factory=Trigger)
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class JobEventKind(StrEnum):
+    QUEUED = "queued"
+    STARTED = "started"
+    PROGRESS = "progress"
+    LOG = "log"
+    RETRYING = "retrying"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    DUPLICATE = "duplicate"
+
+
+class JobEvent(Contract):
+    SCHEMA: ClassVar[str] = "headrace.JobEvent"
+
+    job_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
+    kind: JobEventKind
+    ts: datetime = Field(default_factory=utcnow)
+    model_name: SafeName | None = None
+    attempt: int = Field(default=1, ge=1)
+    message: str = Field(default="", max_length=16_384)
+    epoch: int | None = None
+    step: int | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    reason: str | None = Field(default=None, max_length=4096)
+    request_id: str | None = None
+
+
+class ModelAction(StrEnum):
+    PROMOTED = "promoted"
+    ROLLBACK = "rollback"
+
+
+class ModelPublished(Contract):
+    SCHEMA: ClassVar[str] = "headrace.ModelPublished"
+
+    model_name: SafeName
+    version: int = Field(ge=1)
+    framework: Framework
+    task: Task
+    alias: SafeName = "production"
+    path: str  # relative to the DFS root
+    manifest_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    metrics: dict[str, float] = Field(default_factory=dict)
+    previous_version: int | None = None
+    action: ModelAction = ModelAction.PROMOTED
+    job_id: str | None = None
+    ts: datetime = Field(default_factory=utcnow)
+
+
+class Prediction(Contract):
+    SCHEMA: ClassVar[str] = "headrace.Prediction"
+
+    key: str | None = None
+    source_topic: str
+    source_partition: int = Field(ge=0)
+    source_offset: int = Field(ge=0)
+    model_name: SafeName
+    model_version: int = Field(ge=1)
+    scores: list[float]
+    label: str | int | float | None = None
+    row: int = 0  # row index inside an Arrow batch message
+
+
+CONTRACTS: dict[str, type[Contract]] = {
+    c.SCHEMA: c for c in (TrainRequested, JobEvent, ModelPublished, Prediction)
+}
+C = TypeVar("C", bound=Contract)
+
+
+def parse(model: type[C], data: bytes | str | dict[str, Any]) -> C:
+    """Validate ``data`` against ``model``; raise ``ValidationFailed`` with one clear line."""
+    if isinstance(data, bytes | str) and len(data) > MAX_EVENT_BYTES:
+        raise ValidationFailed(f"{model.__name__}: event of {len(data)} bytes exceeds the limit")
+    try:
+        if isinstance(data, dict):
+            obj = model.model_validate(data)
+        else:
+            obj = model.model_validate_json(data)
+    except ValidationError as exc:
+        raise ValidationFailed(
+            f"{model.__name__}: {describe_validation_error(exc)}", details=exc.errors()
+        ) from None
+    if obj.schema_version > model.VERSION:
+        raise ValidationFailed(
+            f"{model.__name__}: schema_version {obj.schema_version} is newer than {model.VERSION}"
+        )
+    return obj
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "payload"
+    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{loc}: {err['msg']}{more}"

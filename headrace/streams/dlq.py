@@ -1,0 +1,57 @@
+"""Dead letters: the original bytes plus headers that say where they came from and why."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Producer
+
+from headrace.core.errors import HeadraceError, RecordRef
+from headrace.streams import headers as hdr
+from headrace.streams.clients import produce
+
+DLQ_TOPIC = "dlq.source-topic"
+DLQ_PARTITION = "dlq.source-partition"
+DLQ_OFFSET = "dlq.source-offset"
+DLQ_STAGE = "dlq.stage"
+DLQ_ERROR_CLASS = "dlq.error-class"
+DLQ_ERROR_MESSAGE = "dlq.error-message"
+DLQ_TIMESTAMP = "dlq.timestamp"
+DLQ_ROW = "dlq.row"  # for a bad row inside an Arrow batch
+MAX_ERROR_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    record: RecordRef
+    stage: str
+    error_class: str
+    error_message: str
+    row: int | None = None
+
+    @classmethod
+    def from_error(cls, record: RecordRef, exc: BaseException, *, stage: str = "",
+                   row: int | None = None) -> DeadLetter:
+        st = stage or (exc.stage if isinstance(exc, HeadraceError) else "") or "unknown"
+        return cls(record, st, type(exc).__name__, str(exc) or type(exc).__name__, row)
+
+    def headers(self) -> hdr.Headers:
+        # Keep the record's own headers (content-type etc.) so a redrive is byte-identical.
+        own = [(k, v) for k, v in self.record.headers if not k.startswith("dlq.")]
+        return own + hdr.build({
+            DLQ_TOPIC: self.record.topic,
+            DLQ_PARTITION: self.record.partition,
+            DLQ_OFFSET: self.record.offset,
+            DLQ_STAGE: self.stage,
+            DLQ_ERROR_CLASS: self.error_class,
+            DLQ_ERROR_MESSAGE: self.error_message[:MAX_ERROR_CHARS],
+            DLQ_TIMESTAMP: int(time.time() * 1000),
+            DLQ_ROW: self.row,
+        })
+
+
+def write_dead_letter(producer: Producer, dlq_topic: str, letter: DeadLetter,
+                      *, on_delivery: object = None) -> None:
+    produce(producer, dlq_topic, letter.record.value, key=letter.record.key,
+            headers=letter.headers(), on_delivery=on_delivery)

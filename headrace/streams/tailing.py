@@ -1,0 +1,86 @@
+"""Read messages from a topic and decode them by their content-type header."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
+
+from headrace.streams import headers as hdr
+from headrace.streams.clients import KafkaConnection, make_consumer, partitions_of
+from headrace.streams.codecs import decode_arrow
+
+
+@dataclass(frozen=True)
+class TailedMessage:
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: str | None
+    headers: dict[str, str]
+    value: Any  # decoded: a dict, a list of rows (Arrow), a string, or None
+    raw: bytes | None
+
+
+def decode_value(value: bytes | None, headers: dict[str, str]) -> Any:
+    if value is None:
+        return None
+    ctype = headers.get(hdr.CONTENT_TYPE)
+    if ctype == hdr.ARROW:
+        try:
+            return decode_arrow(value).to_pylist()
+        except Exception as exc:
+            return f"<undecodable Arrow: {exc}>"
+    try:
+        return json.loads(value)
+    except (ValueError, UnicodeDecodeError):
+        return value.decode("utf-8", "replace")
+
+
+def tail(
+    conn: KafkaConnection,
+    topic: str,
+    *,
+    from_beginning: bool = False,
+    max_messages: int | None = None,
+    idle_timeout_s: float | None = None,
+) -> Iterator[TailedMessage]:
+    """Yield decoded messages from every partition; no consumer group offsets are committed."""
+    parts = partitions_of(conn, topic)
+    consumer = make_consumer(conn, f"headrace-tail-{uuid.uuid4().hex[:8]}",
+                             **{"enable.auto.commit": False})
+    start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+    consumer.assign([TopicPartition(topic, p, start) for p in parts])
+    seen = 0
+    last = time.monotonic()
+    try:
+        while max_messages is None or seen < max_messages:
+            msgs = consumer.consume(num_messages=500, timeout=0.2)
+            if not msgs:
+                if idle_timeout_s is not None and time.monotonic() - last > idle_timeout_s:
+                    return
+                continue
+            last = time.monotonic()
+            for m in msgs:
+                if m.error():
+                    continue
+                h = hdr.to_dict(m.headers())
+                key = m.key()
+                yield TailedMessage(
+                    topic=m.topic() or topic, partition=m.partition() or 0,
+                    offset=m.offset() or 0,
+                    timestamp_ms=m.timestamp()[1], key=key.decode("utf-8", "replace") if key
+                    is not None else None, headers=h, value=decode_value(m.value(), h),
+                    raw=m.value(),
+                )
+                seen += 1
+                if max_messages is not None and seen >= max_messages:
+                    return
+    finally:
+        consumer.close()
