@@ -17,6 +17,7 @@ from headrace.streams.contracts import Contract
 from headrace.streams.topics import TopicSpec
 
 _KAFKA_LOG = logging.getLogger("headrace.kafka")
+_KAFKA_LOG.addHandler(logging.NullHandler())  # connection retries are not worth a line each
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,70 @@
+"""``headrace topology plan|explain|apply``: a thin shell over ``headrace.topology.running``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from headrace.topology import running
+from headrace.topology.explaining import explain_lines, plan_table
+
+app = typer.Typer(
+    name="topology",
+    help="Plan scorer placement (racks, GPUs, volumes) and build Kubernetes objects / Helm values.",
+    no_args_is_help=True,
+)
+
+ClusterOpt = Annotated[Path, typer.Option("--cluster", "-c", help="Cluster description (YAML).")]
+PreviousOpt = Annotated[Path | None, typer.Option(
+    "--previous", help="The last plan (JSON); its ownership is kept where still valid.")]
+
+
+@app.command("plan")
+def plan_cmd(
+    cluster: ClusterOpt,
+    values_out: Annotated[Path | None, typer.Option(
+        "--values-out", help="Write Helm values (scorerGroups) for helm/headrace.")] = None,
+    manifests: Annotated[Path | None, typer.Option(
+        "--manifests", help="Write plain, validated YAML manifests into this directory.")] = None,
+    previous: PreviousOpt = None,
+    plan_out: Annotated[Path | None, typer.Option(
+        "--plan-out", help="Write the plan as JSON (feed it to --previous next time).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Plan scorer groups for a cluster and print them as a table."""
+    result = running.run_plan(cluster_path=cluster, previous_path=previous,
+                              values_out=values_out, manifests_dir=manifests, plan_out=plan_out)
+    if as_json:
+        typer.echo(running.plan_json(result))
+        return
+    console = Console()
+    console.print(plan_table(result.plan))
+    if result.moved is not None:
+        console.print(f"{result.moved} partition(s) changed owner since the previous plan")
+    for path in result.written:
+        console.print(f"wrote {path}")
+
+
+@app.command("explain")
+def explain_cmd(cluster: ClusterOpt, previous: PreviousOpt = None) -> None:
+    """Say why each decision that is not rack-local was made."""
+    for line in explain_lines(running.run_explain(cluster_path=cluster, previous_path=previous)):
+        typer.echo(line)
+
+
+@app.command("apply")
+def apply_cmd(
+    cluster: ClusterOpt,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the objects instead of creating them.")] = False,
+    previous: PreviousOpt = None,
+) -> None:
+    """Create or patch the plan's objects in the current Kubernetes context."""
+    _, lines = running.run_apply(cluster_path=cluster, namespace=namespace, dry_run=dry_run,
+                                 previous_path=previous)
+    for line in lines:
+        typer.echo(line.rstrip("\n"))

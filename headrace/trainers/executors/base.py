@@ -1,0 +1,81 @@
+"""The executor interface: the control plane hands it jobs, it reports how they end.
+
+Contract (stable; the local and Kubernetes executors both implement it):
+
+* The job's directory ``jobs/<job_id>/`` already holds ``request.json`` when ``submit`` is called.
+* The process to run is :func:`job_command` -- it reads the request from the DFS, resumes from
+  the last complete checkpoint, trains, evaluates, publishes and writes ``status.json``.
+* Its exit code says what happened (:class:`ExitCode`): ``0`` success, ``65`` permanent failure
+  (bad dataset or spec: never retried), ``75`` retriable failure (retry with backoff); any other
+  code (a crash, a signal, OOM kill) is treated as retriable.
+* ``poll()`` returns the jobs that *ended* since the last call (each exactly once), after the
+  executor's own retries are spent. Progress and log lines are published by the job itself.
+* ``submit`` must be idempotent for a job id that is already running or queued.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Protocol, runtime_checkable
+
+from headrace.streams.contracts import Framework, Resources
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    PERMANENT = 65  # EX_DATAERR: bad dataset, bad spec, gate misconfiguration -- never retried
+    RETRIABLE = 75  # EX_TEMPFAIL: DFS or broker hiccup -- retried with backoff
+
+
+def is_retriable(code: int) -> bool:
+    """Anything but success and an explicit permanent failure may succeed on a new attempt."""
+    return code not in (ExitCode.OK, ExitCode.PERMANENT)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What an executor needs to start a job; the rest is in ``jobs/<job_id>/request.json``."""
+
+    job_id: str
+    model_name: str
+    framework: Framework
+    resources: Resources = field(default_factory=Resources)
+    request_id: str | None = None  # the TrainRequested event id
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job ended, reported once by ``poll``."""
+
+    job_id: str
+    succeeded: bool
+    exit_code: int | None
+    attempts: int
+    reason: str = ""  # one line; empty on success
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs jobs; never blocks the caller for the length of a job."""
+
+    def submit(self, job: JobSpec) -> None:
+        """Queue or start ``job``; a second submit of a known job id is a no-op."""
+
+    def poll(self) -> list[JobOutcome]:
+        """Advance the executor (start queued jobs, reap ended ones); return jobs that ended."""
+
+    def cancel(self, job_id: str) -> bool:
+        """Stop a queued or running job; return whether it was known."""
+
+    def active(self) -> list[str]:
+        """Job ids queued or running."""
+
+    def close(self) -> None:
+        """Stop every running job (SIGTERM, then SIGKILL after a grace period)."""
+
+
+def job_command(job_id: str, *, python: str | None = None) -> list[str]:
+    """The argv that runs one job; a pod runs the same with its image's Python."""
+    return [python or sys.executable, "-m", "headrace.trainers", "run", job_id]

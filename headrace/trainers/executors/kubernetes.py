@@ -1,0 +1,289 @@
+"""The Kubernetes executor: each training job becomes a Job (or a gang of indexed workers).
+
+It implements :class:`headrace.trainers.executors.base.Executor`. ``submit`` creates the objects
+from :mod:`kubernetes_objects` (a second submit of the same job id finds them and is a no-op);
+``poll`` reads each active Job's status once, mirrors transitions and new container log lines
+through ``on_event(kind, message, **fields)`` (the control plane forwards them to
+``events.jobs``), and returns the jobs that ended. Retries happen inside the Job (exit-code
+based ``podFailurePolicy``), so an ended Job is final.
+
+The API objects are injected (``BatchV1Api``, ``CoreV1Api``, ``CustomObjectsApi`` or fakes), so
+this module needs no cluster to test; :func:`from_kube_config` builds the real ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from headrace.core.errors import ConfigError, FatalError, RetriableError
+from headrace.trainers.executors.base import JobOutcome, JobSpec
+from headrace.trainers.executors.kubernetes_objects import (
+    CONTAINER,
+    TrainingJobSpec,
+    pod_group,
+    training_job,
+    worker_service,
+)
+
+log = logging.getLogger(__name__)
+
+
+class OnEvent(Protocol):
+    def __call__(self, kind: str, message: str, **fields: Any) -> None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubernetesExecutorConfig:
+    """Cluster-side settings shared by every job (the rest comes from each JobSpec)."""
+
+    image: str
+    namespace: str = "headrace"
+    dfs_claim: str = "headrace-dfs"
+    dfs_root: str = "/dfs"
+    kafka_secret: str | None = "headrace-kafka"
+    service_account: str = "headrace-trainer"
+    gang: Literal["none", "volcano", "kueue"] = "volcano"
+    queue: str | None = None
+    gpu_type: str | None = None
+    max_retries: int = 3
+    log_window_s: int = 60
+
+
+def job_spec_for(job: JobSpec, config: KubernetesExecutorConfig) -> TrainingJobSpec:
+    r = job.resources
+    return TrainingJobSpec(
+        job_id=job.job_id, model_name=job.model_name, framework=job.framework.value,
+        image=config.image, namespace=config.namespace, workers=r.workers,
+        gpus_per_worker=r.gpus, gpu_type=config.gpu_type if r.gpus else None,
+        cpu=f"{int(r.cpu * 1000)}m", memory=f"{int(r.memory_gib * 1024)}Mi",
+        dfs_claim=config.dfs_claim, dfs_root=config.dfs_root, kafka_secret=config.kafka_secret,
+        service_account=config.service_account, gang=config.gang, queue=config.queue,
+        max_retries=config.max_retries,
+    )
+
+
+@dataclass
+class _Tracked:
+    spec: TrainingJobSpec
+    state: str = "queued"
+    failed: int = 0
+    last_log: dict[str, str] = field(default_factory=dict)  # pod -> last timestamp mirrored
+
+
+class KubernetesExecutor:
+    def __init__(
+        self,
+        *,
+        config: KubernetesExecutorConfig,
+        batch_api: Any,
+        core_api: Any,
+        custom_api: Any,
+        on_event: OnEvent | Callable[..., None],
+    ) -> None:
+        self._config = config
+        self._batch = batch_api
+        self._core = core_api
+        self._custom = custom_api
+        self._on_event = on_event
+        self._jobs: dict[str, _Tracked] = {}
+
+    # -- Executor protocol -------------------------------------------------------------
+
+    def submit(self, job: JobSpec) -> None:
+        if job.job_id in self._jobs:
+            return
+        spec = job_spec_for(job, self._config)
+        created = self.submit_spec(spec)
+        self._emit("queued" if created else "duplicate", spec,
+                   f"kubernetes job {spec.name} {'created' if created else 'already exists'}")
+
+    def submit_spec(self, spec: TrainingJobSpec) -> bool:
+        """Create the job's objects; False when the Job already existed (idempotent)."""
+        self._jobs[spec.job_id] = _Tracked(spec)
+        ns = spec.namespace
+        if spec.gang_scheduled:
+            self._create(lambda: self._custom.create_namespaced_custom_object(
+                group="scheduling.volcano.sh", version="v1beta1", namespace=ns,
+                plural="podgroups", body=pod_group(spec)))
+        if spec.workers > 1:
+            self._create(lambda: self._core.create_namespaced_service(ns, worker_service(spec)))
+        return self._create(lambda: self._batch.create_namespaced_job(ns, training_job(spec)))
+
+    def poll(self) -> list[JobOutcome]:
+        ended: list[JobOutcome] = []
+        for job_id in sorted(self._jobs):
+            outcome = self._poll_one(self._jobs[job_id])
+            if outcome is not None:
+                ended.append(outcome)
+                del self._jobs[job_id]
+        return ended
+
+    def cancel(self, job_id: str) -> bool:
+        tracked = self._jobs.pop(job_id, None)
+        if tracked is None:
+            return False
+        spec = tracked.spec
+        self._call(lambda: self._batch.delete_namespaced_job(
+            spec.name, spec.namespace, propagation_policy="Foreground"), missing_ok=True)
+        if spec.gang_scheduled:
+            self._call(lambda: self._custom.delete_namespaced_custom_object(
+                group="scheduling.volcano.sh", version="v1beta1", namespace=spec.namespace,
+                plural="podgroups", name=spec.name), missing_ok=True)
+        if spec.workers > 1:
+            self._call(lambda: self._core.delete_namespaced_service(spec.name, spec.namespace),
+                       missing_ok=True)
+        self._emit("failed", spec, "cancelled", reason="cancelled")
+        return True
+
+    def active(self) -> list[str]:
+        return sorted(self._jobs)
+
+    def close(self) -> None:
+        # Jobs outlive the control plane on purpose: a restarted control plane adopts them.
+        self._jobs.clear()
+
+    # -- status and logs ---------------------------------------------------------------
+
+    def _poll_one(self, t: _Tracked) -> JobOutcome | None:
+        spec = t.spec
+        job = self._call(lambda: self._batch.read_namespaced_job_status(spec.name, spec.namespace),
+                         missing_ok=True)
+        if job is None:
+            self._emit("failed", spec, "kubernetes job disappeared", reason="deleted")
+            return JobOutcome(spec.job_id, False, None, t.failed + 1, "kubernetes job deleted")
+        st = job.status
+        failed = int(st.failed or 0) if st else 0
+        if st is not None and (st.active or 0) > 0 and t.state == "queued":
+            t.state = "running"
+            self._emit("started", spec, f"{st.active} of {spec.workers} worker(s) running",
+                       attempt=failed + 1)
+        if failed > t.failed:
+            t.failed = failed
+            self._emit("retrying", spec, f"worker failed ({failed} of {spec.max_retries + 1} "
+                       "attempts used); resuming from the last checkpoint", attempt=failed + 1)
+        self._mirror_logs(t)
+        for cond in (st.conditions or []) if st else []:
+            if cond.status != "True":
+                continue
+            if cond.type == "Complete":
+                self._emit("succeeded", spec, "kubernetes job complete", attempt=failed + 1)
+                return JobOutcome(spec.job_id, True, 0, failed + 1)
+            if cond.type == "Failed":
+                why = f"{cond.reason or 'Failed'}: {cond.message or ''}".strip(": ")
+                self._emit("failed", spec, why, reason=why, attempt=max(failed, 1))
+                return JobOutcome(spec.job_id, False, _exit_code(self, spec), max(failed, 1), why)
+        return None
+
+    def _mirror_logs(self, t: _Tracked) -> None:
+        spec = t.spec
+        pods = self._call(lambda: self._core.list_namespaced_pod(
+            spec.namespace, label_selector=f"headrace.io/job={spec.name}"))
+        for pod in sorted(pods.items or [], key=lambda p: p.metadata.name):
+            name = pod.metadata.name
+            if (pod.status.phase if pod.status else None) == "Pending":
+                continue
+            since = t.last_log.get(name)
+            text = self._call(self._log_reader(spec, name, since), missing_ok=True)
+            for line in (text or "").splitlines():
+                ts, _, msg = line.partition(" ")
+                # RFC 3339 timestamps of one pod sort as strings; skip what was already sent.
+                if since is not None and ts <= since:
+                    continue
+                t.last_log[name] = ts
+                self._emit("log", spec, msg, pod=name, ts=ts)
+
+    def _log_reader(self, spec: TrainingJobSpec, pod: str, since: str | None) -> Callable[[], Any]:
+        # After the first read only a recent window is fetched; timestamps drop the overlap.
+        window = self._config.log_window_s if since else None
+
+        def read() -> Any:
+            return self._core.read_namespaced_pod_log(
+                pod, spec.namespace, container=CONTAINER, timestamps=True, since_seconds=window)
+
+        return read
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _emit(self, kind: str, spec: TrainingJobSpec, message: str, **fields: Any) -> None:
+        try:
+            self._on_event(kind, message, job_id=spec.job_id, model_name=spec.model_name,
+                           **fields)
+        except Exception:  # a broken event sink must not stop job supervision
+            log.exception("on_event failed for job %s", spec.job_id)
+
+    def _create(self, fn: Callable[[], Any]) -> bool:
+        try:
+            self._call(fn)
+        except _Conflict:
+            return False
+        return True
+
+    def _call(self, fn: Callable[[], Any], *, missing_ok: bool = False) -> Any:
+        try:
+            return fn()
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            if status == 404 and missing_ok:
+                return None
+            if status == 409:
+                raise _Conflict() from None
+            if status in (401, 403):
+                raise ConfigError(f"kubernetes API refused the executor ({status}): check its "
+                                  "ServiceAccount and Role") from None
+            if status is None or status == 429 or int(status) >= 500:
+                raise RetriableError(f"kubernetes API unavailable: {_one_line(exc)}") from None
+            raise FatalError(f"kubernetes API error {status}: {_one_line(exc)}") from None
+
+
+class _Conflict(Exception):
+    pass
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "reason", None) or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _exit_code(ex: KubernetesExecutor, spec: TrainingJobSpec) -> int | None:
+    """The trainer's last exit code, read from its pods (None if no pod terminated)."""
+    pods = ex._call(lambda: ex._core.list_namespaced_pod(
+        spec.namespace, label_selector=f"headrace.io/job={spec.name}"), missing_ok=True)
+    codes: list[tuple[str, int]] = []
+    for pod in (pods.items if pods else []) or []:
+        for cs in (pod.status.container_statuses or []) if pod.status else []:
+            term = cs.state.terminated if cs.state else None
+            if cs.name == CONTAINER and term is not None and term.exit_code:
+                codes.append((str(term.finished_at or ""), int(term.exit_code)))
+    return max(codes)[1] if codes else None
+
+
+def from_kube_config(
+    *, config: KubernetesExecutorConfig, on_event: OnEvent | Callable[..., None],
+    context: str | None = None,
+) -> KubernetesExecutor:
+    """In-cluster config when running in a pod, else the kubeconfig; ``ConfigError`` if none."""
+    from kubernetes import client
+    from kubernetes import config as kube_config
+
+    try:
+        kube_config.load_incluster_config()
+    except kube_config.ConfigException:
+        try:
+            kube_config.load_kube_config(context=context)
+        except (kube_config.ConfigException, FileNotFoundError, OSError) as exc:
+            raise ConfigError(f"no Kubernetes configuration: {_one_line(exc)}") from None
+    return KubernetesExecutor(
+        config=config, batch_api=client.BatchV1Api(), core_api=client.CoreV1Api(),
+        custom_api=client.CustomObjectsApi(), on_event=on_event,
+    )
+
+
+__all__ = [
+    "KubernetesExecutor",
+    "KubernetesExecutorConfig",
+    "from_kube_config",
+    "job_spec_for",
+]

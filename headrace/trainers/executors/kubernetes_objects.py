@@ -1,0 +1,303 @@
+"""Kubernetes objects for training: a Job per training job, a gang for multi-worker jobs,
+a CronJob per schedule. Built with the official ``kubernetes.client`` models.
+
+Gang scheduling: ``gang="volcano"`` adds a Volcano PodGroup with ``minMember = workers`` and
+points the pods at it (``schedulerName: volcano`` + the group-name annotation), so all workers
+are bound at once or none. ``gang="kueue"`` instead creates the Job suspended with a Kueue queue
+label; Kueue admits the whole Job against quota. Retry is exit-code based through a
+``podFailurePolicy``: exit codes in ``permanent_exit_codes`` (65, ``ExitCode.PERMANENT``) fail
+the Job at once, pod
+disruptions do not count, anything else retries up to ``max_retries`` and the trainer resumes
+from its last complete checkpoint on the DFS.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from kubernetes import client as k
+
+from headrace.core.errors import ValidationFailed
+from headrace.core.naming import check_name
+from headrace.trainers.executors.base import ExitCode, job_command
+
+TF_PORT = 2222
+CONTAINER = "trainer"
+GPU = "nvidia.com/gpu"
+_JOB_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+def k8s_name(raw: str, *, prefix: str, limit: int = 52) -> str:
+    """A DNS-1123 label from ``raw``; a hash suffix keeps distinct inputs distinct."""
+    base = re.sub(r"[^a-z0-9-]+", "-", f"{prefix}-{raw}".lower()).strip("-")
+    if base == f"{prefix}-{raw}" and len(base) <= limit:
+        return base
+    digest = hashlib.sha256(raw.encode()).hexdigest()[:8]
+    return f"{base[: limit - 9].rstrip('-')}-{digest}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingJobSpec:
+    """Everything needed to run one training job on Kubernetes (no framework imports)."""
+
+    job_id: str
+    model_name: str
+    framework: Literal["tensorflow", "mxnet"]
+    image: str
+    namespace: str = "headrace"
+    workers: int = 1
+    gpus_per_worker: int = 1
+    gpu_type: str | None = None
+    cpu: str = "4"
+    memory: str = "16Gi"
+    dfs_claim: str = "headrace-dfs"
+    dfs_root: str = "/dfs"
+    kafka_secret: str | None = "headrace-kafka"
+    service_account: str = "headrace-trainer"
+    gang: Literal["none", "volcano", "kueue"] = "volcano"
+    queue: str | None = None
+    max_retries: int = 3
+    permanent_exit_codes: tuple[int, ...] = (int(ExitCode.PERMANENT),)
+    active_deadline_s: int | None = None
+    ttl_after_finished_s: int = 86_400
+    gpu_type_label: str = "nvidia.com/gpu.product"
+    extra_env: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if not _JOB_ID_RE.fullmatch(self.job_id):
+            raise ValidationFailed(f"invalid job id {self.job_id!r}")
+        check_name(self.model_name, what="model name")
+        if not 1 <= self.workers <= 256:
+            raise ValidationFailed(f"workers must be 1-256, not {self.workers}")
+        if self.workers > 1 and self.framework != "tensorflow":
+            raise ValidationFailed("multi-worker training is supported for TensorFlow only")
+        if self.max_retries < 0 or self.gpus_per_worker < 0:
+            raise ValidationFailed("max_retries and gpus_per_worker must be >= 0")
+
+    @property
+    def name(self) -> str:
+        return k8s_name(self.job_id, prefix="train")
+
+    @property
+    def gang_scheduled(self) -> bool:
+        return self.workers > 1 and self.gang == "volcano"
+
+
+def _labels(spec: TrainingJobSpec) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "headrace",
+        "app.kubernetes.io/component": "trainer",
+        "headrace.io/job": spec.name,
+        "headrace.io/model": spec.model_name,
+    }
+
+
+def tf_config(spec: TrainingJobSpec, index: int | str) -> str:
+    workers = [f"{spec.name}-{i}.{spec.name}:{TF_PORT}" for i in range(spec.workers)]
+    task = {"type": "worker", "index": "__INDEX__"}
+    text = json.dumps({"cluster": {"worker": workers}, "task": task}, separators=(",", ":"))
+    return text.replace('"__INDEX__"', str(index))
+
+
+def _command(spec: TrainingJobSpec) -> list[str]:
+    run = job_command(spec.job_id, python="python")
+    if spec.workers == 1:
+        return run
+    # Each indexed pod learns its rank from JOB_COMPLETION_INDEX (set by the Job controller).
+    cfg = tf_config(spec, "__RANK__").replace("__RANK__", "'\"$JOB_COMPLETION_INDEX\"'")
+    script = f"export TF_CONFIG='{cfg}'; exec {shlex.join(run)}"
+    return ["/bin/sh", "-c", script]
+
+
+def _env(spec: TrainingJobSpec) -> list[k.V1EnvVar]:
+    env = [
+        k.V1EnvVar(name="HEADRACE_DFS_ROOT", value=spec.dfs_root),
+        k.V1EnvVar(name="HEADRACE_JOB_ID", value=spec.job_id),
+        k.V1EnvVar(name="HEADRACE_WORKERS", value=str(spec.workers)),
+    ]
+    if spec.kafka_secret:
+        for var, key in (("HEADRACE_BOOTSTRAP", "bootstrap"), ("HEADRACE_KAFKA_CONFIG", "config")):
+            ref = k.V1SecretKeySelector(name=spec.kafka_secret, key=key, optional=False)
+            env.append(k.V1EnvVar(name=var, value_from=k.V1EnvVarSource(secret_key_ref=ref)))
+    env.extend(k.V1EnvVar(name=n, value=v) for n, v in spec.extra_env)
+    return env
+
+
+def _resources(spec: TrainingJobSpec) -> k.V1ResourceRequirements:
+    req = {"cpu": spec.cpu, "memory": spec.memory}
+    lim = {"memory": spec.memory}
+    if spec.gpus_per_worker:
+        req[GPU] = lim[GPU] = str(spec.gpus_per_worker)
+    return k.V1ResourceRequirements(requests=req, limits=lim)
+
+
+def _pod_spec(spec: TrainingJobSpec) -> k.V1PodSpec:
+    affinity = None
+    if spec.gpu_type:
+        term = k.V1NodeSelectorTerm(match_expressions=[k.V1NodeSelectorRequirement(
+            key=spec.gpu_type_label, operator="In", values=[spec.gpu_type])])
+        affinity = k.V1Affinity(node_affinity=k.V1NodeAffinity(
+            required_during_scheduling_ignored_during_execution=k.V1NodeSelector(
+                node_selector_terms=[term])))
+    ports = (
+        [k.V1ContainerPort(name="tf-worker", container_port=TF_PORT)] if spec.workers > 1 else None
+    )
+    container = k.V1Container(
+        name=CONTAINER, image=spec.image, command=_command(spec), env=_env(spec),
+        resources=_resources(spec), ports=ports,
+        volume_mounts=[k.V1VolumeMount(name="dfs", mount_path=spec.dfs_root)],
+        security_context=k.V1SecurityContext(allow_privilege_escalation=False),
+    )
+    tolerations = (
+        [k.V1Toleration(key=GPU, operator="Exists", effect="NoSchedule")]
+        if spec.gpus_per_worker else None
+    )
+    return k.V1PodSpec(
+        restart_policy="Never",  # the Job controller retries; podFailurePolicy needs Never
+        service_account_name=spec.service_account,
+        scheduler_name="volcano" if spec.gang_scheduled else None,
+        subdomain=spec.name if spec.workers > 1 else None,
+        affinity=affinity, tolerations=tolerations, containers=[container],
+        volumes=[k.V1Volume(
+            name="dfs",
+            persistent_volume_claim=k.V1PersistentVolumeClaimVolumeSource(claim_name=spec.dfs_claim),
+        )],
+    )
+
+
+def training_job(spec: TrainingJobSpec) -> k.V1Job:
+    labels = _labels(spec)
+    pod_annotations = {"headrace.io/job-id": spec.job_id}
+    if spec.gang_scheduled:
+        pod_annotations["scheduling.k8s.io/group-name"] = spec.name
+    job_labels = dict(labels)
+    if spec.gang == "kueue" and spec.queue:
+        job_labels["kueue.x-k8s.io/queue-name"] = spec.queue
+    rules = [k.V1PodFailurePolicyRule(
+        action="Ignore",
+        on_pod_conditions=[k.V1PodFailurePolicyOnPodConditionsPattern(
+            type="DisruptionTarget", status="True")],
+    )]
+    if spec.permanent_exit_codes:
+        rules.insert(0, k.V1PodFailurePolicyRule(
+            action="FailJob",
+            on_exit_codes=k.V1PodFailurePolicyOnExitCodesRequirement(
+                container_name=CONTAINER, operator="In",
+                values=sorted(set(spec.permanent_exit_codes))),
+        ))
+    return k.V1Job(
+        api_version="batch/v1", kind="Job",
+        metadata=k.V1ObjectMeta(name=spec.name, namespace=spec.namespace, labels=job_labels,
+                                annotations={"headrace.io/job-id": spec.job_id}),
+        spec=k.V1JobSpec(
+            completions=spec.workers, parallelism=spec.workers,
+            completion_mode="Indexed" if spec.workers > 1 else "NonIndexed",
+            backoff_limit=spec.max_retries,
+            pod_failure_policy=k.V1PodFailurePolicy(rules=rules),
+            active_deadline_seconds=spec.active_deadline_s,
+            ttl_seconds_after_finished=spec.ttl_after_finished_s,
+            suspend=True if spec.gang == "kueue" else None,
+            template=k.V1PodTemplateSpec(
+                metadata=k.V1ObjectMeta(labels=labels, annotations=pod_annotations),
+                spec=_pod_spec(spec),
+            ),
+        ),
+    )
+
+
+def worker_service(spec: TrainingJobSpec) -> k.V1Service:
+    """Headless Service giving each indexed worker a stable DNS name for TF_CONFIG."""
+    return k.V1Service(
+        api_version="v1", kind="Service",
+        metadata=k.V1ObjectMeta(name=spec.name, namespace=spec.namespace, labels=_labels(spec)),
+        spec=k.V1ServiceSpec(
+            cluster_ip="None", publish_not_ready_addresses=True,
+            selector={"headrace.io/job": spec.name},
+            ports=[k.V1ServicePort(name="tf-worker", port=TF_PORT, target_port=TF_PORT)],
+        ),
+    )
+
+
+def pod_group(spec: TrainingJobSpec) -> dict[str, Any]:
+    """Volcano PodGroup: the scheduler binds ``minMember`` pods together or none."""
+    min_res = {"cpu": spec.cpu, "memory": spec.memory}
+    if spec.gpus_per_worker:
+        min_res[GPU] = str(spec.gpus_per_worker * spec.workers)
+    body: dict[str, Any] = {"minMember": spec.workers, "minResources": min_res}
+    if spec.queue:
+        body["queue"] = spec.queue
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": spec.name, "namespace": spec.namespace, "labels": _labels(spec)},
+        "spec": body,
+    }
+
+
+def training_objects(spec: TrainingJobSpec) -> list[Any]:
+    """In creation order: the gang and the Service first, so pods find them."""
+    objs: list[Any] = []
+    if spec.gang_scheduled:
+        objs.append(pod_group(spec))
+    if spec.workers > 1:
+        objs.append(worker_service(spec))
+    objs.append(training_job(spec))
+    return objs
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScheduleSpec:
+    """A cron schedule that publishes TrainRequested (``headrace schedule fire NAME``)."""
+
+    name: str
+    cron: str
+    image: str
+    namespace: str = "headrace"
+    timezone: str | None = None
+    kafka_secret: str = "headrace-kafka"
+    command: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_name(self.name, what="schedule name")
+        if len(self.cron.split()) != 5 and not self.cron.startswith("@"):
+            raise ValidationFailed(f"schedule {self.name}: cron needs 5 fields: {self.cron!r}")
+
+
+def schedule_cronjob(spec: ScheduleSpec) -> k.V1CronJob:
+    name = k8s_name(spec.name, prefix="schedule")
+    labels = {"app.kubernetes.io/name": "headrace", "app.kubernetes.io/component": "schedule",
+              "headrace.io/schedule": spec.name}
+    env = [
+        k.V1EnvVar(name=var, value_from=k.V1EnvVarSource(
+            secret_key_ref=k.V1SecretKeySelector(name=spec.kafka_secret, key=key)))
+        for var, key in (("HEADRACE_BOOTSTRAP", "bootstrap"), ("HEADRACE_KAFKA_CONFIG", "config"))
+    ]
+    command = list(spec.command) or ["headrace", "schedule", "fire", spec.name]
+    pod = k.V1PodSpec(
+        restart_policy="OnFailure",
+        containers=[k.V1Container(
+            name="fire", image=spec.image, command=command, env=env,
+            resources=k.V1ResourceRequirements(requests={"cpu": "100m", "memory": "128Mi"},
+                                               limits={"memory": "256Mi"}),
+        )],
+    )
+    return k.V1CronJob(
+        api_version="batch/v1", kind="CronJob",
+        metadata=k.V1ObjectMeta(name=name, namespace=spec.namespace, labels=labels),
+        spec=k.V1CronJobSpec(
+            schedule=spec.cron, time_zone=spec.timezone,
+            # The slot is the idempotency key, so a late or repeated run is harmless; Forbid
+            # just avoids piling up runs while the broker is down.
+            concurrency_policy="Forbid", starting_deadline_seconds=300,
+            successful_jobs_history_limit=3, failed_jobs_history_limit=3,
+            job_template=k.V1JobTemplateSpec(
+                metadata=k.V1ObjectMeta(labels=labels),
+                spec=k.V1JobSpec(backoff_limit=4, template=k.V1PodTemplateSpec(
+                    metadata=k.V1ObjectMeta(labels=labels), spec=pod)),
+            ),
+        ),
+    )
