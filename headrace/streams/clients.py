@@ -241,7 +241,8 @@ def end_offsets(
 
 
 def partitions_of(conn: KafkaConnection, topic: str) -> list[int]:
-    md = make_admin(conn).list_topics(topic=topic, timeout=conn.timeout_s)
+    # Ask for all topics: a metadata request naming one auto-creates it on some brokers (Tansu).
+    md = make_admin(conn).list_topics(timeout=conn.timeout_s)
     t = md.topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         raise FatalError(f"topic {topic} does not exist")

@@ -1,0 +1,225 @@
+"""`headrace replay | dlq | dashboard | up | demo`: thin shells over headrace.ops."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from headrace.cli import _context
+from headrace.core.errors import ValidationFailed
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False)
+
+
+def replay(
+    ctx: typer.Context,
+    source: Annotated[str, typer.Argument(help="Topic to replay from.")],
+    into: Annotated[str | None, typer.Option(
+        "--into", help="Target topic (default: the source itself).")] = None,
+    partition: Annotated[list[int] | None, typer.Option(
+        "--partition", "-p", help="Partition to replay (repeat; default: all).")] = None,
+    from_offset: Annotated[list[int] | None, typer.Option(
+        "--from-offset", help="First offset, inclusive (once per --partition).")] = None,
+    to_offset: Annotated[list[int] | None, typer.Option(
+        "--to-offset", help="End offset, exclusive (once per --partition).")] = None,
+    from_time: Annotated[str | None, typer.Option(
+        "--from", help="Start time, inclusive, ISO-8601 (2026-11-20T00:00Z).")] = None,
+    to_time: Annotated[str | None, typer.Option(
+        "--to", help="End time, exclusive, ISO-8601.")] = None,
+    rate: Annotated[float | None, typer.Option(
+        "--rate", help="At most this many rows a second.")] = None,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print per partition what would move; write nothing.")] = False,
+    resume: Annotated[str | None, typer.Option(
+        "--resume", help="Continue the replay with this id from its checkpoint.")] = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Re-score the range with NAME:VERSION into --into (a side topic).")] = None,
+    keep_timestamps: Annotated[bool, typer.Option(
+        "--keep-timestamps", help="Keep the original record timestamps.")] = False,
+    progress: Annotated[bool, typer.Option(
+        "--progress/--no-progress", help="Show a progress bar.")] = True,
+) -> None:
+    """Copy a range of a topic (by offsets or times) keeping keys, headers and partitions, or
+    re-score it with a chosen model version into a side topic. Resumable."""
+    from headrace.ops import replaying
+
+    settings = _context.settings(ctx)
+    conn = _context.connection(ctx)
+    if resume is not None:
+        given = [n for n, v in (("--into", into), ("--partition", partition),
+                                ("--from-offset", from_offset), ("--to-offset", to_offset),
+                                ("--from", from_time), ("--to", to_time), ("--model", model))
+                 if v]
+        if given:
+            raise ValidationFailed(f"--resume continues a recorded replay; drop {', '.join(given)}")
+        cp = replaying.resume(conn, settings.dfs_root, resume, source=source)
+        if cp.status == "completed":
+            out.print(f"replay {cp.replay_id} already completed ({cp.records_out} rows)")
+            return
+    else:
+        if model is not None:
+            from headrace.ops.rescoring import check_model
+
+            check_model(settings.dfs_root, model)
+        cp = replaying.plan(conn, source=source, into=into, partitions=partition or (),
+                            from_offsets=from_offset or (), to_offsets=to_offset or (),
+                            from_time=from_time, to_time=to_time, rate=rate, model=model,
+                            keep_timestamps=keep_timestamps)
+    for line in replaying.describe(cp):
+        out.print(line)
+    if dry_run:
+        out.print("dry run: nothing written")
+        return
+    console = err if progress and err.is_terminal else None
+    try:
+        result = replaying.run(conn, settings.dfs_root, cp, console=console)
+    except KeyboardInterrupt:
+        err.print(f"stopped; resume with: headrace replay {cp.source} --resume {cp.replay_id}")
+        raise typer.Exit(130) from None
+    skipped = (f", {result.skipped_on_resume} already in the target skipped"
+               if result.skipped_on_resume else "")
+    out.print(f"replay {result.replay_id}: {result.records_in} records in, {result.rows_out} "
+              f"rows out to {cp.target} in {result.elapsed_s:.1f}s "
+              f"({result.rows_per_s:,.0f} rows/s){skipped}; checkpoint {result.checkpoint}")
+
+
+dlq_app = typer.Typer(help="Dead letters of a stream: list, show, redrive.", no_args_is_help=True)
+
+
+@dlq_app.command("list")
+def dlq_list(
+    ctx: typer.Context,
+    stream: Annotated[str, typer.Argument(help="Stream name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Dead letters grouped by error class and stage, with counts."""
+    from headrace.ops import deadletters
+
+    settings = _context.settings(ctx)
+    conn = _context.connection(ctx)
+    letters = deadletters.read_letters(conn, stream)
+    groups = deadletters.summarize(letters, deadletters.load_ledger(settings.dfs_root, stream))
+    if as_json:
+        out.print_json(json.dumps([g.__dict__ for g in groups]))
+        return
+    table = Table(title=f"dead letters of {stream}: {len(letters)}")
+    for col in ("error class", "stage", "count", "redriven", "first", "message"):
+        table.add_column(col)
+    for g in groups:
+        table.add_row(g.error_class, g.stage, str(g.count), str(g.redriven), g.first_ref,
+                      g.sample_message)
+    out.print(table)
+
+
+@dlq_app.command("show")
+def dlq_show(
+    ctx: typer.Context,
+    stream: Annotated[str, typer.Argument(help="Stream name.")],
+    offset: Annotated[list[str] | None, typer.Option(
+        "--offset", help="Letter offset N (partition 0) or P:N; repeat.")] = None,
+    max_letters: Annotated[int, typer.Option("--max", min=1, max=10_000,
+                                             help="Show at most this many.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Headers and a payload preview of dead letters."""
+    from headrace.ops import deadletters
+
+    conn = _context.connection(ctx)
+    letters = deadletters.select(deadletters.read_letters(conn, stream), offsets=offset or (),
+                                 limit=max_letters)
+    if as_json:
+        out.print_json(json.dumps([lt.to_json() for lt in letters]))
+        return
+    for lt in letters:
+        d = lt.to_json()
+        out.print(f"[bold]{d['ref']}[/] {d['error_class']} at {d['stage']}: {d['error_message']}")
+        out.print(f"  source {d['source_topic']}[{d['source_partition']}]@{d['source_offset']}"
+                  f"  key={d['key']!r}  {d['bytes']} bytes")
+        for k, v in d["headers"].items():
+            out.print(f"  {k}: {v}")
+        out.print(f"  payload: {d['preview']!r}{' ...' if d['truncated'] else ''}")
+    if not letters:
+        out.print(f"no dead letters in {stream}")
+
+
+@dlq_app.command("redrive")
+def dlq_redrive(
+    ctx: typer.Context,
+    stream: Annotated[str, typer.Argument(help="Stream name.")],
+    error_class: Annotated[str | None, typer.Option(
+        "--error-class", help="Only letters of this error class.")] = None,
+    offset: Annotated[list[str] | None, typer.Option(
+        "--offset", help="Only this letter: N (partition 0) or P:N; repeat.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would move.")] = False,
+) -> None:
+    """Re-produce dead letters' original bytes to their source topic, each at most once."""
+    from headrace.ops import deadletters
+
+    settings = _context.settings(ctx)
+    conn = _context.connection(ctx)
+    result = deadletters.redrive(conn, settings.dfs_root, stream, error_class=error_class,
+                                 offsets=offset or (), dry_run=dry_run)
+    for line in result.lines():
+        out.print(line)
+
+
+def dashboard(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks one.")] = 8780,
+    scorer: Annotated[list[str] | None, typer.Option(
+        "--scorer", help="A scorer's metrics URL (http://host:port/metrics); repeat.")] = None,
+) -> None:
+    """Serve the dashboard: jobs, models, scorers, dead letters."""
+    from headrace.ops.dashboard import serve_forever
+
+    settings = _context.settings(ctx)
+    conn = _context.connection(ctx) if settings.bootstrap else None
+    serve_forever(settings=settings, conn=conn, host=host, port=port,
+                  scorer_urls=list(scorer or ()), announce=lambda url: out.print(
+                      f"dashboard on [bold]{url}[/] (Ctrl-C stops)"))
+
+
+def up(
+    ctx: typer.Context,
+    dashboard_port: Annotated[int, typer.Option(
+        "--dashboard-port", min=0, max=65535, help="Dashboard port; 0 picks one.")] = 8780,
+) -> None:
+    """Run the whole local stack: broker, control plane + local executor, a scorer per stream,
+    the dashboard. A status line per component; Ctrl-C stops everything."""
+    from headrace.ops.stack import run_up
+
+    settings = _context.settings(ctx)
+    raise typer.Exit(run_up(settings=settings, dashboard_port=dashboard_port, console=out))
+
+
+def demo(
+    ctx: typer.Context,
+    records: Annotated[int, typer.Option(min=10, max=1_000_000,
+                                         help="Records to stream.")] = 2000,
+    epochs: Annotated[int, typer.Option(min=1, max=100, help="Training epochs.")] = 3,
+) -> None:
+    """The guided tour: train TF, score a stream live, train MXNet, watch the swap; exit 0."""
+    from headrace.ops.demo import run_demo
+
+    settings = _context.settings(ctx)
+    root = ctx.find_object(_context.CliContext)
+    # The entrypoint may read the environment: a DFS root the user chose is kept, else a temp one.
+    explicit_dfs = (root is not None and root.dfs_root is not None) or bool(
+        os.environ.get("HEADRACE_DFS_ROOT"))
+    raise typer.Exit(run_demo(settings=settings, records=records, epochs=epochs, console=out,
+                      keep_dfs=explicit_dfs))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay")(replay)
+    app.add_typer(dlq_app, name="dlq")
+    app.command("dashboard")(dashboard)
+    app.command("up")(up)
+    app.command("demo")(demo)

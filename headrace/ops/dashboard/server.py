@@ -1,0 +1,265 @@
+"""The dashboard's HTTP server: static files plus a small JSON API (stdlib ``http.server``).
+
+Strict input: every endpoint declares its parameters; an unknown, repeated or malformed one is
+a 400 with a one-line message. Path segments are checked names or numbers; static files are
+served from a fixed list read at start-up, so no request can name a path outside it. Errors are
+one-line JSON; a traceback never reaches the client.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from headrace.core.errors import HeadraceError, ValidationFailed
+from headrace.core.naming import check_name
+from headrace.ops.dashboard import state as st
+from headrace.store.versions import VersionNotFound
+
+STATIC_PACKAGE = "headrace.ops.dashboard_static"
+
+
+class ApiError(Exception):
+    def __init__(self, status: HTTPStatus, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class IntParam:
+    default: int
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True)
+class ChoiceParam:
+    choices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NameParam:
+    what: str
+    required: bool = False
+
+
+Param = IntParam | ChoiceParam | NameParam
+
+
+def _params(query: str, spec: dict[str, Param]) -> dict[str, Any]:
+    raw = parse_qs(query, keep_blank_values=True, strict_parsing=False, max_num_fields=20)
+    unknown = sorted(set(raw) - set(spec))
+    if unknown:
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"unknown parameter {unknown[0]!r}; "
+                       f"allowed: {', '.join(sorted(spec)) or 'none'}")
+    out: dict[str, Any] = {}
+    for name, p in spec.items():
+        values = raw.get(name)
+        if values is not None and len(values) > 1:
+            raise ApiError(HTTPStatus.BAD_REQUEST, f"parameter {name!r} given more than once")
+        value = values[0] if values else None
+        if isinstance(p, IntParam):
+            if value is None:
+                out[name] = p.default
+                continue
+            if not re.fullmatch(r"-?\d{1,9}", value):
+                raise ApiError(HTTPStatus.BAD_REQUEST, f"parameter {name!r} must be an integer")
+            n = int(value)
+            if not p.lo <= n <= p.hi:
+                raise ApiError(HTTPStatus.BAD_REQUEST,
+                               f"parameter {name!r} must be between {p.lo} and {p.hi}")
+            out[name] = n
+        elif isinstance(p, ChoiceParam):
+            if value is not None and value not in p.choices:
+                raise ApiError(HTTPStatus.BAD_REQUEST,
+                               f"parameter {name!r} must be one of {', '.join(p.choices)}")
+            out[name] = value
+        else:
+            if value is None:
+                if p.required:
+                    raise ApiError(HTTPStatus.BAD_REQUEST, f"parameter {name!r} is required")
+                out[name] = None
+                continue
+            out[name] = _name(value, p.what)
+    return out
+
+
+def _name(value: str, what: str) -> str:
+    try:
+        return check_name(value, what=what)
+    except ValidationFailed as exc:
+        raise ApiError(HTTPStatus.BAD_REQUEST, str(exc)) from None
+
+
+def _version(value: str) -> int:
+    if not re.fullmatch(r"[1-9]\d{0,8}", value):
+        raise ApiError(HTTPStatus.BAD_REQUEST, f"version {value[:20]!r} must be a positive integer")
+    return int(value)
+
+
+def static_files() -> dict[str, tuple[bytes, str]]:
+    """name -> (bytes, content type) for every file shipped in dashboard_static."""
+    out: dict[str, tuple[bytes, str]] = {}
+    for entry in resources.files(STATIC_PACKAGE).iterdir():
+        if entry.is_file() and not entry.name.startswith((".", "_")):
+            ctype = mimetypes.guess_type(entry.name)[0] or "application/octet-stream"
+            if ctype.startswith("text/") or ctype.endswith("javascript"):
+                ctype += "; charset=utf-8"
+            out[entry.name] = (entry.read_bytes(), ctype)
+    return out
+
+
+JOB_STATUSES = ("queued", "running", "retrying", "succeeded", "failed", "duplicate")
+
+
+class Api:
+    """Routes: path pattern -> (parameter spec, handler)."""
+
+    def __init__(self, state: st.DashboardState) -> None:
+        self.state = state
+        self.routes: list[tuple[re.Pattern[str], dict[str, Param],
+                                Callable[..., Any]]] = [
+            (re.compile(r"/api/overview"), {}, self.overview),
+            (re.compile(r"/api/jobs"), {"limit": IntParam(50, 1, 500),
+                                        "status": ChoiceParam(JOB_STATUSES)}, self.jobs),
+            (re.compile(r"/api/jobs/([^/]+)"), {"logs": IntParam(200, 0, st.MAX_LOG_LINES)},
+             self.job),
+            (re.compile(r"/api/models"), {}, self.models),
+            (re.compile(r"/api/models/([^/]+)/([^/]+)"), {}, self.model_version),
+            (re.compile(r"/api/scorers"), {}, self.scorers),
+            (re.compile(r"/api/dlq"), {"stream": NameParam("stream name", required=True),
+                                       "max": IntParam(20, 0, 500)}, self.dlq),
+        ]
+
+    def handle(self, path: str, query: str) -> Any:
+        for pattern, spec, fn in self.routes:
+            m = pattern.fullmatch(path)
+            if m:
+                return fn(*m.groups(), **_params(query, spec))
+        raise ApiError(HTTPStatus.NOT_FOUND, f"no such endpoint {path[:100]!r}")
+
+    def overview(self) -> dict[str, Any]:
+        s = self.state.settings
+        return {"streams": list(s.streams), "dfs_root": str(s.dfs_root),
+                "kafka": self.state.conn.bootstrap if self.state.conn else None,
+                "kafka_error": self.state.kafka_error, "job_events": self.state.jobs.events}
+
+    def jobs(self, *, limit: int, status: str | None) -> dict[str, Any]:
+        listed = self.state.jobs.list(limit=limit, status=status)
+        seen = {j["job_id"] for j in listed}
+        on_dfs = st.dfs_jobs(self.state.root, limit=limit)
+        for job_id, info in on_dfs.items():
+            if job_id in seen or len(listed) >= limit:
+                continue
+            state = (info.get("status") or {}).get("state") or "unknown"
+            if status is None or state == status:
+                listed.append({"job_id": job_id, "status": state, "source": "dfs",
+                               "model_name": (info.get("request") or {}).get("model_name")})
+        return {"jobs": listed}
+
+    def job(self, job_id: str, *, logs: int) -> dict[str, Any]:
+        job_id = _name(job_id, "job id")
+        view = self.state.jobs.get(job_id, logs=logs)
+        dfs = st.dfs_jobs(self.state.root, limit=10_000).get(job_id)
+        if view is None and dfs is None:
+            raise ApiError(HTTPStatus.NOT_FOUND, f"no job {job_id}")
+        out = view or {"job_id": job_id, "status": "unknown", "logs": []}
+        out["dfs"] = dfs
+        out["log_file"] = st.job_log_file(self.state.root, job_id, lines=logs) if logs else []
+        return out
+
+    def models(self) -> dict[str, Any]:
+        return {"models": st.models(self.state.root)}
+
+    def model_version(self, name: str, version: str) -> dict[str, Any]:
+        name = _name(name, "model name")
+        try:
+            return st.model_version(self.state.root, name, _version(version))
+        except VersionNotFound as exc:
+            raise ApiError(HTTPStatus.NOT_FOUND, str(exc)) from None
+
+    def scorers(self) -> dict[str, Any]:
+        return {"scorers": self.state.scorers.view()}
+
+    def dlq(self, *, stream: str, max: int) -> dict[str, Any]:
+        return self.state.dlq(stream, max_letters=max)
+
+
+def make_handler(api: Api, files: dict[str, tuple[bytes, str]]) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "headrace-dashboard"
+        sys_version = ""
+
+        def do_GET(self) -> None:
+            try:
+                url = urlsplit(self.path)
+                path = url.path
+                if len(self.path) > 2048:
+                    raise ApiError(HTTPStatus.REQUEST_URI_TOO_LONG, "URL too long")
+                if path in ("/", "/index.html"):
+                    self._file("index.html")
+                elif path.startswith("/static/"):
+                    self._file(path.removeprefix("/static/"))
+                elif path.startswith("/api/"):
+                    self._json(HTTPStatus.OK, api.handle(path, url.query))
+                else:
+                    raise ApiError(HTTPStatus.NOT_FOUND, "not found")
+            except ApiError as exc:
+                self._json(exc.status, {"error": exc.message})
+            except HeadraceError as exc:
+                self._json(HTTPStatus.BAD_REQUEST if isinstance(exc, ValidationFailed)
+                           else HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(exc)})
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            except Exception as exc:
+                print(f"dashboard: {type(exc).__name__}: {exc}", file=sys.stderr)
+                self._json(HTTPStatus.INTERNAL_SERVER_ERROR,
+                           {"error": f"internal error ({type(exc).__name__})"})
+
+        def do_POST(self) -> None:
+            self._json(HTTPStatus.METHOD_NOT_ALLOWED, {"error": "the dashboard is read-only"})
+
+        do_PUT = do_DELETE = do_PATCH = do_POST
+
+        def _file(self, name: str) -> None:
+            entry = files.get(name)  # a fixed set: no path ever reaches the filesystem
+            if entry is None:
+                raise ApiError(HTTPStatus.NOT_FOUND, "not found")
+            body, ctype = entry
+            self.send_response(HTTPStatus.OK)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _json(self, status: HTTPStatus, data: Any) -> None:
+            body = json.dumps(data, default=str).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return  # quiet: the stack prints its own status lines
+
+    return Handler
+
+
+def make_server(api: Api, *, host: str, port: int) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, port), make_handler(api, static_files()))
+    server.daemon_threads = True
+    return server

@@ -1,0 +1,1 @@
+"""Static files of the dashboard (served from a fixed list)."""

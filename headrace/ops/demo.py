@@ -1,0 +1,304 @@
+"""``headrace demo``: the bounded tour a newcomer runs first.
+
+Stages (each fails with one line naming it):
+
+1. Start the broker (embedded unless configured) and the control plane + local executor.
+2. Make the demo dataset on the DFS (``headrace datasets make-demo``).
+3. Publish a TrainRequested for TensorFlow; wait for the job to pass the gate and publish
+   (``events.jobs`` for progress and failures, ``events.models`` + the DFS alias for the publish).
+4. Start a scorer for stream ``demo``; stream half the records; show predictions arriving live.
+5. Publish a TrainRequested for MXNet; wait for its publish; stream the other half; show the
+   scorer swap to the new version.
+6. Print a summary (records in, predictions out, DLQ count, model versions, throughput); exit 0.
+
+It uses a temporary DFS root unless one was chosen (``--dfs-root``/``HEADRACE_DFS_ROOT``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from rich.console import Console
+
+from headrace.core.errors import FatalError, HeadraceError, ValidationFailed
+from headrace.core.settings import Settings
+from headrace.ops.stack import CLI, Stack, wait_until
+from headrace.store import versions
+from headrace.streams.clients import KafkaConnection, send_events
+from headrace.streams.contracts import (
+    Framework,
+    JobEvent,
+    JobEventKind,
+    ModelPublished,
+    ModelSpec,
+    Prediction,
+    TrainRequested,
+    Trigger,
+    parse,
+)
+from headrace.streams.replay_io import Follower, partition_count, probe_ends
+from headrace.streams.sending import send_table
+from headrace.streams.topics import (
+    JOB_EVENTS,
+    MODEL_EVENTS,
+    TRAIN_REQUESTS,
+    data_topic,
+    dlq_topic,
+    predictions_topic,
+)
+
+STREAM = "demo"
+MODEL = "demo"
+TRAIN_TIMEOUT_S = 150.0
+SCORE_TIMEOUT_S = 90.0
+
+
+@dataclass
+class Tour:
+    conn: KafkaConnection
+    stack: Stack
+    console: Console
+    records_in: int = 0
+    predictions: Counter[int] = field(default_factory=Counter)  # model version -> count
+    versions: dict[str, int] = field(default_factory=dict)  # framework -> version
+    score_seconds: float = 0.0
+    stage: str = "start"
+
+
+def run_demo(*, settings: Settings, records: int, epochs: int, console: Console,
+             keep_dfs: bool) -> int:
+    tmp = None
+    if not keep_dfs:
+        tmp = Path(tempfile.mkdtemp(prefix="headrace-demo-"))
+        settings = settings.with_overrides(dfs_root=tmp / "dfs")
+    settings = settings.with_overrides(streams=[STREAM])
+    settings.dfs_root.mkdir(parents=True, exist_ok=True)
+    stack = Stack(settings, log_dir=settings.dfs_root / "ops" / "logs" / "demo", scorers=[])
+    tour: Tour | None = None
+    t0 = time.monotonic()
+    try:
+        console.print("[bold]1/6[/] starting the broker and the control plane")
+        conn = stack.start_broker()
+        tour = Tour(conn, stack, console)
+        stack.start_control()
+        tour.stage = "make the demo dataset"
+        console.print("[bold]2/6[/] making the demo dataset")
+        dataset_uri, table = make_dataset(settings, stack)
+        console.print(f"  {dataset_uri}: {table.num_rows} rows, columns {table.column_names}")
+        tour.stage = "train TensorFlow"
+        console.print("[bold]3/6[/] training with TensorFlow; waiting for the gate and the publish")
+        train(tour, settings, Framework.TENSORFLOW, dataset_uri, epochs)
+        tour.stage = "score live"
+        console.print(f"[bold]4/6[/] starting a scorer for stream {STREAM}; streaming records")
+        stack.start_scorer(STREAM)
+        features = features_of(settings)
+        rows = sample_rows(table, features, records)
+        half = rows.num_rows // 2
+        stream_and_watch(tour, rows.slice(0, half), expect_version=tour.versions["tensorflow"])
+        tour.stage = "train MXNet and swap"
+        console.print("[bold]5/6[/] training with MXNet; the scorer swaps when it is published")
+        train(tour, settings, Framework.MXNET, dataset_uri, epochs)
+        stream_and_watch(tour, rows.slice(half), expect_version=tour.versions["mxnet"])
+        tour.stage = "summary"
+        summary(tour, time.monotonic() - t0)
+        return 0
+    except (HeadraceError, OSError) as exc:
+        stage = tour.stage if tour else "start the broker"
+        console.print(f"[red]demo failed[/] at stage '{stage}': {exc}")
+        for c in stack.components:
+            if c.last_log_line():
+                console.print(f"  {c.name}: {c.last_log_line()}  (log {c.log_path})")
+        return 1
+    finally:
+        stack.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def make_dataset(settings: Settings, stack: Stack) -> tuple[str, pa.Table]:
+    import subprocess
+
+    before = set(_parquet_files(settings.dfs_root))
+    proc = subprocess.run([*CLI, "datasets", "make-demo"], env=stack.env(), capture_output=True,
+                          timeout=120, check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).decode("utf-8", "replace").strip().splitlines()
+        raise FatalError(f"`headrace datasets make-demo` exited {proc.returncode}: "
+                         f"{tail[-1] if tail else ''}")
+    new = [p for p in _parquet_files(settings.dfs_root) if p not in before] or \
+        _parquet_files(settings.dfs_root)
+    if not new:
+        raise FatalError("`headrace datasets make-demo` wrote no Parquet file under the DFS root")
+    path = max(new, key=lambda p: p.stat().st_mtime)
+    rel = path.relative_to(settings.dfs_root)
+    # A dataset may be one file or a directory of part files; train on what was written.
+    uri = str(rel.parent if path.name.startswith("part-") else rel)
+    return uri, pq.read_table(path)
+
+
+def _parquet_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*.parquet") if "/ops/" not in str(p)]
+
+
+def train(tour: Tour, settings: Settings, framework: Framework, dataset_uri: str,
+          epochs: int) -> None:
+    before = versions.read_alias(settings.dfs_root, MODEL) if _has_model(settings) else None
+    req = TrainRequested(
+        idempotency_key=f"demo-{framework.value}-{int(time.time())}", model_name=MODEL,
+        framework=framework, dataset_uri=dataset_uri,
+        spec=ModelSpec(epochs=epochs, hidden=(32, 32), batch_size=128),
+        trigger=Trigger(source="headrace demo"))
+    send_events(tour.conn, TRAIN_REQUESTS, [req], key_of=lambda e: e.idempotency_key)
+    jobs = Follower(tour.conn, [JOB_EVENTS, MODEL_EVENTS])
+    deadline = time.monotonic() + TRAIN_TIMEOUT_S
+    published: ModelPublished | None = None
+    last_line = 0.0
+    try:
+        while published is None:
+            if time.monotonic() > deadline:
+                raise FatalError(f"no {framework.value} model published within "
+                                 f"{TRAIN_TIMEOUT_S:.0f}s")
+            dead = tour.stack.dead()
+            if dead:
+                raise FatalError(f"{dead[0].name} {dead[0].status()}: {dead[0].last_log_line()}")
+            for rec in jobs.poll(0.5):
+                if rec.topic == MODEL_EVENTS:
+                    try:
+                        ev = parse(ModelPublished, rec.value or b"")
+                    except ValidationFailed:
+                        continue
+                    if ev.model_name == MODEL and ev.framework == framework and (
+                            before is None or ev.version != before.version):
+                        published = ev
+                    continue
+                try:
+                    je = parse(JobEvent, rec.value or b"")
+                except ValidationFailed:
+                    continue
+                if je.request_id not in (None, req.event_id) or je.model_name not in (None, MODEL):
+                    continue
+                if je.kind == JobEventKind.FAILED:
+                    raise FatalError(f"training job {je.job_id} failed: {je.reason or je.message}")
+                shown = (JobEventKind.PROGRESS, JobEventKind.SUCCEEDED, JobEventKind.STARTED)
+                if je.kind in shown and time.monotonic() - last_line > 1.0:
+                    metrics = " ".join(f"{k}={v:.3f}" for k, v in list(je.metrics.items())[:3])
+                    tour.console.print(f"  job {je.job_id}: {je.kind.value}"
+                                       + (f" epoch {je.epoch}" if je.epoch is not None else "")
+                                       + (f" {metrics}" if metrics else ""))
+                    last_line = time.monotonic()
+    finally:
+        jobs.close()
+    wait_until(lambda: (a := versions.read_alias(settings.dfs_root, MODEL)) is not None
+               and a.version == published.version, timeout_s=30,
+               what=f"production alias of {MODEL} to move to {published.version}")
+    tour.versions[framework.value] = published.version
+    acc = published.metrics.get("accuracy")
+    tour.console.print(f"  published {MODEL}:{published.version} ({framework.value})"
+                       + (f", accuracy {acc:.3f}" if acc is not None else "")
+                       + " -> production")
+
+
+def _has_model(settings: Settings) -> bool:
+    return MODEL in versions.list_models(settings.dfs_root)
+
+
+def features_of(settings: Settings) -> list[str]:
+    mv = versions.resolve(settings.dfs_root, MODEL)
+    return list(mv.manifest.features)
+
+
+def sample_rows(table: pa.Table, features: list[str], n: int) -> pa.Table:
+    cols = [f for f in features if f in table.column_names]
+    if len(cols) != len(features):
+        raise FatalError(f"the demo dataset lacks features {sorted(set(features) - set(cols))}")
+    t = table.select(cols)
+    reps = -(-n // max(1, t.num_rows))
+    return pa.concat_tables([t] * reps).slice(0, n)
+
+
+def stream_and_watch(tour: Tour, rows: pa.Table, *, expect_version: int) -> None:
+    """Send ``rows`` to data.demo and print predictions as they arrive until every row of
+    this batch has one from ``expect_version`` (or the rest went to the DLQ)."""
+    conn = tour.conn
+    watcher = Follower(conn, [predictions_topic(STREAM)], from_beginning=False)
+    try:
+        watcher.poll(0.2)  # assign at the end before sending
+        t0 = time.monotonic()
+        # The scorer swaps on ModelPublished; records sent before it loaded the new version
+        # are scored by the old one, so keep sending small slices until the new one shows.
+        sent = 0
+        got_new = 0
+        last_print = 0.0
+        deadline = time.monotonic() + SCORE_TIMEOUT_S
+        slice_rows = max(1, rows.num_rows // 10)
+        while True:
+            if sent < rows.num_rows:
+                chunk = rows.slice(sent, slice_rows)
+                send_table(conn, data_topic(STREAM), chunk, fmt="json")
+                sent += chunk.num_rows
+                tour.records_in += chunk.num_rows
+            for rec in watcher.poll(0.3):
+                try:
+                    p = parse(Prediction, rec.value or b"")
+                except ValidationFailed:
+                    continue
+                tour.predictions[p.model_version] += 1
+                if p.model_version == expect_version:
+                    got_new += 1
+                if time.monotonic() - last_print > 0.5:
+                    tour.console.print(
+                        f"  prediction {p.source_topic}[{p.source_partition}]@{p.source_offset}"
+                        f" -> {p.label!s:<12} by {p.model_name}:{p.model_version}"
+                        f"   ({sum(tour.predictions.values())} so far)")
+                    last_print = time.monotonic()
+            if sent >= rows.num_rows and got_new > 0 and _caught_up(tour):
+                break
+            if time.monotonic() > deadline:
+                raise FatalError(f"predictions from version {expect_version} did not arrive "
+                                 f"within {SCORE_TIMEOUT_S:.0f}s ({got_new} seen)")
+            dead = tour.stack.dead()
+            if dead:
+                raise FatalError(f"{dead[0].name} {dead[0].status()}: {dead[0].last_log_line()}")
+        tour.score_seconds += time.monotonic() - t0
+        tour.console.print(f"  {got_new} predictions by {MODEL}:{expect_version}")
+    finally:
+        watcher.close()
+
+
+def _caught_up(tour: Tour) -> bool:
+    """Every record sent has a prediction or a dead letter (verified end offsets)."""
+    preds = _count(tour.conn, predictions_topic(STREAM))
+    dead = _count(tour.conn, dlq_topic(STREAM))
+    return preds + dead >= tour.records_in
+
+
+def _count(conn: KafkaConnection, topic: str) -> int:
+    n = partition_count(conn, topic) or 0
+    return sum(end - lo for lo, end in probe_ends(conn, topic, range(n)).values())
+
+
+def summary(tour: Tour, elapsed_s: float) -> None:
+    preds = _count(tour.conn, predictions_topic(STREAM))
+    dead = _count(tour.conn, dlq_topic(STREAM))
+    c = tour.console
+    c.print("[bold]6/6[/] summary")
+    c.print(f"  records in        {tour.records_in}")
+    c.print(f"  predictions out   {preds}")
+    c.print(f"  dead letters      {dead}")
+    c.print("  model versions    " + ", ".join(
+        f"{MODEL}:{v} ({fw})" for fw, v in tour.versions.items()))
+    c.print("  predictions by    " + ", ".join(
+        f"v{v}: {n}" for v, n in sorted(tour.predictions.items())))
+    rate = tour.records_in / tour.score_seconds if tour.score_seconds else 0.0
+    c.print(f"  throughput        {rate:,.0f} records/s end to end (incl. waiting for the swap)")
+    c.print(f"  total time        {elapsed_s:.0f}s")
+    if preds + dead < tour.records_in:
+        raise FatalError(f"{tour.records_in - preds - dead} records have neither a prediction "
+                         "nor a dead letter")
