@@ -73,7 +73,8 @@ _register_optional()
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return (and with ``sys.exit``, exit with) its code."""
     try:
-        app(args=argv, standalone_mode=False)
+        # Without standalone mode, click hands back the code of a typer.Exit instead of raising.
+        code = app(args=argv, standalone_mode=False)
     except Exit as exc:
         return _exit(int(exc.exit_code or 0), argv)
     except Abort:
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"headrace: error: {exc}", file=sys.stderr)
         return _exit(1, argv)
-    return _exit(0, argv)
+    return _exit(code if isinstance(code, int) else 0, argv)
 
 
 def _kind(exc: HeadraceError) -> str:

@@ -1,0 +1,522 @@
+"""Scoring benchmark: Kafka-ML's loop vs a pass-through ceiling vs Headrace (JSON, Arrow).
+
+Contenders, side by side in one run, each in its own subprocess (peak RSS is its own):
+
+  a  kafka-ml      poll one message, model.predict it, json.dumps, produce; flush + commit
+                   synchronously every 16 messages (bounded record count: it is ~100 rows/s)
+  b  passthrough   consume + produce the same bytes in batches; no decode, no model
+  c  headrace-json the real scorer (headrace.scorers.running.Scorer), JSON one row a message
+  d  headrace-arrow the real scorer, Arrow IPC batches of ARROW_ROWS rows a message
+  e  model-alone   the compiled model on in-memory batches (no Kafka)
+
+Same generated records (32 float32 features) and the same small MLP (32 -> 64 -> 64 -> 2,
+random weights, TensorFlow). Throughput runs read a preloaded topic; the latency run offers
+10 000 rows/s and reports p50/p99 from each input record's CreateTime to its output's
+CreateTime (set when the output is produced). Run: ``python bench/bench_scoring.py [--quick]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+FEATURES = tuple(f"f{i}" for i in range(32))
+CLASSES = ("no", "yes")
+ARROW_ROWS = 4096
+MODEL = "benchmlp"
+
+
+# -- shared setup ------------------------------------------------------------------------------
+def make_records(n: int, seed: int = 0) -> list[bytes]:
+    """JSON records as an upstream would send float32 features (shortest float32 repr)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    x = np.random.default_rng(seed).normal(size=(n, len(FEATURES))).astype(np.float32)
+    cols = [pc.cast(pa.array(x[:, j]), pa.string()) for j in range(len(FEATURES))]
+    parts: list[Any] = []
+    for j, f in enumerate(FEATURES):
+        parts += [("{" if j == 0 else ",") + f'"{f}":', cols[j]]
+    parts += ["}", ""]
+    lines = pc.binary_join_element_wise(*parts)
+    return [v.encode() for v in lines.to_pylist()]
+
+
+def arrow_messages(records: list[bytes]) -> list[bytes]:
+    import pyarrow as pa
+    import pyarrow.json as pajson
+
+    from headrace.streams.codecs import encode_arrow
+
+    schema = pa.schema([(f, pa.float32()) for f in FEATURES])
+    out = []
+    for s in range(0, len(records), ARROW_ROWS):
+        t = pajson.read_json(pa.py_buffer(b"\n".join(records[s:s + ARROW_ROWS])),
+                             parse_options=pajson.ParseOptions(explicit_schema=schema))
+        out.append(encode_arrow(t))
+    return out
+
+
+def publish_model(root: Path) -> None:
+    import keras
+
+    from headrace.store.manifest import Manifest
+    from headrace.store.versions import publish, set_alias
+
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([
+        keras.Input((len(FEATURES),)),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(len(CLASSES), activation="softmax"),
+    ])
+    mv = publish(root, Manifest(name=MODEL, framework="tensorflow", task="classifier",
+                                features=FEATURES, label="y", classes=CLASSES),
+                 lambda d: model.save(d / "model.keras"))
+    set_alias(root, MODEL, mv.version)
+
+
+def _conn(bootstrap: str) -> Any:
+    from headrace.streams.clients import KafkaConnection
+
+    return KafkaConnection(bootstrap=bootstrap, timeout_s=30.0)
+
+
+def ensure(bootstrap: str, *names: str) -> None:
+    from headrace.streams.clients import ensure_topics
+    from headrace.streams.topics import TopicSpec
+
+    ensure_topics(_conn(bootstrap), [TopicSpec(n, 1, "bench") for n in names])
+
+
+def load_topic(bootstrap: str, topic: str, values: list[bytes], content_type: str,
+               key_prefix: str = "k") -> None:
+    from headrace.streams.clients import make_producer
+
+    p = make_producer(_conn(bootstrap), **{"linger.ms": 20})
+    h = [("content-type", content_type.encode())]
+    for i, v in enumerate(values):
+        while True:
+            try:
+                p.produce(topic, v, f"{key_prefix}{i}", headers=h)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+
+
+def paced_send(bootstrap: str, topic: str, values: list[bytes], content_type: str,
+               rows_per_msg: int, rate_rows_s: float, key_prefix: str = "k") -> None:
+    """Offer ``rate_rows_s`` rows/s in 10 ms ticks."""
+    from headrace.streams.clients import make_producer
+
+    p = make_producer(_conn(bootstrap))  # an upstream with the default 5 ms linger
+    h = [("content-type", content_type.encode())]
+    per_tick = max(1, round(rate_rows_s / rows_per_msg / 100))
+    t0 = time.perf_counter()
+    for i in range(0, len(values), per_tick):
+        for j in range(i, min(i + per_tick, len(values))):
+            p.produce(topic, values[j], f"{key_prefix}{j}", headers=h)
+        p.poll(0)
+        wait = t0 + (i // per_tick + 1) * 0.01 - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+    assert p.flush(30) == 0
+
+
+def read_timestamps(bootstrap: str, topic: str, expect: int, timeout_s: float = 60.0,
+                    ) -> dict[bytes, int]:
+    from confluent_kafka import TopicPartition
+
+    from headrace.streams.clients import make_consumer
+
+    c = make_consumer(_conn(bootstrap), f"bench-read-{uuid.uuid4().hex}")
+    c.assign([TopicPartition(topic, 0, 0)])
+    out: dict[bytes, int] = {}
+    deadline = time.monotonic() + timeout_s
+    while len(out) < expect and time.monotonic() < deadline:
+        for m in c.consume(num_messages=100_000, timeout=0.5):
+            if m.error() is None:
+                out[m.key()] = m.timestamp()[1]
+    c.close()
+    return out
+
+
+# -- contenders (run in a child process) --------------------------------------------------------
+def _rss_mib() -> float:
+    """Peak RSS of this process image (VmHWM; ru_maxrss would include the forked parent's)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _load_keras(root: Path) -> Any:
+    import keras
+
+    from headrace.store.versions import resolve
+
+    return keras.saving.load_model(resolve(root, MODEL).path / "model.keras", compile=False)
+
+
+def contender_kafka_ml(a: argparse.Namespace) -> dict[str, Any]:
+    from confluent_kafka import TopicPartition
+
+    from headrace.streams.clients import make_consumer, make_producer
+
+    model = _load_keras(Path(a.dfs))
+    conn = _conn(a.bootstrap)
+    consumer = make_consumer(conn, f"kafkaml-{uuid.uuid4().hex}",
+                             **{"enable.auto.offset.store": True})
+    consumer.assign([TopicPartition(a.input, 0, 0)])
+    producer = make_producer(conn)
+    print("READY", flush=True)
+    n = 0
+    t0 = None
+    while n < a.rows:
+        msg = consumer.poll(1.0)
+        if msg is None or msg.error():
+            continue
+        t0 = t0 or time.perf_counter()
+        record = json.loads(msg.value())
+        x = np.array([[record[f] for f in FEATURES]], np.float32)
+        scores = model.predict(x, verbose=0)[0]
+        out = json.dumps({"key": msg.key().decode(), "offset": msg.offset(),
+                          "scores": [float(s) for s in scores],
+                          "label": CLASSES[int(np.argmax(scores))]})
+        producer.produce(a.output, out.encode(), msg.key())
+        n += 1
+        if n % 16 == 0:
+            producer.flush()
+            consumer.commit(asynchronous=False)
+    producer.flush()
+    consumer.commit(asynchronous=False)
+    return {"rows": n, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
+
+
+def contender_passthrough(a: argparse.Namespace) -> dict[str, Any]:
+    from confluent_kafka import TopicPartition
+
+    from headrace.streams.clients import make_consumer, make_producer
+
+    conn = _conn(a.bootstrap)
+    consumer = make_consumer(conn, f"pass-{uuid.uuid4().hex}")
+    consumer.assign([TopicPartition(a.input, 0, 0)])
+    producer = make_producer(conn, **{"delivery.report.only.error": True})
+    print("READY", flush=True)
+    n = 0
+    t0 = None
+    while n < a.rows:
+        msgs = consumer.consume(num_messages=8192, timeout=0.1)
+        if not msgs:
+            continue
+        t0 = t0 or time.perf_counter()
+        for m in msgs:
+            while True:
+                try:
+                    producer.produce(a.output, m.value(), m.key(), headers=m.headers())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.flush()  # same at-least-once step as the scorer: acked, then commit
+        consumer.commit(message=msgs[-1], asynchronous=False)
+        n += len(msgs) * (ARROW_ROWS if a.arrow else 1)
+    return {"rows": n, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
+
+
+def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
+    from headrace.core.settings import load_settings
+    from headrace.scorers.running import Scorer
+    from headrace.scorers.settings import load_scorer_settings
+
+    settings = load_settings(bootstrap=a.bootstrap, dfs_root=a.dfs, streams=[a.stream],
+                             partitions=1)
+    scorer = Scorer(settings, load_scorer_settings(
+        stream=a.stream, model=MODEL, partitions="0", http_port=0, http_host="127.0.0.1",
+        batch_size=a.batch_size, max_wait_ms=a.max_wait_ms, device="cpu"),
+        conn=_conn(a.bootstrap))
+    stop = threading.Event()
+    t = threading.Thread(target=scorer.run, args=(stop,), daemon=True)
+    t.start()
+    while not (scorer.state.ready()[0]):
+        time.sleep(0.01)
+    print("READY", flush=True)
+    t0 = time.perf_counter()
+    reg = scorer.metrics.registry
+    while (reg.get_sample_value("headrace_scorer_rows_total", {"stream": a.stream}) or 0) < a.rows:
+        time.sleep(0.002)
+        if not t.is_alive():
+            raise SystemExit("scorer died")
+    took = time.perf_counter() - t0
+    stop.set()
+    t.join(30)
+    return {"rows": a.rows, "seconds": took,
+            "p99_batch_s": scorer.metrics.latency.quantile(0.99)}
+
+
+def contender_model(a: argparse.Namespace) -> dict[str, Any]:
+    from headrace.scorers.models import load_model
+
+    model = load_model(root=Path(a.dfs), name=MODEL, alias="production", device="cpu",
+                       max_batch=a.batch_size)
+    x = np.random.default_rng(0).normal(size=(a.batch_size, len(FEATURES))).astype(np.float32)
+    n = 0
+    t0 = time.perf_counter()
+    while n < a.rows:
+        model.fn(x)
+        n += len(x)
+    return {"rows": n, "seconds": time.perf_counter() - t0}
+
+
+def contender_pipeline(a: argparse.Namespace) -> dict[str, Any]:
+    """The scorer's own work without Kafka: decode + score + encode (Worker.build)."""
+    from headrace.scorers.models import load_model
+    from headrace.scorers.worker import Worker
+    from headrace.streams import headers as hdr
+    from headrace.streams.scoring_io import RawBatch
+
+    model = load_model(root=Path(a.dfs), name=MODEL, alias="production", device="cpu",
+                       max_batch=8192)
+    recs = make_records(8192 if not a.arrow else 16 * ARROW_ROWS)
+    values = arrow_messages(recs) if a.arrow else recs
+    ct = hdr.ARROW if a.arrow else hdr.JSON
+    n = len(values)
+    batch = RawBatch(values, [f"k{i}".encode() for i in range(n)], ["data.bench"] * n,
+                     np.zeros(n, np.int32), np.arange(n, dtype=np.int64),
+                     np.full(n, int(time.time() * 1000), np.int64), [ct] * n,
+                     [[("content-type", ct.encode())]] * n)
+    worker = Worker.__new__(Worker)  # only build() is used: no Kafka
+    worker.build(batch, model)
+    rows, t0 = 0, time.perf_counter()
+    while rows < a.rows:
+        rows += worker.build(batch, model).scored_rows
+    return {"rows": rows, "seconds": time.perf_counter() - t0}
+
+
+CONTENDERS = {"pipeline": contender_pipeline, "kafka-ml": contender_kafka_ml,
+              "passthrough": contender_passthrough,
+              "headrace-json": contender_headrace, "headrace-arrow": contender_headrace,
+              "model-alone": contender_model}
+
+
+def child_main(a: argparse.Namespace) -> None:
+    result = CONTENDERS[a.contender](a)
+    result["rss_mib"] = _rss_mib()
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# -- parent ------------------------------------------------------------------------------------
+def run_child(name: str, *, during: Any = None, **kw: Any) -> dict[str, Any]:
+    args = [sys.executable, __file__, "--contender", name]
+    for k, v in kw.items():
+        if isinstance(v, bool):
+            if v:
+                args.append(f"--{k.replace('_', '-')}")
+        else:
+            args += [f"--{k.replace('_', '-')}", str(v)]
+    err = None if os.environ.get("BENCH_DEBUG") else subprocess.DEVNULL
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True)
+    assert proc.stdout is not None
+    result: dict[str, Any] | None = None
+    for line in proc.stdout:
+        if line.startswith("READY") and during is not None:
+            threading.Thread(target=during, daemon=True).start()
+        if line.startswith("RESULT "):
+            result = json.loads(line[7:])
+    proc.wait(600)
+    if result is None:
+        raise SystemExit(f"contender {name} failed (exit {proc.returncode})")
+    return result
+
+
+def latencies(bootstrap: str, input_topic: str, output_topic: str, n_msgs: int,
+              *, arrow: bool) -> tuple[float, float]:
+    ins = read_timestamps(bootstrap, input_topic, n_msgs)
+    outs = read_timestamps(bootstrap, output_topic, n_msgs)
+    lat = np.asarray([outs[k] - ins[k] for k in outs if k in ins], np.float64)
+    if not len(lat):
+        return float("nan"), float("nan")
+    return float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+
+
+def parent_main(a: argparse.Namespace) -> None:
+    from headrace.streams import headers as hdr
+    from headrace.streams.broker import EmbeddedBroker
+    from headrace.streams.topics import data_topic, predictions_topic
+
+    q = a.quick
+    n_json = 60_000 if q else 300_000
+    n_arrow = 40 * ARROW_ROWS if q else 200 * ARROW_ROWS
+    n_kml = 60 if q else 300
+    n_paced = 20_000 if q else 50_000
+    broker = None
+    bootstrap = a.bootstrap
+    if not bootstrap:
+        broker = EmbeddedBroker().start()
+        bootstrap = broker.bootstrap
+    dfs = Path(tempfile.mkdtemp(prefix="bench-dfs-"))
+    try:
+        print(f"broker {bootstrap}; cpus {os.cpu_count()}; generating records…", flush=True)
+        publish_model(dfs)
+        records = make_records(max(n_json, n_arrow, n_paced))
+        arrow = arrow_messages(records[:n_arrow])
+        results: dict[str, dict[str, Any]] = {}
+
+        def stream_topics(tag: str) -> tuple[str, str, str]:
+            s = f"b{tag}{uuid.uuid4().hex[:8]}"
+            ensure(bootstrap, data_topic(s), predictions_topic(s), f"data.{s}.dlq")
+            return s, data_topic(s), predictions_topic(s)
+
+        common = {"bootstrap": bootstrap, "dfs": str(dfs)}
+        # (a) Kafka-ML, bounded
+        s, i, o = stream_topics("a")
+        load_topic(bootstrap, i, records[:n_kml], hdr.JSON)
+        results["a kafka-ml loop"] = run_child("kafka-ml", input=i, output=o, rows=n_kml, **common)
+        # (b) pass-through ceiling, JSON and Arrow
+        s, i, o = stream_topics("b")
+        load_topic(bootstrap, i, records[:n_json], hdr.JSON)
+        results["b pass-through (JSON)"] = run_child("passthrough", input=i, output=o,
+                                                     rows=n_json, **common)
+        s, i, o = stream_topics("b")
+        load_topic(bootstrap, i, arrow, hdr.ARROW, key_prefix="b")
+        results["b pass-through (Arrow)"] = run_child("passthrough", input=i, output=o,
+                                                      rows=n_arrow, arrow=True, **common)
+        # (c) Headrace JSON
+        s, i, o = stream_topics("c")
+        load_topic(bootstrap, i, records[:n_json], hdr.JSON)
+        results["c headrace JSON"] = run_child("headrace-json", stream=s, rows=n_json,
+                                               batch_size=8192, max_wait_ms=10, **common)
+        # (d) Headrace Arrow
+        s, i, o = stream_topics("d")
+        load_topic(bootstrap, i, arrow, hdr.ARROW, key_prefix="b")
+        results["d headrace Arrow"] = run_child("headrace-arrow", stream=s, rows=n_arrow,
+                                                batch_size=65536, max_wait_ms=10, **common)
+        # (e) model alone
+        results["e model alone (batch 8192)"] = run_child(
+            "model-alone", rows=n_arrow, batch_size=8192, **common)
+
+        results["f scorer work, no Kafka (JSON)"] = run_child(
+            "pipeline", rows=n_json // 2, **common)
+        results["f scorer work, no Kafka (Arrow)"] = run_child(
+            "pipeline", rows=n_arrow, arrow=True, **common)
+
+        # latency runs at an offered 10 000 rows/s
+        paced: dict[str, tuple[float, float]] = {}
+        rate = 10_000.0
+        s, i, o = stream_topics("p")
+        run_child("passthrough", input=i, output=o, rows=n_paced, **common,
+                  during=lambda i=i: paced_send(bootstrap, i, records[:n_paced], hdr.JSON, 1,
+                                                rate))
+        paced["b pass-through (JSON)"] = latencies(bootstrap, i, o, n_paced, arrow=False)
+        s, i, o = stream_topics("p")
+        run_child("headrace-json", stream=s, rows=n_paced, batch_size=8192, max_wait_ms=5,
+                  **common, during=lambda i=i: paced_send(bootstrap, i, records[:n_paced],
+                                                          hdr.JSON, 1, rate))
+        paced["c headrace JSON"] = latencies(bootstrap, i, o, n_paced, arrow=False)
+        small = arrow_messages_sized(records[:n_paced], 100)
+        s, i, o = stream_topics("p")
+        run_child("headrace-arrow", stream=s, rows=n_paced, batch_size=8192, max_wait_ms=5,
+                  **common, during=lambda i=i: paced_send(bootstrap, i, small, hdr.ARROW, 100,
+                                                          rate, key_prefix="b"))
+        paced["d headrace Arrow (100 rows/msg)"] = latencies(bootstrap, i, o, len(small),
+                                                             arrow=True)
+        report(results, paced, n_kml)
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+def arrow_messages_sized(records: list[bytes], rows: int) -> list[bytes]:
+    global ARROW_ROWS
+    saved, ARROW_ROWS = ARROW_ROWS, rows
+    try:
+        return arrow_messages(records)
+    finally:
+        ARROW_ROWS = saved
+
+
+def report(results: dict[str, dict[str, Any]], paced: dict[str, tuple[float, float]],
+           n_kml: int) -> None:
+    rate = {k: v["rows"] / max(v["seconds"], 1e-9) for k, v in results.items()}
+    base = rate["a kafka-ml loop"]
+    ceiling_json = rate["b pass-through (JSON)"]
+    ceiling_arrow = rate["b pass-through (Arrow)"]
+    print()
+    print(f"{'contender':34} {'rows':>9} {'rows/s':>12} {'x kafka-ml':>11} {'peak RSS MiB':>13}")
+    for k, v in results.items():
+        print(f"{k:34} {v['rows']:>9} {rate[k]:>12,.0f} {rate[k] / base:>11,.0f} "
+              f"{v['rss_mib']:>13,.0f}")
+    print()
+    print(f"(a) measured over {n_kml} records and extrapolated as a steady rate: its loop has "
+          "no batching, so rows/s does not grow with the record count.")
+    print(f"headrace JSON  / pass-through JSON  = {rate['c headrace JSON'] / ceiling_json:.2f}")
+    print(f"headrace Arrow / pass-through Arrow = {rate['d headrace Arrow'] / ceiling_arrow:.2f}")
+    print(f"headrace JSON  / kafka-ml = {rate['c headrace JSON'] / base:,.0f}x;  "
+          f"headrace Arrow / kafka-ml = {rate['d headrace Arrow'] / base:,.0f}x")
+    print()
+    print("latency at an offered 10 000 rows/s (input CreateTime -> output CreateTime):")
+    print(f"{'contender':34} {'p50 ms':>8} {'p99 ms':>8}")
+    for k, (p50, p99) in paced.items():
+        print(f"{k:34} {p50:>8.1f} {p99:>8.1f}")
+    print("(a) kafka-ml cannot sustain 10 000 rows/s (its queue grows without bound).")
+
+
+def gpu_resnet(a: argparse.Namespace) -> None:
+    """ResNet-50 (random weights) images/s: batched vs per image. Skipped without a GPU."""
+    import tensorflow as tf
+
+    if not tf.config.list_physical_devices("GPU"):
+        print("GPU ResNet-50 variant: skipped (no GPU)")
+        return
+    import keras
+
+    model = keras.applications.ResNet50(weights=None)
+    f = tf.function(lambda x: model(x, training=False),
+                    input_signature=[tf.TensorSpec([None, 224, 224, 3], tf.float32)])
+    for batch in (1, 64):
+        x = tf.random.uniform((batch, 224, 224, 3))
+        f(x)
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < 5:
+            f(x).numpy()
+            n += batch
+        print(f"ResNet-50 batch {batch:>3}: {n / (time.perf_counter() - t0):,.0f} images/s")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="short run")
+    p.add_argument("--bootstrap", default=None, help="a Kafka to use (default: embedded)")
+    p.add_argument("--gpu", action="store_true", help="also run the GPU ResNet-50 variant")
+    p.add_argument("--contender", default=None, help=argparse.SUPPRESS)
+    for opt in ("input", "output", "stream", "dfs"):
+        p.add_argument(f"--{opt}", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--rows", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--batch-size", type=int, default=8192, help=argparse.SUPPRESS)
+    p.add_argument("--max-wait-ms", type=int, default=10, help=argparse.SUPPRESS)
+    p.add_argument("--arrow", action="store_true", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.contender:
+        child_main(a)
+    else:
+        parent_main(a)
+        if a.gpu:
+            gpu_resnet(a)
+
+
+if __name__ == "__main__":
+    main()

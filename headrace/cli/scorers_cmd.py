@@ -1,0 +1,58 @@
+"""`headrace score STREAM`: a thin shell over headrace.scorers.running."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from typing import Annotated
+
+import typer
+
+from headrace.cli import _context
+from headrace.scorers.running import install_signal_handlers, run
+from headrace.scorers.settings import load_scorer_settings
+
+
+def score(
+    ctx: typer.Context,
+    stream: Annotated[str, typer.Argument(help="Stream to score: reads data.STREAM.")],
+    model: Annotated[str | None, typer.Option(
+        "--model", "-m", help="Model name (default: the stream name); follows its production "
+        "alias.")] = None,
+    batch_size: Annotated[int | None, typer.Option(
+        "--batch-size", help="Most rows per micro-batch (env HEADRACE_SCORER_BATCH_SIZE).",
+        min=1)] = None,
+    max_wait_ms: Annotated[int | None, typer.Option(
+        "--max-wait-ms", help="Longest wait to fill a batch (env HEADRACE_SCORER_MAX_WAIT_MS).",
+        min=0)] = None,
+    partitions: Annotated[str | None, typer.Option(
+        "--partitions", help='Own these partitions, e.g. "0,3" (default: consumer group).')
+    ] = None,
+    transactional: Annotated[bool | None, typer.Option(
+        "--transactional/--at-least-once", help="Consume-transform-produce transactions.")
+    ] = None,
+    http_port: Annotated[int | None, typer.Option(
+        "--http-port", help="Port of /livez /readyz /metrics (default 8080; 0: any).",
+        min=0, max=65535)] = None,
+    device: Annotated[str | None, typer.Option(
+        "--device", help='"auto", "cpu" or "gpu:N".')] = None,
+    grace_s: Annotated[float | None, typer.Option(
+        "--grace-s", help="SIGTERM grace period in seconds (default 20).")] = None,
+) -> None:
+    """Score a stream until SIGTERM: predictions.STREAM, bad input to data.STREAM.dlq."""
+    settings = _context.settings(ctx)
+    scorer = load_scorer_settings(
+        stream=stream, model=model, batch_size=batch_size, max_wait_ms=max_wait_ms,
+        partitions=partitions, transactional=transactional, http_port=http_port,
+        device=device, grace_s=grace_s)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    install_signal_handlers(stop, grace_s=scorer.grace_s)
+    with _context.connection_or_embedded(ctx) as conn:
+        run(settings, scorer, stop, conn=conn)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("score")(score)

@@ -1,0 +1,4 @@
+"""The scoring worker: batch consume, decode, score, publish predictions; hot model swap.
+
+Embed it with ``headrace.scorers.running.run(settings, scorer_settings, stop_event)``.
+"""

@@ -1,0 +1,75 @@
+"""Model adapters: the only scorer modules that import an ML framework.
+
+Each adapter module exposes ``load(version_path=, manifest=, device=, max_batch=)`` returning a
+``ModelFn``: a callable on a float32 ``(rows, features)`` array returning ``(rows, outputs)``
+float32 scores. The framework is imported only when a model of that kind is loaded.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from headrace.core.errors import ConfigError
+from headrace.store.manifest import Manifest
+
+ModelFn = Callable[[np.ndarray], np.ndarray]
+
+MIN_BUCKET = 64
+
+
+class Adapter(Protocol):
+    def load(self, *, version_path: Path, manifest: Manifest, device: str,
+             max_batch: int) -> ModelFn: ...
+
+
+def adapter_for(framework: str) -> Adapter:
+    module = {"tensorflow": "tensorflow", "mxnet": "mxnet"}.get(str(framework))
+    if module is None:
+        raise ConfigError(f"no scorer adapter for framework {framework!r}")
+    mod: Adapter = importlib.import_module(f"headrace.scorers.adapters.{module}")
+    return mod
+
+
+def buckets(max_batch: int) -> list[int]:
+    """Powers of two from MIN_BUCKET up to ``max_batch`` (always included)."""
+    out, b = [], MIN_BUCKET
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    out.append(max_batch)
+    return out
+
+
+def bucketed(fn: ModelFn, max_batch: int) -> ModelFn:
+    """Pad each call up to a bucket size so a compiled graph sees only a few shapes."""
+    sizes = np.asarray(buckets(max_batch))
+
+    def call(x: np.ndarray) -> np.ndarray:
+        parts = []
+        for start in range(0, len(x), max_batch):
+            chunk = x[start:start + max_batch]
+            n = len(chunk)
+            size = int(sizes[np.searchsorted(sizes, n)])
+            if size != n:
+                pad = np.zeros((size - n, x.shape[1]), dtype=x.dtype)
+                chunk = np.concatenate([chunk, pad])
+            parts.append(fn(chunk)[:n])
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    return call
+
+
+def chunked(fn: ModelFn, max_batch: int) -> ModelFn:
+    """Call ``fn`` on at most ``max_batch`` rows at a time (memory bound on a device)."""
+
+    def call(x: np.ndarray) -> np.ndarray:
+        if len(x) <= max_batch:
+            return fn(x)
+        return np.concatenate([fn(x[s:s + max_batch]) for s in range(0, len(x), max_batch)])
+
+    return call

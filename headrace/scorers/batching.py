@@ -1,0 +1,67 @@
+"""Micro-batching: consume until ``batch_size`` rows or ``max_wait_ms`` after the first one."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from headrace.core.errors import ValidationFailed
+from headrace.streams import headers as hdr
+from headrace.streams.codecs import decode_arrow
+from headrace.streams.scoring_io import RawBatch, StreamIO
+
+IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liveness latency)
+
+
+def rows_in(batch: RawBatch) -> int:
+    """JSON: one row a message; Arrow: the rows of its IPC batch (a zero-copy read)."""
+    rows = 0
+    for value, ct in zip(batch.values, batch.content_types, strict=True):
+        if ct == hdr.ARROW:
+            try:
+                rows += decode_arrow(value).num_rows
+            except ValidationFailed:
+                rows += 1
+        else:
+            rows += 1
+    return rows
+
+
+class Batcher:
+    def __init__(self, io: StreamIO, *, max_rows: int, max_wait_s: float) -> None:
+        self.io = io
+        self.max_rows = max_rows
+        self.max_wait_s = max_wait_s
+        self.assignment_changed = threading.Event()
+
+    def next_batch(self, stop: threading.Event) -> RawBatch:
+        """An empty batch after ``IDLE_POLL_S`` without data, else up to ``max_rows`` rows."""
+        batch = self.io.consume_batch(self.max_rows, IDLE_POLL_S)
+        if not len(batch):
+            return batch
+        deadline = time.monotonic() + self.max_wait_s
+        rows = rows_in(batch)
+        while rows < self.max_rows and not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            more = self.io.consume_batch(self.max_rows - rows, min(left, IDLE_POLL_S))
+            if len(more):
+                batch.extend(more)
+                rows += rows_in(more)
+        if self.assignment_changed.is_set():
+            batch = self.drop_unassigned(batch)
+        return batch
+
+    def drop_unassigned(self, batch: RawBatch) -> RawBatch:
+        """After a rebalance, forget buffered messages of partitions no longer ours: their new
+        owner reads them again from the last committed offset."""
+        self.assignment_changed.clear()
+        owned = set(self.io.assignment())
+        keep = [(t, p) in owned for t, p in zip(batch.topics, batch.partitions.tolist(),
+                                                 strict=True)]
+        if all(keep):
+            return batch
+        import numpy as np
+
+        return batch.select(np.asarray(keep, bool))

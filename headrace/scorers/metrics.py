@@ -1,0 +1,105 @@
+"""Prometheus metrics of one scorer, in its own registry (several scorers can share a process).
+
+Per-row latencies are recorded with numpy (``VectorHistogram``), not one ``observe`` call a row.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                   10.0, 30.0, 60.0)
+BATCH_BUCKETS = (1, 8, 64, 256, 1024, 4096, 8192, 16384, 65536, 262144, 1048576)
+
+
+class VectorHistogram(Collector):
+    """A histogram fed whole arrays at once."""
+
+    def __init__(self, name: str, doc: str, buckets: tuple[float, ...],
+                 labels: dict[str, str]) -> None:
+        self.name, self.doc, self.labels = name, doc, labels
+        self.bounds = np.asarray(buckets, np.float64)
+        self.counts = np.zeros(len(buckets) + 1, np.int64)  # last: +Inf
+        self.sum = 0.0
+        self._lock = threading.Lock()
+
+    def observe_many(self, values: np.ndarray, weights: np.ndarray | None = None) -> None:
+        if len(values) == 0:
+            return
+        idx = np.searchsorted(self.bounds, values, side="left")
+        w = None if weights is None else weights.astype(np.int64)
+        add = np.bincount(idx, weights=w, minlength=len(self.counts)).astype(np.int64)
+        total = float(np.dot(values, w)) if w is not None else float(values.sum())
+        with self._lock:
+            self.counts += add
+            self.sum += total
+
+    def quantile(self, q: float) -> float:
+        """Upper bound of the bucket holding quantile ``q`` (for logs and tests)."""
+        with self._lock:
+            cum = np.cumsum(self.counts)
+        if cum[-1] == 0:
+            return 0.0
+        i = int(np.searchsorted(cum, q * cum[-1], side="left"))
+        return float(self.bounds[i]) if i < len(self.bounds) else float("inf")
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        with self._lock:
+            cum = np.cumsum(self.counts)
+            total = self.sum
+        fam = HistogramMetricFamily(self.name, self.doc, labels=list(self.labels))
+        buckets = [(repr(float(b)), int(c)) for b, c in zip(self.bounds, cum[:-1], strict=True)]
+        buckets.append(("+Inf", int(cum[-1])))
+        fam.add_metric(list(self.labels.values()), buckets, total)
+        yield fam
+
+
+class ScorerMetrics:
+    def __init__(self, *, stream: str, model: str) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        lab = {"stream": stream}
+        self.stream = stream
+        self.rows = Counter("headrace_scorer_rows", "Rows scored and published (rate = rows/s).",
+                            ["stream"], registry=r).labels(**lab)
+        self.messages = Counter("headrace_scorer_messages", "Input messages handled.",
+                                ["stream"], registry=r).labels(**lab)
+        self.dead_letters = Counter("headrace_scorer_dead_letters",
+                                    "Inputs sent to the DLQ, by stage.", ["stream", "stage"],
+                                    registry=r)
+        self.batch_rows = Histogram("headrace_scorer_batch_rows", "Rows per micro-batch.",
+                                    ["stream"], buckets=BATCH_BUCKETS, registry=r).labels(**lab)
+        self.batch_seconds = Histogram("headrace_scorer_batch_seconds",
+                                       "Time to decode, score, produce and commit a batch.",
+                                       ["stream"], buckets=LATENCY_BUCKETS,
+                                       registry=r).labels(**lab)
+        self.latency = VectorHistogram(
+            "headrace_scorer_latency_seconds",
+            "From the input record's CreateTime to its prediction being acknowledged.",
+            LATENCY_BUCKETS, lab)
+        r.register(self.latency)
+        self.lag = Gauge("headrace_scorer_consumer_lag",
+                         "High watermark - position per partition (under-reported on Tansu, "
+                         "whose high watermark after a multi-record batch is too low).",
+                         ["stream", "topic", "partition"], registry=r)
+        self.model_version = Gauge("headrace_scorer_model_version",
+                                   "Version of the model now serving.", ["model"], registry=r)
+        self.model_swaps = Counter("headrace_scorer_model_swaps", "Model versions swapped in.",
+                                   ["model"], registry=r)
+        self.model_load_failures = Counter(
+            "headrace_scorer_model_load_failures",
+            "Model versions refused (integrity, load or warm-up failure) or unreadable.",
+            ["model", "reason"], registry=r)
+        self.commits = Counter("headrace_scorer_commits", "Offset commits (or transactions).",
+                               ["stream"], registry=r).labels(**lab)
+        self.retries = Counter("headrace_scorer_retries", "Transient failures retried.",
+                               ["stream", "what"], registry=r)
+        self.ready = Gauge("headrace_scorer_ready", "1 when /readyz is OK.", ["stream"],
+                           registry=r).labels(**lab)
+        self.model = model

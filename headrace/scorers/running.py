@@ -1,0 +1,151 @@
+"""Run a scorer: embeddable (``run(settings, scorer_settings, stop_event)``) or from a CLI.
+
+Start order: probes up (live, not ready) -> topics ensured -> first model resolved, verified and
+warmed -> consumer joins -> ready once partitions are assigned -> loop. Stop order (SIGTERM):
+stop polling -> finish the batch and commit -> close the consumer (leave the group) -> exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from types import FrameType
+
+from headrace.core.errors import ConfigError
+from headrace.core.settings import Settings
+from headrace.scorers.metrics import ScorerMetrics
+from headrace.scorers.models import ModelHolder
+from headrace.scorers.probing import ProbeServer, ProbeState
+from headrace.scorers.settings import ScorerSettings
+from headrace.scorers.swapping import ModelWatcher
+from headrace.scorers.worker import Worker
+from headrace.streams import topics
+from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.connection import connection_for
+from headrace.streams.scoring_io import ModelEventsListener, StreamIO
+
+log = logging.getLogger(__name__)
+
+
+class Scorer:
+    """One scorer process's parts. ``run`` blocks until ``stop`` is set (or a fatal error)."""
+
+    def __init__(self, settings: Settings, scorer: ScorerSettings, *,
+                 conn: KafkaConnection | None = None) -> None:
+        if conn is None and not settings.bootstrap:
+            raise ConfigError("the scorer needs Kafka: set HEADRACE_BOOTSTRAP or --bootstrap")
+        self.settings = settings
+        self.scorer = scorer
+        self.conn = conn or connection_for(settings)
+        self.metrics = ScorerMetrics(stream=scorer.stream, model=scorer.model_name)
+        self.holder = ModelHolder()
+        self.state = ProbeState(liveness_s=scorer.liveness_s)
+        self.probes_up = threading.Event()
+        self.http_port = 0
+        self.worker: Worker | None = None
+
+    def transactional_id(self) -> str:
+        if self.scorer.transactional_id:
+            return self.scorer.transactional_id
+        group = topics.scorer_group(self.scorer.stream)
+        if self.scorer.partitions:
+            return f"{group}.p{'-'.join(map(str, self.scorer.partitions))}"
+        return f"{group}.{socket.gethostname()}.{os.getpid()}"
+
+    def run(self, stop: threading.Event) -> None:
+        s = self.scorer
+        probes = ProbeServer(host=s.http_host, port=s.http_port, state=self.state,
+                             metrics=self.metrics).start()
+        self.http_port = probes.port
+        self.probes_up.set()
+        io: StreamIO | None = None
+        watcher: ModelWatcher | None = None
+        try:
+            data = topics.data_topic(s.stream)
+            ensure_topics(self.conn, [
+                spec for spec in topics.catalog(self.settings.with_overrides(streams=[s.stream]))
+                if spec.name in (data, topics.predictions_topic(s.stream),
+                                 topics.dlq_topic(s.stream), topics.MODEL_EVENTS)
+            ], replication_factor=self.settings.replication_factor)
+            watcher = ModelWatcher(
+                root=self.settings.dfs_root, name=s.model_name, alias=s.alias, device=s.device,
+                max_batch=s.batch_size, holder=self.holder, metrics=self.metrics,
+                events=ModelEventsListener(self.conn), poll_s=s.model_poll_s)
+            self.state.model_ready = lambda: self.holder.current is not None
+            self.state.model_ref = lambda: (self.holder.current.ref
+                                            if self.holder.current else None)
+            if watcher.wait_first(stop) is None:
+                return
+            watcher.start(stop)
+            worker_box: list[Worker] = []
+
+            def assignment_changed(_: list[tuple[str, int]]) -> None:
+                if worker_box:
+                    worker_box[0].batcher.assignment_changed.set()
+
+            def revoked(tps: list[tuple[str, int]]) -> None:
+                if worker_box:  # commit the batch in flight while its partitions are ours
+                    worker_box[0].complete_pending()
+                    worker_box[0].batcher.assignment_changed.set()
+
+            io = StreamIO(
+                self.conn, group_id=topics.scorer_group(s.stream), topics=[data],
+                partitions=s.partitions,
+                transactional_id=self.transactional_id() if s.transactional else None,
+                on_assign=assignment_changed, on_revoke=revoked,
+            )
+            worker = Worker(
+                io=io, holder=self.holder, metrics=self.metrics,
+                predictions_topic=topics.predictions_topic(s.stream),
+                dlq_topic=topics.dlq_topic(s.stream), batch_size=s.batch_size,
+                max_wait_s=s.max_wait_ms / 1000.0, grace_s=s.grace_s,
+                transactional=s.transactional, stop=stop)
+            worker_box.append(worker)
+            self.worker = worker
+            self.state.assigned = lambda: len(io.assignment()) if io is not None else 0
+            self.state.last_progress = lambda: worker.last_progress
+            self.state.started = True
+            log.info("scoring %s with %s", data, self.holder.current.ref if self.holder.current
+                     else "?")
+            worker.run()
+        finally:
+            self.state.stopping = True
+            stopped_at = time.monotonic()
+            if io is not None:
+                io.close(timeout_s=max(0.5, s.grace_s * 0.5))
+            if watcher is not None:
+                watcher.join(timeout_s=2.0)
+            probes.stop()
+            log.info("scorer stopped in %.2fs", time.monotonic() - stopped_at)
+
+
+def run(settings: Settings, scorer_settings: ScorerSettings, stop_event: threading.Event, *,
+        conn: KafkaConnection | None = None) -> None:
+    """Score until ``stop_event`` is set; raise ``FatalError`` (exit code) on what cannot go on."""
+    Scorer(settings, scorer_settings, conn=conn).run(stop_event)
+
+
+def install_signal_handlers(stop: threading.Event, *, grace_s: float) -> None:
+    """SIGTERM/SIGINT set ``stop``; a watchdog exits the process if it outlives ``grace_s``."""
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            return
+        log.info("signal %d: finishing the batch, committing, exiting", signum)
+        stop.set()
+        t = threading.Timer(grace_s, _overdue, args=(grace_s,))
+        t.daemon = True
+        t.start()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handle)
+
+
+def _overdue(grace_s: float) -> None:
+    print(f"headrace: scorer did not stop within {grace_s:.0f}s; exiting", file=sys.stderr)
+    os._exit(3)

@@ -1,0 +1,94 @@
+"""Scorer settings: frozen, validated, read once at the entrypoint (env prefix HEADRACE_SCORER_)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from headrace.core.errors import ConfigError
+from headrace.core.naming import check_name
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|gpu:\d{1,2})$")
+
+
+class ScorerSettings(BaseSettings):
+    """How one scorer process consumes, batches, scores and reports."""
+
+    model_config = SettingsConfigDict(env_prefix="HEADRACE_SCORER_", frozen=True, extra="forbid")
+
+    stream: str = Field(default="demo", description="Stream to score: data.<stream>.")
+    model: str | None = Field(default=None, description="Model name; default: the stream name.")
+    alias: str = Field(default="production", description="Alias of the model version to follow.")
+    batch_size: int = Field(default=8192, ge=1, le=1_000_000,
+                            description="Most rows per micro-batch (and per model call).")
+    max_wait_ms: int = Field(default=10, ge=0, le=60_000,
+                             description="Longest wait to fill a micro-batch after its first row.")
+    http_port: int = Field(default=8080, ge=0, le=65535, description="Probes + metrics; 0: any.")
+    http_host: str = "0.0.0.0"
+    grace_s: float = Field(default=20.0, gt=0, le=3600,
+                           description="SIGTERM: finish, commit and exit within this many seconds.")
+    device: str = Field(default="auto", description='"auto", "cpu" or "gpu:N".')
+    transactional: bool = False
+    transactional_id: str | None = None
+    partitions: Annotated[tuple[int, ...], NoDecode] = Field(
+        default=(), description='Static partition ownership, e.g. "0,3,5"; empty: consumer group.')
+    model_poll_s: float = Field(default=10.0, gt=0, le=3600,
+                                description="Fallback: re-read the alias pointer this often.")
+    liveness_s: float = Field(default=30.0, gt=0, le=3600,
+                              description="/livez fails when the poll loop is stuck this long.")
+    model_timeout_s: float = Field(default=60.0, gt=0, le=3600,
+                                   description="Wait for a first model this long before retrying.")
+
+    @field_validator("stream")
+    @classmethod
+    def _stream(cls, value: str) -> str:
+        return check_name(value, what="stream name")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        return None if value is None else check_name(value, what="model name")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        value = value.strip().lower()
+        if not _DEVICE_RE.fullmatch(value):
+            raise ValueError('device must be "auto", "cpu" or "gpu:N"')
+        return value
+
+    @field_validator("partitions", mode="before")
+    @classmethod
+    def _partitions(cls, value: Any) -> Any:
+        if value is None:
+            return ()
+        if isinstance(value, int):
+            value = [value]
+        if isinstance(value, str):
+            value = [p.strip() for p in value.split(",") if p.strip()]
+        try:
+            parts = tuple(sorted({int(p) for p in value}))
+        except (TypeError, ValueError):
+            raise ValueError('partitions must be numbers, e.g. "0,3,5"') from None
+        if any(p < 0 for p in parts):
+            raise ValueError("partitions must be >= 0")
+        return parts
+
+    @property
+    def model_name(self) -> str:
+        return self.model or self.stream
+
+
+def load_scorer_settings(**overrides: Any) -> ScorerSettings:
+    """Read the environment once, apply non-None overrides, validate; raise ``ConfigError``."""
+    try:
+        return ScorerSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except (ValidationError, ValueError) as exc:
+        if isinstance(exc, ValidationError):
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"]) or "settings"
+            raise ConfigError(f"invalid scorer settings: {loc}: {err['msg']}") from None
+        raise ConfigError(f"invalid scorer settings: {exc}") from None

@@ -1,0 +1,140 @@
+"""Hot swap: watch for a new version of the served alias, load it aside, swap between batches.
+
+Triggers: a ``ModelPublished`` event for our model and alias on ``events.models`` (immediate),
+and re-reading the alias pointer every ``poll_s`` (fallback for a missed event). A rollback is
+just the alias moving back: it is swapped in the same way. The new version is resolved (every
+file's sha256 verified), loaded and warmed on this thread while the old one keeps serving; a
+version that fails is refused, counted, and not retried until the pointer changes again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from headrace.core.errors import HeadraceError, PermanentError, RetriableError
+from headrace.scorers.metrics import ScorerMetrics
+from headrace.scorers.models import LoadedModel, ModelHolder, load_model
+from headrace.store.versions import IntegrityError, VersionNotFound, read_alias
+from headrace.streams.scoring_io import ModelEventsListener
+
+log = logging.getLogger(__name__)
+
+
+class ModelWatcher:
+    def __init__(
+        self,
+        *,
+        root: Path,
+        name: str,
+        alias: str,
+        device: str,
+        max_batch: int,
+        holder: ModelHolder,
+        metrics: ScorerMetrics,
+        events: ModelEventsListener | None,
+        poll_s: float,
+    ) -> None:
+        self.root, self.name, self.alias = root, name, alias
+        self.device, self.max_batch = device, max_batch
+        self.holder, self.metrics, self.events, self.poll_s = holder, metrics, events, poll_s
+        self._refused: tuple[int, str] | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- one check -----------------------------------------------------------------------
+    def check(self) -> LoadedModel | None:
+        """Load and swap in the alias's version if it differs from the one serving."""
+        try:
+            pointer = read_alias(self.root, self.name, self.alias)
+        except (RetriableError, OSError) as exc:
+            self._failed("unreadable", exc)
+            return None
+        if pointer is None:
+            return None
+        target = (pointer.version, pointer.manifest_sha256)
+        cur = self.holder.current
+        if cur is not None and (cur.version, cur.manifest_sha256) == target:
+            return None
+        if target == self._refused:
+            return None
+        try:
+            model = load_model(root=self.root, name=self.name, alias=self.alias,
+                               device=self.device, max_batch=self.max_batch)
+        except IntegrityError as exc:
+            self._refused = target
+            self._failed("integrity", exc)
+            return None
+        except VersionNotFound as exc:
+            self._failed("not-found", exc)
+            return None
+        except PermanentError as exc:
+            self._refused = target
+            self._failed("load", exc)
+            return None
+        except (RetriableError, OSError) as exc:
+            self._failed("unreadable", exc)
+            return None
+        old = self.holder.swap(model)
+        self.metrics.model_version.labels(model=self.name).set(model.version)
+        self.metrics.model_swaps.labels(model=self.name).inc()
+        log.info("serving %s (was %s)", model.ref, old.ref if old else "none")
+        return model
+
+    def _failed(self, reason: str, exc: Exception) -> None:
+        self.metrics.model_load_failures.labels(model=self.name, reason=reason).inc()
+        cur = self.holder.current
+        log.error("model %s@%s refused (%s): %s; still serving %s", self.name, self.alias, reason,
+                  exc, cur.ref if cur else "nothing")
+
+    # -- first load ----------------------------------------------------------------------
+    def wait_first(self, stop: threading.Event) -> LoadedModel | None:
+        """Block until a first version is loaded (retrying with backoff) or ``stop`` is set."""
+        delay = 0.2
+        while not stop.is_set():
+            self.check()
+            if self.holder.current is not None:
+                return self.holder.current
+            log.warning("no loadable %s version of model %s yet; retrying in %.1fs",
+                        self.alias, self.name, delay)
+            stop.wait(delay)
+            delay = min(delay * 2, 5.0)
+            self._refused = None  # the first load keeps trying: files may be fixed in place
+        return None
+
+    # -- background ----------------------------------------------------------------------
+    def start(self, stop: threading.Event) -> None:
+        self._thread = threading.Thread(target=self._loop, args=(stop,), name="model-watcher",
+                                        daemon=True)
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def _loop(self, stop: threading.Event) -> None:
+        next_poll = time.monotonic() + self.poll_s
+        events_ok = self.events is not None
+        while not stop.is_set():
+            wake = False
+            if events_ok and self.events is not None:
+                try:
+                    for ev in self.events.poll(min(0.5, max(0.0, next_poll - time.monotonic()))):
+                        if ev.model_name == self.name and ev.alias == self.alias:
+                            log.info("ModelPublished %s:%s (%s)", ev.model_name, ev.version,
+                                     ev.action)
+                            wake = True
+                except HeadraceError as exc:
+                    log.warning("model events unavailable (%s); polling the alias only", exc)
+                    events_ok = False
+            else:
+                stop.wait(min(0.5, max(0.0, next_poll - time.monotonic())))
+            if wake or time.monotonic() >= next_poll:
+                if wake:
+                    self._refused = None  # an explicit event: give a refused pointer one more try
+                self.check()
+                next_poll = time.monotonic() + self.poll_s
+        if self.events is not None:
+            self.events.close()
+

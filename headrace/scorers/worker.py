@@ -1,0 +1,338 @@
+"""The scoring loop: consume a micro-batch, decode, score, publish, then commit.
+
+Commit protocol, at-least-once (default), per batch (batch k's acknowledgements are awaited
+while batch k+1 is decoded and scored, so the broker round trip overlaps the CPU work):
+
+1. Read the model once: the whole batch is scored by one version, named in every prediction.
+2. Decode and validate column-wise; score the good rows; collect bad inputs as dead letters.
+3. Produce every prediction and every dead letter.
+4. Flush and check delivery errors; on a delivery error produce the batch's outputs again
+   (duplicates are identical and carry their source offset), on a timeout keep flushing.
+5. Only then commit the batch's offsets (last offset + 1 per partition).
+
+Transactional mode replaces 4-5 with begin -> produce -> send_offsets_to_transaction ->
+commit_transaction; an abortable error aborts, rewinds to the committed offsets and lets the
+loop consume the batch again (confluent-kafka's eos-transactions example).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from headrace.core.errors import FatalError, RecordRef, RetriableError
+from headrace.scorers.batching import Batcher
+from headrace.scorers.decoding import BadInput, Features, decode
+from headrace.scorers.encoding import (
+    ARROW_HEADERS,
+    JSON_HEADERS,
+    arrow_prediction_table,
+    arrow_predictions,
+    json_predictions,
+)
+from headrace.scorers.metrics import ScorerMetrics
+from headrace.scorers.models import LoadedModel, ModelHolder
+from headrace.streams.codecs import encode_arrow
+from headrace.streams.dlq import DeadLetter
+from headrace.streams.scoring_io import (
+    DeliveryFailed,
+    RawBatch,
+    StreamIO,
+    TransactionAborted,
+)
+
+log = logging.getLogger(__name__)
+
+LAG_EVERY_S = 2.0
+MAX_BACKOFF_S = 5.0
+
+
+@dataclass
+class Outputs:
+    """Everything one batch publishes."""
+
+    json_values: list[bytes] = field(default_factory=list)
+    json_keys: list[bytes | None] = field(default_factory=list)
+    arrow_values: list[bytes] = field(default_factory=list)
+    arrow_keys: list[bytes | None] = field(default_factory=list)
+    letters: list[DeadLetter] = field(default_factory=list)
+    scored_rows: int = 0
+    row_timestamps_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+@dataclass
+class _Pending:
+    """A published batch whose outputs are not yet all acknowledged, and not committed."""
+
+    out: Outputs
+    offsets: dict[tuple[str, int], int]
+    messages: int
+    started: float
+
+
+def score_rows(model: LoadedModel, x: np.ndarray) -> tuple[np.ndarray, dict[int, Exception]]:
+    """Scores of every row; rows the model raises on (or returns non-finite scores for) are
+    isolated by bisection and returned as errors, the rest of the batch is scored."""
+    scores = np.zeros((len(x), model.num_outputs), np.float32)
+    errors: dict[int, Exception] = {}
+
+    def attempt(lo: int, hi: int) -> None:
+        try:
+            y = np.asarray(model.fn(x[lo:hi]), np.float32)
+            if y.shape != (hi - lo, model.num_outputs):
+                raise ValueError(f"model returned shape {y.shape}, expected "
+                                 f"{(hi - lo, model.num_outputs)}")
+        except Exception as exc:
+            if hi - lo == 1:
+                errors[lo] = exc
+                return
+            mid = (lo + hi) // 2
+            attempt(lo, mid)
+            attempt(mid, hi)
+            return
+        scores[lo:hi] = y
+        finite = np.isfinite(y).all(axis=1)
+        if not finite.all():
+            for i in np.flatnonzero(~finite).tolist():
+                errors[lo + i] = ValueError("model returned a non-finite score")
+
+    if len(x):
+        attempt(0, len(x))
+    return scores, errors
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        io: StreamIO,
+        holder: ModelHolder,
+        metrics: ScorerMetrics,
+        predictions_topic: str,
+        dlq_topic: str,
+        batch_size: int,
+        max_wait_s: float,
+        grace_s: float,
+        transactional: bool,
+        stop: threading.Event,
+    ) -> None:
+        self.io = io
+        self.holder = holder
+        self.metrics = metrics
+        self.predictions_topic = predictions_topic
+        self.dlq_topic = dlq_topic
+        self.grace_s = grace_s
+        self.transactional = transactional
+        self.stop = stop
+        self.batcher = Batcher(io, max_rows=batch_size, max_wait_s=max_wait_s)
+        self.last_progress = time.monotonic()
+        self._stop_seen: float | None = None
+        self._next_lag = 0.0
+        self._pending: _Pending | None = None
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while not self.stop.is_set():
+                self.last_progress = time.monotonic()
+                batch = self.batcher.next_batch(self.stop)
+                if len(batch):
+                    self.handle(batch)
+                elif self._pending is not None:
+                    self.complete_pending()  # idle: don't hold a finished batch's commit
+                if time.monotonic() >= self._next_lag:
+                    self._update_lag()
+        finally:
+            self._stop_seen = self._stop_seen or time.monotonic()
+        self.complete_pending()
+
+    def handle(self, batch: RawBatch) -> None:
+        """Build batch k+1 while batch k's outputs are being acknowledged, then commit k and
+        publish k+1 (at-least-once); or run one transaction for the batch."""
+        t0 = time.perf_counter()
+        model = self.holder.current
+        if model is None:  # never: the loop starts after the first model is loaded
+            raise FatalError("no model loaded")
+        out = self.build(batch, model)
+        offsets = batch.next_offsets()
+        if self.transactional:
+            if self._deliver_transaction(out, offsets):
+                self._record(out, len(batch), t0)
+            return
+        self.complete_pending()
+        self._produce(out)
+        self._pending = _Pending(out, offsets, len(batch), t0)
+
+    def complete_pending(self) -> None:
+        """Steps 4-5 for the batch in flight: every output acknowledged, then commit."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        self._deliver(pending.out, pending.offsets)
+        self._record(pending.out, pending.messages, pending.started)
+
+    def _record(self, out: Outputs, messages: int, started: float) -> None:
+        now_ms = time.time() * 1000.0
+        ts = out.row_timestamps_ms
+        ts = ts[ts >= 0]
+        self.metrics.latency.observe_many(np.maximum(now_ms - ts, 0.0) / 1000.0)
+        self.metrics.rows.inc(out.scored_rows)
+        self.metrics.messages.inc(messages)
+        self.metrics.batch_rows.observe(out.scored_rows + len(out.letters))
+        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        for letter in out.letters:
+            self.metrics.dead_letters.labels(stream=self.metrics.stream, stage=letter.stage).inc()
+        self.last_progress = time.monotonic()
+
+    # -- transform -----------------------------------------------------------------------
+    def build(self, batch: RawBatch, model: LoadedModel) -> Outputs:
+        feats = decode(batch, model.features)
+        scores, model_errors = score_rows(model, feats.x)
+        bad = list(feats.bad)
+        if model_errors:
+            rows = np.fromiter(model_errors, np.int64, len(model_errors))
+            for r in rows.tolist():
+                m = int(feats.message[r])
+                bad.append(BadInput(m, int(feats.row[r]) if feats.is_arrow[m] else None,
+                                    model_errors[r], "model"))
+            keep = np.ones(feats.num_rows, bool)
+            keep[rows] = False
+            scores = scores[keep]
+            feats = Features(feats.x[keep], feats.message[keep], feats.row[keep],
+                             feats.is_arrow, feats.arrow_tables, feats.bad)
+        out = Outputs(letters=[self._letter(batch, feats, b) for b in bad])
+        out.scored_rows = feats.num_rows
+        out.row_timestamps_ms = batch.timestamps_ms[feats.message]
+        row_is_arrow = feats.is_arrow[feats.message]
+        self._json(batch, feats, scores, model, ~row_is_arrow, out)
+        if row_is_arrow.any():
+            self._arrow(batch, feats, scores, model, row_is_arrow, out)
+        return out
+
+    def _json(self, batch: RawBatch, feats: Features, scores: np.ndarray, model: LoadedModel,
+              mask: np.ndarray, out: Outputs) -> None:
+        msgs = feats.message[mask]
+        if not len(msgs):
+            return
+        topics = batch.topics
+        first = topics[int(msgs[0])]
+        same = all(topics[i] == first for i in msgs.tolist())
+        groups = [(first, np.ones(len(msgs), bool))] if same else [
+            (t, np.asarray([topics[i] == t for i in msgs.tolist()]))
+            for t in sorted({topics[i] for i in msgs.tolist()})]
+        sc = scores[mask]
+        for topic, sel in groups:
+            m = msgs[sel]
+            keys = [batch.keys[i] for i in m.tolist()]
+            out.json_values += json_predictions(
+                keys=keys, source_topic=topic, partitions=batch.partitions[m],
+                offsets=batch.offsets[m], model_name=model.name, model_version=model.version,
+                scores=sc[sel], classes=model.classes)
+            out.json_keys += keys
+
+    def _arrow(self, batch: RawBatch, feats: Features, scores: np.ndarray, model: LoadedModel,
+               mask: np.ndarray, out: Outputs) -> None:
+        msgs = feats.message[mask]
+        rows = feats.row[mask]
+        sc = scores[mask]
+        # Rows of one message are contiguous (decoded message by message).
+        starts = np.flatnonzero(np.r_[True, msgs[1:] != msgs[:-1]])
+        ends = np.r_[starts[1:], len(msgs)]
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            i = int(msgs[s])
+            table = arrow_prediction_table(
+                key=batch.keys[i], source_topic=batch.topics[i],
+                partition=int(batch.partitions[i]), offset=int(batch.offsets[i]),
+                rows=rows[s:e], model_name=model.name, model_version=model.version,
+                scores=sc[s:e], classes=model.classes)
+            out.arrow_values.append(arrow_predictions(table))
+            out.arrow_keys.append(batch.keys[i])
+
+    def _letter(self, batch: RawBatch, feats: Features, bad: BadInput) -> DeadLetter:
+        i = bad.message
+        value = batch.values[i]
+        if bad.row is not None and i in feats.arrow_tables:
+            value = encode_arrow(feats.arrow_tables[i].slice(bad.row, 1))  # just the bad row
+        ref = RecordRef(
+            topic=batch.topics[i], partition=int(batch.partitions[i]),
+            offset=int(batch.offsets[i]), key=batch.keys[i], value=value,
+            headers=tuple(batch.headers[i] or ()),
+            timestamp_ms=int(batch.timestamps_ms[i]),
+        )
+        return DeadLetter.from_error(ref, bad.error, stage=bad.stage, row=bad.row)
+
+    # -- deliver -------------------------------------------------------------------------
+    def _produce(self, out: Outputs) -> None:
+        if out.json_values:
+            self.io.produce_many(self.predictions_topic, out.json_values, out.json_keys,
+                                 JSON_HEADERS)
+        if out.arrow_values:
+            self.io.produce_many(self.predictions_topic, out.arrow_values, out.arrow_keys,
+                                 ARROW_HEADERS)
+        for letter in out.letters:
+            self.io.produce_one(self.dlq_topic, letter.record.value, letter.record.key,
+                                letter.headers())
+
+    def _deliver(self, out: Outputs, offsets: dict[tuple[str, int], int]) -> None:
+        delay = 0.05
+        while True:
+            try:
+                self.io.flush(self._flush_timeout())
+                break
+            except DeliveryFailed as exc:
+                self._retrying("deliver", exc, delay)
+                self._produce(out)  # some outputs are lost: publish the whole batch again
+            except RetriableError as exc:
+                self._retrying("flush", exc, delay)
+            delay = min(delay * 2, MAX_BACKOFF_S)
+        delay = 0.05
+        while True:
+            try:
+                self.io.commit(offsets)
+                break
+            except RetriableError as exc:
+                self._retrying("commit", exc, delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+        self.metrics.commits.inc()
+
+    def _deliver_transaction(self, out: Outputs, offsets: dict[tuple[str, int], int]) -> bool:
+        """True when committed; False when aborted (the consumer was rewound to redo it)."""
+        self.io.begin()
+        self._produce(out)
+        try:
+            self.io.commit_transaction(offsets, timeout_s=max(self._flush_timeout(), 5.0))
+        except TransactionAborted as exc:
+            self.metrics.retries.labels(stream=self.metrics.stream, what="transaction").inc()
+            log.warning("%s; the batch will be consumed again", exc)
+            return False
+        self.metrics.commits.inc()
+        return True
+
+    def _flush_timeout(self) -> float:
+        if self._stop_seen is None and self.stop.is_set():
+            self._stop_seen = time.monotonic()
+        if self._stop_seen is None:
+            return 30.0
+        return max(0.5, self.grace_s * 0.8 - (time.monotonic() - self._stop_seen))
+
+    def _retrying(self, what: str, exc: Exception, delay: float) -> None:
+        self.metrics.retries.labels(stream=self.metrics.stream, what=what).inc()
+        if self.stop.is_set():
+            if self._stop_seen is None:
+                self._stop_seen = time.monotonic()
+            if time.monotonic() - self._stop_seen > self.grace_s * 0.8:
+                # Out of grace: exit without committing; the batch is consumed again later.
+                raise FatalError(f"gave up on {what} at shutdown: {exc}") from None
+        log.warning("%s failed (%s); retrying in %.2fs", what, exc, delay)
+        self.last_progress = time.monotonic()  # still alive: retrying is progress
+        time.sleep(delay)
+
+    def _update_lag(self) -> None:
+        self._next_lag = time.monotonic() + LAG_EVERY_S
+        for (topic, partition), lag in self.io.lag().items():
+            self.metrics.lag.labels(stream=self.metrics.stream, topic=topic,
+                                    partition=str(partition)).set(lag)
