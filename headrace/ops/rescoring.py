@@ -14,14 +14,14 @@ scorer already dead-lettered them; a re-score never writes to the live DLQ.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from headrace.core.errors import FatalError, ValidationFailed
+from headrace.core.errors import ValidationFailed
 from headrace.ops.checkpoints import ReplayCheckpoint
+from headrace.scorers.adapters import ModelFn, adapter_for
 from headrace.store import versions
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
@@ -36,10 +36,7 @@ from headrace.streams.replay_io import (
     produce_raw,
 )
 
-# The scorer's adapter loader: ``load_adapter(model_version) -> obj`` with
-# ``obj.predict(float32 matrix [rows, features]) -> scores [rows, outputs]``.
-ADAPTER_MODULE = "headrace.scorers.adapters"
-ADAPTER_LOADER = "load_adapter"
+RESCORE_MAX_BATCH = 8192
 
 
 def check_model(root: Path, ref: str) -> versions.ModelVersion:
@@ -49,16 +46,10 @@ def check_model(root: Path, ref: str) -> versions.ModelVersion:
     return versions.resolve(root, ref)
 
 
-def load_adapter(mv: versions.ModelVersion) -> Any:
-    try:
-        module = importlib.import_module(ADAPTER_MODULE)
-    except ModuleNotFoundError as exc:
-        raise FatalError(f"re-scoring needs the scorer's model adapters ({ADAPTER_MODULE}): "
-                         f"{exc}") from None
-    loader = getattr(module, ADAPTER_LOADER, None)
-    if loader is None:
-        raise FatalError(f"{ADAPTER_MODULE} has no {ADAPTER_LOADER}()")
-    return loader(mv)
+def load_adapter(mv: versions.ModelVersion) -> ModelFn:
+    """The chosen version behind the scorer's own compiled, batched model call."""
+    return adapter_for(mv.manifest.framework).load(
+        version_path=mv.path, manifest=mv.manifest, device="auto", max_batch=RESCORE_MAX_BATCH)
 
 
 class RescoreSink:
@@ -89,7 +80,7 @@ class RescoreSink:
             return 0
         x = np.column_stack([batch.table.column(f).to_numpy(zero_copy_only=False)
                              .astype(np.float32) for f in features])
-        scores = np.asarray(self.adapter.predict(x), dtype=np.float64)
+        scores = np.asarray(self.adapter(x), dtype=np.float64)
         if scores.ndim == 1:
             scores = scores[:, None]
         classes = self.mv.manifest.classes

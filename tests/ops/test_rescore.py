@@ -3,7 +3,6 @@ in predictions.<stream>, no commits in the scorer group."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -18,20 +17,6 @@ from headrace.streams.clients import KafkaConnection, ensure_topics, make_consum
 from headrace.streams.contracts import Framework, Prediction, Task, parse
 from headrace.streams.topics import catalog, data_topic, predictions_topic, scorer_group
 from tests.ops.conftest import read_all
-
-
-def _has_adapters() -> bool:
-    if importlib.util.find_spec("headrace.scorers") is None:
-        return False
-    spec = importlib.util.find_spec("headrace.scorers.adapters")
-    if spec is None:
-        return False
-    return hasattr(importlib.import_module("headrace.scorers.adapters"), "load_adapter")
-
-
-pytestmark = pytest.mark.skipif(
-    not _has_adapters(),
-    reason="re-scoring reuses headrace.scorers.adapters.load_adapter, not present in this tree")
 
 
 def _publish_tf(root: Path) -> versions.ModelVersion:
