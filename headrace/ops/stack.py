@@ -145,7 +145,7 @@ class Stack:
 
     def start_scorer(self, stream: str) -> Component:
         port = free_port()
-        return self.add(f"scorer-{stream}", ["score", stream, "--metrics-port", str(port)],
+        return self.add(f"scorer-{stream}", ["score", stream, "--http-port", str(port)],
                         metrics_url=f"http://127.0.0.1:{port}/metrics")
 
     def start(self) -> None:

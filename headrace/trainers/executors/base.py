@@ -10,6 +10,9 @@ Contract (stable; the local and Kubernetes executors both implement it):
   code (a crash, a signal, OOM kill) is treated as retriable.
 * ``poll()`` returns the jobs that *ended* since the last call (each exactly once), after the
   executor's own retries are spent. Progress and log lines are published by the job itself.
+* Optional callbacks an executor may offer (the local one does): ``on_start(job_id, attempt,
+  pid)`` when a process/pod starts -- the control plane publishes STARTED from it -- and
+  ``on_retry(job_id, next_attempt, reason, delay_s)`` before a retry (-> RETRYING).
 * ``submit`` must be idempotent for a job id that is already running or queued.
 """
 
@@ -76,6 +79,10 @@ class Executor(Protocol):
         """Stop every running job (SIGTERM, then SIGKILL after a grace period)."""
 
 
-def job_command(job_id: str, *, python: str | None = None) -> list[str]:
-    """The argv that runs one job; a pod runs the same with its image's Python."""
-    return [python or sys.executable, "-m", "headrace.trainers", "run", job_id]
+def job_command(job_id: str, *, python: str | None = None, topic_prefix: str = "") -> list[str]:
+    """The argv that runs one job; a pod runs the same with its image's Python.
+
+    The job reads ``HEADRACE_BOOTSTRAP`` and ``HEADRACE_DFS_ROOT`` from its environment.
+    """
+    argv = [python or sys.executable, "-m", "headrace.trainers", "run", job_id]
+    return argv + (["--topic-prefix", topic_prefix] if topic_prefix else [])

@@ -1,0 +1,260 @@
+"""``headrace train | jobs | models | datasets | control | job``: thin shells over
+``headrace.trainers.api``, ``headrace.trainers.service`` and ``headrace.trainers.running``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from headrace.cli import _context
+from headrace.core.errors import ConfigError, PermanentError
+from headrace.streams.contracts import JobEvent, JobEventKind
+from headrace.streams.control_topics import ControlTopics
+from headrace.trainers import api
+
+console = Console()
+jobs_app = typer.Typer(help="Inspect training jobs (their status.json on the DFS).",
+                       no_args_is_help=True)
+models_app = typer.Typer(help="Model versions in the DFS model store.", no_args_is_help=True)
+datasets_app = typer.Typer(help="Datasets on the DFS.", no_args_is_help=True)
+job_app = typer.Typer(help="Run one job in this process (what executors start).",
+                      no_args_is_help=True)
+
+PrefixOpt = Annotated[str, typer.Option("--topic-prefix", hidden=True,
+                                        help="Namespace for the control-plane topics.")]
+
+
+def _hidden(value: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise typer.BadParameter("use comma-separated integers, e.g. 64,64",
+                                 param_hint="--hidden") from None
+    if not sizes:
+        raise typer.BadParameter("at least one layer", param_hint="--hidden")
+    return sizes
+
+
+def train(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Model name.")],
+    framework: Annotated[str, typer.Option("--framework", "-f",
+                                           help="tensorflow or mxnet.")],
+    dataset: Annotated[str, typer.Option("--dataset", "-d",
+                                         help="Parquet URI relative to the DFS root.")],
+    task: Annotated[str, typer.Option(help="classifier or regressor.")] = "classifier",
+    label: Annotated[str, typer.Option(help="Label column.")] = "label",
+    epochs: Annotated[int, typer.Option(min=1)] = 5,
+    hidden: Annotated[str, typer.Option(help="Hidden layer sizes.")] = "64,64",
+    wait: Annotated[bool, typer.Option("--wait/--no-wait",
+                                       help="Follow the job until it ends.")] = True,
+    idempotency_key: Annotated[str | None, typer.Option(
+        help="Same key, same job (default: a new key).")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 3600.0,
+    topic_prefix: PrefixOpt = "",
+) -> None:
+    """Publish a TrainRequested; with --wait, show progress until the job ends (exit 1 on
+    failure, with the reason)."""
+    request = api.build_request(model_name=name, framework=framework, dataset_uri=dataset,
+                                task=task, label=label, epochs=epochs, hidden=_hidden(hidden),
+                                idempotency_key=idempotency_key)
+    conn = _context.connection(ctx)
+    topics = ControlTopics.with_prefix(topic_prefix)
+    since = int(time.time() * 1000) - 5000
+    job_id = api.request_training(conn=conn, request=request, topics=topics)
+    console.print(f"requested {name} ({framework}) as job [bold]{job_id}[/bold]")
+    if not wait:
+        return
+    final = _follow(conn=conn, job_id=job_id, topics=topics, since_ms=since, epochs=epochs,
+                    timeout_s=timeout)
+    if final.kind == JobEventKind.FAILED:
+        console.print(f"[red]job {job_id} failed:[/red] {final.reason}")
+        raise typer.Exit(1)
+    console.print(f"[green]job {job_id} succeeded:[/green] {final.message}")
+
+
+def _follow(*, conn: object, job_id: str, topics: ControlTopics, since_ms: int, epochs: int,
+            timeout_s: float) -> JobEvent:
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                  TimeElapsedColumn(), console=console, transient=False) as progress:
+        bar = progress.add_task(f"{job_id} queued", total=epochs, info="")
+
+        def show(ev: JobEvent) -> None:
+            if ev.kind == JobEventKind.PROGRESS and ev.epoch is not None:
+                info = " ".join(f"{k}={v:.3f}" for k, v in sorted(ev.metrics.items()))
+                progress.update(bar, completed=ev.epoch, info=info,
+                                description=f"{job_id} epoch {ev.epoch}/{epochs}")
+            elif ev.kind in (JobEventKind.STARTED, JobEventKind.RETRYING,
+                             JobEventKind.DUPLICATE):
+                progress.update(bar, description=f"{job_id} {ev.kind.value}",
+                                info=ev.reason or ev.message)
+            elif ev.kind == JobEventKind.SUCCEEDED:
+                progress.update(bar, completed=epochs, description=f"{job_id} done")
+
+        return api.wait_for_job(conn=conn, job_id=job_id, topics=topics,  # type: ignore[arg-type]
+                                since_ms=since_ms, timeout_s=timeout_s, on_event=show)
+
+
+@jobs_app.command("list")
+def jobs_list(ctx: typer.Context) -> None:
+    """Every job on the DFS, newest first."""
+    table = Table("job", "model", "framework", "state", "attempts", "created", "reason")
+    for st in api.list_jobs(root=_context.settings(ctx).dfs_root):
+        table.add_row(st.job_id, st.model_name, st.framework, st.state.value,
+                      str(st.attempts), st.created_at[:19], (st.reason or "")[:60])
+    console.print(table)
+
+
+@jobs_app.command("show")
+def jobs_show(ctx: typer.Context, job_id: str) -> None:
+    """A job's state, timestamps, reason, progress and result."""
+    st, req = api.show_job(root=_context.settings(ctx).dfs_root, job_id=job_id)
+    table = Table(show_header=False)
+    rows = [("job", st.job_id), ("model", st.model_name), ("framework", st.framework),
+            ("state", st.state.value), ("reason", st.reason or ""),
+            ("attempts", str(st.attempts)), ("trigger", st.trigger or ""),
+            ("idempotency key", req.idempotency_key), ("dataset", req.dataset_uri),
+            ("created", st.created_at), ("started", st.started_at or ""),
+            ("finished", st.finished_at or ""), ("epoch/step", f"{st.epoch} / {st.step}"),
+            ("version", str(st.version or "")),
+            ("promoted", "" if st.promoted is None else str(st.promoted)),
+            ("gate", "; ".join(st.gate_reasons) or ("passed" if st.version else ""))]
+    for k, v in rows:
+        table.add_row(k, v)
+    console.print(table)
+    if st.state.value == "failed":
+        raise typer.Exit(1)
+
+
+@jobs_app.command("logs")
+def jobs_logs(ctx: typer.Context, job_id: str,
+              follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:
+    """The job's log file (every attempt); --follow until it ends."""
+    for line in api.job_log(root=_context.settings(ctx).dfs_root, job_id=job_id, follow=follow):
+        typer.echo(line)
+
+
+@models_app.command("list")
+def models_list(ctx: typer.Context) -> None:
+    table = Table("model", "versions", "production")
+    for m in api.list_models(root=_context.settings(ctx).dfs_root):
+        table.add_row(m.name, ",".join(map(str, m.versions)), str(m.production or "-"))
+    console.print(table)
+
+
+@models_app.command("show")
+def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
+        help="NAME (production, else latest) or NAME:VERSION")]) -> None:
+    """Metrics and the confusion matrix as tables, and the image path."""
+    mv = api.show_model(root=_context.settings(ctx).dfs_root, ref=ref)
+    m = mv.manifest
+    console.print(f"[bold]{m.name}:{m.version}[/bold] {m.framework.value} {m.task.value} "
+                  f"job {m.job_id} dataset {m.dataset.uri if m.dataset else '-'}")
+    metrics = Table("metric", "value")
+    for k, v in sorted(m.metrics.items()):
+        metrics.add_row(k, f"{v:.4f}")
+    console.print(metrics)
+    if m.confusion_matrix:
+        cm = Table("true \\ predicted", *m.classes)
+        for cls, row in zip(m.classes, m.confusion_matrix, strict=True):
+            cm.add_row(cls, *map(str, row))
+        console.print(cm)
+    gate = m.extra.get("gate") or {}
+    if gate:
+        console.print("gate: " + ("passed" if gate.get("passed") else
+                                  "failed: " + "; ".join(gate.get("reasons", []))))
+    png = mv.path / "confusion_matrix.png"
+    if png.exists():
+        console.print(f"confusion matrix image: {png}")
+
+
+@models_app.command("promote")
+def models_promote(ctx: typer.Context, ref: str, topic_prefix: PrefixOpt = "") -> None:
+    """Point production at NAME:VERSION and publish ModelPublished."""
+    ev = api.promote_model(root=_context.settings(ctx).dfs_root, conn=_context.connection(ctx),
+                           ref=ref, topics=ControlTopics.with_prefix(topic_prefix))
+    console.print(f"{ev.model_name}:{ev.version} is production (was {ev.previous_version})")
+
+
+@models_app.command("rollback")
+def models_rollback(ctx: typer.Context, name: str, topic_prefix: PrefixOpt = "") -> None:
+    """Point production back at its previous version and publish ModelPublished."""
+    ev = api.rollback_model(root=_context.settings(ctx).dfs_root,
+                            conn=_context.connection(ctx), name=name,
+                            topics=ControlTopics.with_prefix(topic_prefix))
+    console.print(f"{ev.model_name} rolled back to {ev.version} (from {ev.previous_version})")
+
+
+@datasets_app.command("make-demo")
+def datasets_make_demo(
+    ctx: typer.Context,
+    rows: Annotated[int, typer.Option(min=10)] = 2000,
+    out: Annotated[str, typer.Option(help="Path relative to the DFS root.")] =
+        "datasets/demo.parquet",
+    task: Annotated[str, typer.Option(help="classifier or regressor.")] = "classifier",
+    seed: int = 0,
+) -> None:
+    """32 float features f0..f31 and a label (3 classes, or a float for regressor)."""
+    path = api.make_demo_dataset(root=_context.settings(ctx).dfs_root, out=out, rows=rows,
+                                 task=task, seed=seed)
+    console.print(f"wrote {rows} rows to {path} (dataset URI: {out})")
+
+
+def control(
+    ctx: typer.Context,
+    triggers: Annotated[Path | None, typer.Option(help="Schedules and event rules (YAML).")]
+        = None,
+    concurrency: Annotated[str, typer.Option(help="Jobs at once per framework.")]
+        = "tensorflow=1,mxnet=1",
+    job_timeout: Annotated[float, typer.Option(help="Seconds before a job is killed.")]
+        = 3600.0,
+    max_attempts: Annotated[int, typer.Option(min=1)] = 3,
+    topic_prefix: PrefixOpt = "",
+) -> None:
+    """Run the control plane and the local executor until SIGTERM / Ctrl-C."""
+    from headrace.trainers.service import run_control
+    from headrace.trainers.triggers import load_triggers
+
+    limits: dict[str, int] = {}
+    for part in concurrency.split(","):
+        fw, _, n = part.partition("=")
+        if not n.isdigit():
+            raise ConfigError(f"--concurrency: {part!r} is not FRAMEWORK=N")
+        limits[fw.strip()] = int(n)
+    trig = load_triggers(triggers)
+    with _context.connection_or_embedded(ctx) as conn:
+        run_control(root=_context.settings(ctx).dfs_root, conn=conn,
+                    topics=ControlTopics.with_prefix(topic_prefix), triggers=trig,
+                    concurrency=limits, timeout_s=job_timeout, max_attempts=max_attempts)
+
+
+@job_app.command("run")
+def job_run(ctx: typer.Context, job_id: str, topic_prefix: PrefixOpt = "") -> None:
+    """Run one job from jobs/JOB_ID/request.json (resumes from its checkpoints)."""
+    from headrace.streams.connection import connection_for
+    from headrace.trainers.running import run_job
+
+    s = _context.settings(ctx)
+    code = run_job(root=s.dfs_root, job_id=job_id,
+                   conn=connection_for(s) if s.bootstrap else None,
+                   topics=ControlTopics.with_prefix(topic_prefix))
+    if code:
+        raise typer.Exit(int(code))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("train")(train)
+    app.command("control")(control)
+    app.add_typer(jobs_app, name="jobs")
+    app.add_typer(models_app, name="models")
+    app.add_typer(datasets_app, name="datasets")
+    app.add_typer(job_app, name="job")
+
+
+__all__ = ["PermanentError", "register"]

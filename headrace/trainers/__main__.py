@@ -1,0 +1,39 @@
+"""``python -m headrace.trainers run JOB_ID``: the job process (what executors start).
+
+Reads the settings from the environment once (``HEADRACE_BOOTSTRAP``, ``HEADRACE_DFS_ROOT``)
+and exits with the job's exit code (0 ok, 65 permanent, 75 retriable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from headrace.core.errors import HeadraceError
+from headrace.core.settings import load_settings
+from headrace.streams.connection import connection_for
+from headrace.streams.control_topics import ControlTopics
+from headrace.trainers.executors.base import ExitCode
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m headrace.trainers")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="run one job from jobs/<JOB_ID>/request.json")
+    run.add_argument("job_id")
+    run.add_argument("--topic-prefix", default="")
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings()
+        conn = connection_for(settings) if settings.bootstrap else None
+        from headrace.trainers.running import run_job
+
+        return run_job(root=settings.dfs_root, job_id=args.job_id, conn=conn,
+                       topics=ControlTopics.with_prefix(args.topic_prefix))
+    except HeadraceError as exc:
+        print(f"headrace job: {exc}", file=sys.stderr)
+        return ExitCode.PERMANENT if exc.exit_code == 1 else ExitCode.RETRIABLE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

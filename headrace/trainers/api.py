@@ -1,0 +1,189 @@
+"""What the CLI calls: request training, follow a job, inspect jobs and models, promote.
+
+Every function is keyword-only and usable from Python; the job table operators see is the
+``status.json`` of each job directory on the DFS (``jobs list/show``), the live view is the
+events.jobs topic (``train --wait``, ``jobs logs --follow`` reads the job's log file).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from headrace.core.errors import PermanentError, RetriableError
+from headrace.store import versions
+from headrace.streams.clients import KafkaConnection, ensure_topics, send_events
+from headrace.streams.contracts import (
+    Framework,
+    JobEvent,
+    JobEventKind,
+    ModelPublished,
+    ModelSpec,
+    Task,
+    TrainRequested,
+    Trigger,
+    TriggerKind,
+    parse,
+)
+from headrace.streams.control_io import EventSink, iter_records
+from headrace.streams.control_topics import ControlTopics
+from headrace.trainers import jobs, promotion
+
+TERMINAL = (JobEventKind.SUCCEEDED, JobEventKind.FAILED)
+
+
+def build_request(*, model_name: str, framework: str, dataset_uri: str,
+                  task: str = "classifier", label: str = "label", epochs: int = 5,
+                  hidden: tuple[int, ...] = (64, 64), batch_size: int = 256,
+                  learning_rate: float = 1e-3, idempotency_key: str | None = None,
+                  source: str = "cli") -> TrainRequested:
+    """A validated TrainRequested (raises ValidationFailed with one line)."""
+    data = {
+        "idempotency_key": idempotency_key or f"manual:{model_name}:{time.time_ns()}",
+        "model_name": model_name, "framework": framework, "dataset_uri": dataset_uri,
+        "spec": {"task": task, "label": label, "epochs": epochs, "hidden": list(hidden),
+                 "batch_size": batch_size, "learning_rate": learning_rate},
+        "trigger": Trigger(kind=TriggerKind.MANUAL, source=source).model_dump(),
+    }
+    return parse(TrainRequested, data)
+
+
+def request_training(*, conn: KafkaConnection, request: TrainRequested,
+                     topics: ControlTopics = ControlTopics()) -> str:
+    """Publish ``request`` on events.train-requests; return the job id it maps to."""
+    ensure_topics(conn, topics.specs())
+    send_events(conn, topics.train_requests, [request], key_of=lambda r: r.idempotency_key)
+    return jobs.job_id_for(request.idempotency_key)
+
+
+def follow_job(*, conn: KafkaConnection, job_id: str, topics: ControlTopics = ControlTopics(),
+               since_ms: int | None = None, timeout_s: float = 3600.0) -> Iterator[JobEvent]:
+    """The job's events from events.jobs until it succeeds or fails (or the timeout)."""
+    deadline = time.monotonic() + timeout_s
+    done = {"v": False}
+    for rec in iter_records(conn, topics.jobs, since_ms=since_ms, follow=True,
+                            stop=lambda: done["v"] or time.monotonic() > deadline):
+        if rec.record.key is not None and rec.record.key.decode() != job_id:
+            continue
+        try:
+            ev = parse(JobEvent, rec.record.value or b"")
+        except PermanentError:
+            continue
+        if ev.job_id != job_id:
+            continue
+        yield ev
+        if ev.kind in TERMINAL:
+            done["v"] = True
+            return
+    if not done["v"]:
+        raise RetriableError(f"job {job_id} did not finish within {timeout_s:.0f}s")
+
+
+def wait_for_job(*, conn: KafkaConnection, job_id: str, topics: ControlTopics = ControlTopics(),
+                 since_ms: int | None = None, timeout_s: float = 3600.0,
+                 on_event: Callable[[JobEvent], None] | None = None) -> JobEvent:
+    last: JobEvent | None = None
+    for ev in follow_job(conn=conn, job_id=job_id, topics=topics, since_ms=since_ms,
+                         timeout_s=timeout_s):
+        last = ev
+        if on_event is not None:
+            on_event(ev)
+    assert last is not None
+    return last
+
+
+def list_jobs(*, root: Path) -> list[jobs.JobStatus]:
+    return jobs.list_jobs(root)
+
+
+def show_job(*, root: Path, job_id: str) -> tuple[jobs.JobStatus, TrainRequested]:
+    req = jobs.read_request(root, job_id)
+    st = jobs.read_status(root, job_id) or jobs.initial_status(job_id, req)
+    return st, req
+
+
+def job_log(*, root: Path, job_id: str, follow: bool = False,
+            stop: Callable[[], bool] | None = None) -> Iterator[str]:
+    """Lines of the job's log file; with ``follow``, keep reading until the job ends."""
+    jobs.read_request(root, job_id)  # one-line error for an unknown job
+    path = jobs.log_path(root, job_id)
+    pos = 0
+    while True:
+        if path.exists():
+            with open(path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+                pos = f.tell()
+            yield from chunk.decode("utf-8", "replace").splitlines()
+        if not follow:
+            return
+        st = jobs.read_status(root, job_id)
+        if (st is not None and st.state.value in ("succeeded", "failed")) or (stop and stop()):
+            return
+        time.sleep(0.5)
+
+
+@dataclass(frozen=True)
+class ModelSummary:
+    name: str
+    versions: list[int]
+    production: int | None
+
+
+def list_models(*, root: Path) -> list[ModelSummary]:
+    out = []
+    for name in versions.list_models(root):
+        ptr = versions.read_alias(root, name)
+        out.append(ModelSummary(name, versions.list_versions(root, name),
+                                ptr.version if ptr else None))
+    return out
+
+
+def show_model(*, root: Path, ref: str) -> versions.ModelVersion:
+    """``NAME`` (production, else the latest) or ``NAME:VERSION``; hashes verified."""
+    if ":" in ref or "@" in ref:
+        return versions.resolve(root, ref)
+    if versions.read_alias(root, ref) is not None:
+        return versions.resolve(root, ref)
+    vs = versions.list_versions(root, ref)
+    if not vs:
+        raise versions.VersionNotFound(f"model {ref} has no versions")
+    return versions.load_version(root, ref, vs[-1])
+
+
+def promote_model(*, root: Path, conn: KafkaConnection, ref: str,
+                  topics: ControlTopics = ControlTopics()) -> ModelPublished:
+    name, _, ver = ref.partition(":")
+    if not ver.isdigit():
+        raise PermanentError(f"promote needs NAME:VERSION, not {ref!r}")
+    ensure_topics(conn, topics.specs())
+    sink = EventSink(conn)
+    try:
+        return promotion.promote(root=root, sink=sink, topic=topics.models, name=name,
+                                 version=int(ver), reason="manual promotion")
+    finally:
+        sink.close()
+
+
+def rollback_model(*, root: Path, conn: KafkaConnection, name: str,
+                   topics: ControlTopics = ControlTopics()) -> ModelPublished:
+    ensure_topics(conn, topics.specs())
+    sink = EventSink(conn)
+    try:
+        return promotion.rollback(root=root, sink=sink, topic=topics.models, name=name)
+    finally:
+        sink.close()
+
+
+def make_demo_dataset(*, root: Path, out: str = "datasets/demo.parquet", rows: int = 2000,
+                      task: str = "classifier", seed: int = 0) -> Path:
+    from headrace.core.naming import confined
+    from headrace.trainers.datasets import make_demo
+
+    path = confined(root, out)
+    return make_demo(out=path, rows=rows, task=Task(task), seed=seed)
+
+
+__all__ = ["Framework", "ModelSpec"]

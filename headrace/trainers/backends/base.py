@@ -1,0 +1,62 @@
+"""The backend interface: build, train a batch, checkpoint, predict, export, load an export.
+
+Only modules in this package import TensorFlow/Keras or MXNet; everything else gets a
+backend from :func:`headrace.trainers.backends.get_backend` and sees numpy arrays.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from headrace.streams.contracts import Framework, ModelSpec, Task
+
+
+class Model(Protocol):
+    """One model being trained (or loaded for evaluation)."""
+
+    device: str
+
+    def fit_batch(self, x: np.ndarray, y: np.ndarray) -> float:
+        """One optimiser step; returns the batch loss."""
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Class probabilities [n, classes] or values [n, 1], float32."""
+
+    def save_checkpoint(self, path: Path) -> None:
+        """Weights and optimiser state into the (existing, empty) directory ``path``."""
+
+    def load_checkpoint(self, path: Path) -> None: ...
+
+    def export(self, path: Path) -> None:
+        """The serving artefact into ``path`` (the model store's version layout)."""
+
+
+class Predictor(Protocol):
+    def predict(self, x: np.ndarray) -> np.ndarray: ...
+
+
+class Backend(Protocol):
+    framework: Framework
+
+    def create(self, *, spec: ModelSpec, n_features: int, n_outputs: int, seed: int) -> Model:
+        ...
+
+    def load_exported(self, path: Path, *, task: Task, n_features: int) -> Predictor:
+        """Load what ``export`` wrote (a published version) for evaluation."""
+
+    def device(self) -> str: ...
+
+
+PREDICT_BATCH = 8192
+
+
+def batched(fn: object, x: np.ndarray) -> np.ndarray:
+    """Apply a batch function over ``x`` in chunks (never per record)."""
+    call = fn
+    outs = [np.asarray(call(x[i:i + PREDICT_BATCH]))  # type: ignore[operator]
+            for i in range(0, len(x), PREDICT_BATCH)]
+    return np.concatenate(outs, axis=0).astype(np.float32) if outs else np.zeros((0, 1),
+                                                                                  np.float32)

@@ -1,0 +1,99 @@
+"""Evaluation: metrics and a confusion matrix on the validation split, plus their PNG."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from headrace.streams.contracts import Task
+
+# Metrics where lower is better; every other metric is higher-is-better.
+LOWER_IS_BETTER = ("loss", "rmse", "mae")
+
+
+def lower_is_better(metric: str) -> bool:
+    return metric in LOWER_IS_BETTER
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    metrics: dict[str, float]
+    confusion_matrix: list[list[int]] = field(default_factory=list)  # [true][predicted]
+    classes: tuple[str, ...] = ()
+
+    def to_json(self) -> bytes:
+        return json.dumps({"metrics": self.metrics, "confusion_matrix": self.confusion_matrix,
+                           "classes": list(self.classes)}, indent=2, sort_keys=True).encode()
+
+
+def evaluate(*, task: Task, outputs: np.ndarray, y: np.ndarray,
+             classes: tuple[str, ...] = ()) -> Evaluation:
+    if task == Task.CLASSIFIER:
+        return _classifier(outputs, y.astype(np.int64), classes)
+    return _regressor(outputs.reshape(-1), y.astype(np.float64))
+
+
+def _classifier(probs: np.ndarray, y: np.ndarray, classes: tuple[str, ...]) -> Evaluation:
+    k = len(classes)
+    pred = probs.argmax(axis=1)
+    cm = np.zeros((k, k), dtype=np.int64)
+    np.add.at(cm, (y, pred), 1)
+    eps = 1e-7
+    p_true = np.clip(probs[np.arange(len(y)), y], eps, 1.0)
+    metrics: dict[str, float] = {
+        "accuracy": float((pred == y).mean()) if len(y) else 0.0,
+        "loss": float(-np.log(p_true).mean()) if len(y) else 0.0,
+    }
+    f1s = []
+    for i, name in enumerate(classes):
+        support = cm[i].sum()
+        predicted = cm[:, i].sum()
+        recall = cm[i, i] / support if support else 0.0
+        precision = cm[i, i] / predicted if predicted else 0.0
+        f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+        metrics[f"recall.{name}"] = float(recall)
+        metrics[f"precision.{name}"] = float(precision)
+        f1s.append(f1)
+    metrics["macro_f1"] = float(np.mean(f1s)) if f1s else 0.0
+    return Evaluation(metrics, cm.tolist(), classes)
+
+
+def _regressor(pred: np.ndarray, y: np.ndarray) -> Evaluation:
+    err = pred.astype(np.float64) - y
+    var = float(np.var(y))
+    mse = float(np.mean(err**2)) if len(y) else 0.0
+    return Evaluation({
+        "rmse": float(np.sqrt(mse)),
+        "mae": float(np.mean(np.abs(err))) if len(y) else 0.0,
+        "r2": float(1 - mse / var) if var > 0 else 0.0,
+        "loss": mse,
+    })
+
+
+def render_confusion_png(ev: Evaluation, path: Path, *, title: str) -> None:
+    """The confusion matrix as a PNG (Agg backend: no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cm = np.array(ev.confusion_matrix)
+    k = len(ev.classes)
+    fig, ax = plt.subplots(figsize=(2 + 0.6 * k, 1.6 + 0.6 * k), dpi=100)
+    ax.imshow(cm, cmap="Blues")
+    ax.set_xticks(range(k), labels=list(ev.classes))
+    ax.set_yticks(range(k), labels=list(ev.classes))
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(title, fontsize=9)
+    top = cm.max() if cm.size else 0
+    for i in range(k):
+        for j in range(k):
+            ax.text(j, i, str(cm[i, j]), ha="center", va="center",
+                    color="white" if cm[i, j] > top / 2 else "black", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

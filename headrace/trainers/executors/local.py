@@ -1,0 +1,205 @@
+"""The local executor: one subprocess per job, a concurrency limit per framework, a timeout,
+and retries with exponential backoff for retriable failures (see ``base.ExitCode``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from headrace.trainers import jobs
+from headrace.trainers.executors.base import (
+    ExitCode,
+    JobOutcome,
+    JobSpec,
+    is_retriable,
+    job_command,
+)
+
+RetryHook = Callable[[str, int, str, float], None]  # job_id, next attempt, reason, delay_s
+StartHook = Callable[[str, int, int], None]  # job_id, attempt, pid
+
+
+@dataclass
+class _Job:
+    spec: JobSpec
+    attempts: int = 0
+    not_before: float = 0.0
+    proc: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] | None = None
+    started: float = 0.0
+    cancelled: bool = False
+
+
+@dataclass
+class LocalExecutor:
+    """Runs ``python -m headrace.trainers run JOB_ID`` with the job's own log file."""
+
+    root: Path
+    bootstrap: str | None = None
+    topic_prefix: str = ""
+    concurrency: dict[str, int] = field(default_factory=lambda: {"tensorflow": 1, "mxnet": 1})
+    timeout_s: float = 3600.0
+    max_attempts: int = 3
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
+    clock: Callable[[], float] = time.monotonic
+    on_retry: RetryHook | None = None
+    on_start: StartHook | None = None
+    grace_s: float = 5.0
+    _jobs: dict[str, _Job] = field(default_factory=dict)
+
+    def submit(self, job: JobSpec) -> None:
+        if job.job_id not in self._jobs:
+            self._jobs[job.job_id] = _Job(job)
+            self._start_ready(self.clock())  # start now, not at the next poll
+
+    def active(self) -> list[str]:
+        return list(self._jobs)
+
+    def running(self) -> list[str]:
+        return [j for j, s in self._jobs.items() if s.proc is not None]
+
+    def backoff(self, attempt: int) -> float:
+        """Delay before attempt ``attempt + 1``: backoff_s * 2**(attempt-1), capped."""
+        return float(min(self.backoff_max_s, self.backoff_s * 2 ** max(0, attempt - 1)))
+
+    def poll(self) -> list[JobOutcome]:
+        now = self.clock()
+        ended: list[JobOutcome] = []
+        for jid, st in list(self._jobs.items()):
+            if st.proc is None:
+                continue
+            code = st.proc.poll()
+            timed_out = code is None and now - st.started > self.timeout_s
+            if timed_out:
+                self._terminate(st)
+                code = st.proc.returncode
+            if code is None:
+                continue
+            self._close_log(st)
+            st.proc = None
+            reason = self._reason(jid, code, timed_out)
+            if st.cancelled:
+                ended.append(JobOutcome(jid, False, code, st.attempts, "cancelled"))
+                del self._jobs[jid]
+            elif code == ExitCode.OK:
+                ended.append(JobOutcome(jid, True, code, st.attempts))
+                del self._jobs[jid]
+            elif (timed_out or is_retriable(code)) and st.attempts < self.max_attempts:
+                delay = self.backoff(st.attempts)
+                st.not_before = now + delay
+                if self.on_retry is not None:
+                    self.on_retry(jid, st.attempts + 1, reason, delay)
+            else:
+                if is_retriable(code) or timed_out:
+                    reason = f"{reason} (gave up after {st.attempts} attempts)"
+                ended.append(JobOutcome(jid, False, code, st.attempts, reason))
+                del self._jobs[jid]
+        self._start_ready(now)
+        return ended
+
+    def _start_ready(self, now: float) -> None:
+        busy: dict[str, int] = {}
+        for st in self._jobs.values():
+            if st.proc is not None:
+                fw = st.spec.framework.value
+                busy[fw] = busy.get(fw, 0) + 1
+        for st in self._jobs.values():
+            fw = st.spec.framework.value
+            if st.proc is not None or st.not_before > now:
+                continue
+            if busy.get(fw, 0) >= self.concurrency.get(fw, 1):
+                continue
+            self._start(st, now)
+            busy[fw] = busy.get(fw, 0) + 1
+
+    def _start(self, st: _Job, now: float) -> None:
+        jid = st.spec.job_id
+        env = dict(os.environ)
+        env["HEADRACE_DFS_ROOT"] = str(self.root)
+        if self.bootstrap:
+            env["HEADRACE_BOOTSTRAP"] = self.bootstrap
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env["PYTHONUNBUFFERED"] = "1"
+        st.log = open(jobs.log_path(self.root, jid), "ab")  # noqa: SIM115 - closed on exit
+        st.attempts += 1
+        st.log.write(f"--- attempt {st.attempts} ---\n".encode())
+        st.log.flush()
+        st.proc = subprocess.Popen(
+            job_command(jid, topic_prefix=self.topic_prefix), stdout=st.log,
+            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True)  # its own group: a timeout kills the whole tree
+        st.started = now
+        if self.on_start is not None:
+            self.on_start(jid, st.attempts, st.proc.pid)
+
+    def _reason(self, jid: str, code: int, timed_out: bool) -> str:
+        if timed_out:
+            return f"timed out after {self.timeout_s:.0f}s"
+        if code < 0:
+            return f"killed by signal {signal.Signals(-code).name}"
+        try:
+            status = jobs.read_status(self.root, jid)
+        except Exception:
+            status = None
+        if status is not None and status.reason and status.exit_code == code:
+            return status.reason
+        last = _last_error_line(jobs.log_path(self.root, jid))
+        return last or f"exited with code {code}"
+
+    def _terminate(self, st: _Job) -> None:
+        assert st.proc is not None
+        try:
+            os.killpg(st.proc.pid, signal.SIGTERM)
+            st.proc.wait(self.grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(st.proc.pid, signal.SIGKILL)
+            st.proc.wait()
+        except ProcessLookupError:
+            st.proc.wait()
+
+    def _close_log(self, st: _Job) -> None:
+        if st.log is not None:
+            st.log.close()
+            st.log = None
+
+    def cancel(self, job_id: str) -> bool:
+        st = self._jobs.get(job_id)
+        if st is None:
+            return False
+        if st.proc is None:
+            del self._jobs[job_id]
+        else:
+            st.cancelled = True
+            self._terminate(st)
+        return True
+
+    def pid_of(self, job_id: str) -> int | None:
+        st = self._jobs.get(job_id)
+        return st.proc.pid if st is not None and st.proc is not None else None
+
+    def close(self) -> None:
+        for st in self._jobs.values():
+            if st.proc is not None and st.proc.poll() is None:
+                self._terminate(st)
+            self._close_log(st)
+
+
+def _last_error_line(path: Path) -> str:
+    """The job's last ERROR log line of this attempt (the job logs its reason there)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 8192))
+            tail = f.read().decode("utf-8", "replace").split("--- attempt ")[-1]
+    except OSError:
+        return ""
+    for line in reversed(tail.splitlines()):
+        if " ERROR " in line:
+            return line.split(" ERROR ", 1)[1].strip()
+    return ""

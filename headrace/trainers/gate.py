@@ -1,0 +1,147 @@
+"""The promotion gate: thresholds on the new version, and no regression against production
+measured on the same validation data.
+
+Configuration: ``<dfs>/config/gates.yaml`` (one file for every model; snapshotted into
+``jobs/<id>/gate.json`` the first time a job evaluates, so a retried job keeps its gate)::
+
+    default:                      # models without their own entry
+      max_regression: {accuracy: 0.01}
+    models:
+      demo:
+        min: {accuracy: 0.8, macro_f1: 0.7}     # overall lower bounds
+        max: {loss: 0.6}                         # overall upper bounds
+        min_class_recall: 0.5                    # every class
+        class_recall: {"2": 0.7}                 # named classes
+        max_confusion:                           # a cell as a fraction of its true row
+          - {true: "0", predicted: "1", max_fraction: 0.1}
+        max_regression: {accuracy: 0.02, class_recall: 0.05}  # vs production, same data
+        promote: true                            # false: store only, never promote
+
+``max_regression`` keys are metric names (direction known: loss/rmse/mae lower is better) or
+``class_recall`` for every class's recall. No file: the default above.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from headrace.core.errors import ValidationFailed
+from headrace.trainers.evaluation import Evaluation, lower_is_better
+
+GATES_FILE = Path("config") / "gates.yaml"
+
+
+class ConfusionLimit(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    true: str
+    predicted: str
+    max_fraction: float = Field(ge=0, le=1)
+
+
+class Gate(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: dict[str, float] = Field(default_factory=dict)
+    max: dict[str, float] = Field(default_factory=dict)
+    min_class_recall: float | None = Field(default=None, ge=0, le=1)
+    class_recall: dict[str, float] = Field(default_factory=dict)
+    max_confusion: list[ConfusionLimit] = Field(default_factory=list)
+    max_regression: dict[str, float] = Field(default_factory=dict)
+    promote: bool = True
+
+
+DEFAULT_GATE = Gate(max_regression={"accuracy": 0.01})
+
+
+class GateResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    passed: bool
+    reasons: list[str] = Field(default_factory=list)  # why it failed; empty when passed
+    production_version: int | None = None
+    production_metrics: dict[str, float] = Field(default_factory=dict)
+    promote: bool = True
+
+
+def load_gates(root: Path, model: str) -> Gate:
+    """The gate for ``model`` from ``<root>/config/gates.yaml``; the default without one."""
+    path = root / GATES_FILE
+    if not path.exists():
+        return DEFAULT_GATE
+    try:
+        doc: Any = yaml.safe_load(path.read_text()) or {}
+        models = doc.get("models") or {}
+        raw = models.get(model, doc.get("default"))
+        return DEFAULT_GATE if raw is None else Gate.model_validate(raw)
+    except (yaml.YAMLError, ValidationError, AttributeError) as exc:
+        raise ValidationFailed(f"gates file {path}: {str(exc).splitlines()[0]}") from None
+
+
+def check(gate: Gate, new: Evaluation, production: Evaluation | None = None,
+          production_version: int | None = None) -> GateResult:
+    reasons: list[str] = []
+    m = new.metrics
+    for name, bound in gate.min.items():
+        if name not in m:
+            reasons.append(f"metric {name} is not computed for this model")
+        elif m[name] < bound:
+            reasons.append(f"{name} {m[name]:.4f} < min {bound:.4f}")
+    for name, bound in gate.max.items():
+        if name not in m:
+            reasons.append(f"metric {name} is not computed for this model")
+        elif m[name] > bound:
+            reasons.append(f"{name} {m[name]:.4f} > max {bound:.4f}")
+    recalls = {k.removeprefix("recall."): v for k, v in m.items() if k.startswith("recall.")}
+    if gate.min_class_recall is not None:
+        for cls, r in recalls.items():
+            if r < gate.min_class_recall:
+                reasons.append(f"recall of class {cls} {r:.4f} < min {gate.min_class_recall:.4f}")
+    for cls, bound in gate.class_recall.items():
+        if cls not in recalls:
+            reasons.append(f"class {cls} is not among the model's classes")
+        elif recalls[cls] < bound:
+            reasons.append(f"recall of class {cls} {recalls[cls]:.4f} < min {bound:.4f}")
+    for lim in gate.max_confusion:
+        frac = _cell_fraction(new, lim.true, lim.predicted)
+        if frac is None:
+            reasons.append(f"confusion cell {lim.true}->{lim.predicted} does not exist")
+        elif frac > lim.max_fraction:
+            reasons.append(f"{frac:.1%} of class {lim.true} predicted as {lim.predicted} "
+                           f"> max {lim.max_fraction:.1%}")
+    if production is not None:
+        reasons += _regressions(gate, new, production, production_version)
+    return GateResult(passed=not reasons, reasons=reasons, production_version=production_version,
+                      production_metrics=production.metrics if production else {},
+                      promote=gate.promote)
+
+
+def _regressions(gate: Gate, new: Evaluation, prod: Evaluation, version: int | None
+                 ) -> list[str]:
+    out: list[str] = []
+    tag = f"production v{version}" if version is not None else "production"
+    for name, tol in gate.max_regression.items():
+        names = ([k for k in new.metrics if k.startswith("recall.")] if name == "class_recall"
+                 else [name])
+        for metric in names:
+            if metric not in new.metrics or metric not in prod.metrics:
+                continue
+            a, b = new.metrics[metric], prod.metrics[metric]
+            worse = (a - b) if lower_is_better(metric) else (b - a)
+            if worse > tol:
+                out.append(f"{metric} {a:.4f} is worse than {tag} {b:.4f} by {worse:.4f} "
+                           f"(allowed {tol:.4f})")
+    return out
+
+
+def _cell_fraction(ev: Evaluation, true: str, predicted: str) -> float | None:
+    if true not in ev.classes or predicted not in ev.classes:
+        return None
+    i, j = ev.classes.index(true), ev.classes.index(predicted)
+    row = ev.confusion_matrix[i]
+    total = sum(row)
+    return row[j] / total if total else 0.0

@@ -1,0 +1,171 @@
+"""Job identity and the job directory on the DFS: ``jobs/<job_id>/``.
+
+Layout::
+
+    jobs/<job_id>/request.json     the TrainRequested, created with O_EXCL (the dedup arbiter)
+    jobs/<job_id>/status.json      state, timestamps, attempts, reason, progress, result
+    jobs/<job_id>/log.txt          stdout/stderr of every attempt
+    jobs/<job_id>/checkpoints/<step>/   complete checkpoints (see checkpoints.py)
+    jobs/<job_id>/gate.json        the gate that applied, snapshotted when the job was accepted
+
+``status.json`` is the job table operators read (``headrace jobs list/show``); the control
+plane's faust table (changelog-backed) holds the same states for the router itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from headrace.core.errors import PermanentError, RetriableError, ValidationFailed
+from headrace.store.dfs import fsync_dir, job_dir, jobs_dir, write_atomic
+from headrace.streams.contracts import JobState, TrainRequested, parse
+
+REQUEST = "request.json"
+STATUS = "status.json"
+LOG = "log.txt"
+CHECKPOINTS = "checkpoints"
+GATE = "gate.json"
+
+
+def job_id_for(idempotency_key: str) -> str:
+    """Deterministic: the same key always names the same job, so dedup is a name clash."""
+    return "j-" + hashlib.sha256(idempotency_key.encode()).hexdigest()[:12]
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class JobStatus(BaseModel):
+    """What ``status.json`` holds."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    job_id: str
+    model_name: str
+    framework: str
+    state: JobState = JobState.QUEUED
+    created_at: str = Field(default_factory=now_iso)
+    started_at: str | None = None
+    finished_at: str | None = None
+    updated_at: str = Field(default_factory=now_iso)
+    attempts: int = 0
+    reason: str | None = None
+    exit_code: int | None = None
+    request_id: str | None = None
+    idempotency_key: str | None = None
+    trigger: str | None = None
+    epoch: int | None = None
+    step: int | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    version: int | None = None
+    promoted: bool | None = None
+    gate_reasons: list[str] = Field(default_factory=list)
+
+
+def create_request(root: Path, request: TrainRequested) -> tuple[str, bool]:
+    """Create ``jobs/<id>/request.json`` exclusively; return (job_id, created).
+
+    ``created`` is False when the job already exists: another delivery of the same event, or
+    another control-plane instance, got there first. This is the final dedup arbiter.
+    """
+    jid = job_id_for(request.idempotency_key)
+    d = job_dir(root, jid)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        (d / CHECKPOINTS).mkdir(exist_ok=True)
+        tmp = d / f".{REQUEST}.{os.getpid()}.tmp"
+        tmp.write_bytes(request.model_dump_json(indent=2).encode())
+        try:
+            # link() fails if the target exists: an O_EXCL create whose content is complete.
+            os.link(tmp, d / REQUEST)
+            created = True
+        except FileExistsError:
+            created = False
+        finally:
+            tmp.unlink(missing_ok=True)
+        fsync_dir(d)
+    except OSError as exc:
+        raise RetriableError(f"job {jid}: cannot create its directory: {exc}") from exc
+    return jid, created
+
+
+def read_request(root: Path, job_id: str) -> TrainRequested:
+    path = job_dir(root, job_id) / REQUEST
+    try:
+        return parse(TrainRequested, path.read_bytes())
+    except FileNotFoundError:
+        raise PermanentError(f"job {job_id} does not exist (no {REQUEST})") from None
+
+
+def read_status(root: Path, job_id: str) -> JobStatus | None:
+    path = job_dir(root, job_id) / STATUS
+    try:
+        return JobStatus.model_validate_json(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise RetriableError(f"job {job_id}: status.json unreadable: {exc}") from None
+
+
+def write_status(root: Path, status: JobStatus) -> JobStatus:
+    status = status.model_copy(update={"updated_at": now_iso()})
+    write_atomic(job_dir(root, status.job_id) / STATUS, status.model_dump_json(indent=2).encode())
+    return status
+
+
+def update_status(root: Path, job_id: str, **changes: Any) -> JobStatus:
+    current = read_status(root, job_id)
+    if current is None:
+        req = read_request(root, job_id)
+        current = initial_status(job_id, req)
+    return write_status(root, current.model_copy(update=changes))
+
+
+def initial_status(job_id: str, req: TrainRequested) -> JobStatus:
+    return JobStatus(
+        job_id=job_id, model_name=req.model_name, framework=req.framework.value,
+        request_id=req.event_id, idempotency_key=req.idempotency_key,
+        trigger=f"{req.trigger.kind.value}:{req.trigger.source}")
+
+
+def list_jobs(root: Path) -> list[JobStatus]:
+    """Every job on the DFS, newest first."""
+    base = jobs_dir(root)
+    out: list[JobStatus] = []
+    if not base.is_dir():
+        return out
+    for d in base.iterdir():
+        if d.name.startswith(".") or not d.is_dir():
+            continue
+        try:
+            st = read_status(root, d.name)
+        except (RetriableError, ValidationFailed):
+            continue
+        if st is None and (d / REQUEST).exists():
+            try:
+                st = initial_status(d.name, read_request(root, d.name))
+            except PermanentError:
+                continue
+        if st is not None:
+            out.append(st)
+    return sorted(out, key=lambda s: s.created_at, reverse=True)
+
+
+def log_path(root: Path, job_id: str) -> Path:
+    return job_dir(root, job_id) / LOG
+
+
+def checkpoints_dir(root: Path, job_id: str) -> Path:
+    return job_dir(root, job_id) / CHECKPOINTS
+
+
+def write_json(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True).encode())

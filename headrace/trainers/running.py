@@ -1,0 +1,373 @@
+"""One job, start to end: ``python -m headrace.trainers run JOB_ID`` (a subprocess or a pod).
+
+Steps (each attempt repeats them; every step is safe to repeat):
+
+1. Lock the job directory (one attempt at a time), read ``request.json``.
+2. If a version of this job was already published (a crash after publishing), skip to 7.
+3. Load and check the dataset; split it (deterministic by seed).
+4. Build the model; resume from the last complete checkpoint (the step never goes back).
+5. Train: checkpoint every epoch and every ``checkpoint_every_steps``; progress to events.jobs.
+6. Evaluate; run the gate (production evaluated on the same validation rows); publish the
+   version to the model store (manifest last, gate result inside).
+7. If the gate passed: move ``production`` and publish ModelPublished; then status succeeded.
+
+Exit codes (:class:`headrace.trainers.executors.base.ExitCode`): 0 ok, 65 permanent (bad
+dataset, spec or gate file: never retried), 75 retriable (DFS, broker, lock held).
+No framework is imported here: backends are loaded by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from headrace.core.errors import HeadraceError, PermanentError, RetriableError
+from headrace.store import versions
+from headrace.store.dfs import job_dir, write_atomic
+from headrace.store.manifest import Manifest
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.contracts import JobEvent, JobEventKind, JobState, Task, TrainRequested
+from headrace.streams.control_io import EventSink
+from headrace.streams.control_topics import ControlTopics
+from headrace.trainers import checkpoints, jobs
+from headrace.trainers.backends import get_backend
+from headrace.trainers.backends.base import Backend, Model
+from headrace.trainers.datasets import Dataset, Split, load_dataset, split
+from headrace.trainers.evaluation import Evaluation, evaluate, render_confusion_png
+from headrace.trainers.executors.base import ExitCode
+from headrace.trainers.gate import Gate, GateResult, check, load_gates
+from headrace.trainers.promotion import promote
+
+log = logging.getLogger("headrace.job")
+LOCK = ".lock"
+
+
+@dataclass
+class JobContext:
+    root: Path
+    job_id: str
+    request: TrainRequested
+    sink: EventSink | None
+    topics: ControlTopics
+    attempt: int = 1
+
+    def event(self, kind: JobEventKind, *, wait: bool = True, **fields: Any) -> None:
+        if self.sink is None:
+            return
+        ev = JobEvent(job_id=self.job_id, kind=kind, model_name=self.request.model_name,
+                      attempt=self.attempt, request_id=self.request.event_id, **fields)
+        self.sink.send(self.topics.jobs, ev, key=self.job_id, wait=wait)
+
+    def status(self, **changes: Any) -> None:
+        jobs.update_status(self.root, self.job_id, **changes)
+
+
+class _EventLogHandler(logging.Handler):
+    """Log lines of the job also go to events.jobs (LOG), so operators can follow them."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        super().__init__(logging.INFO)
+        self.ctx = ctx
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):  # logging must never fail the job
+            self.ctx.event(JobEventKind.LOG, message=self.format(record)[:16_000], wait=False)
+
+
+def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
+            topics: ControlTopics = ControlTopics(),
+            publish_hook: versions.PublishHook | None = None) -> int:
+    """Run one job; return its exit code. Every failure ends as a one-line reason in
+    ``status.json`` (and a LOG event); the control plane decides retry or FAILED."""
+    _setup_logging()
+    try:
+        with _locked(root, job_id):
+            request = jobs.read_request(root, job_id)
+            sink = EventSink(conn) if conn is not None else None
+            st = jobs.read_status(root, job_id)
+            ctx = JobContext(root, job_id, request, sink, topics,
+                             attempt=(st.attempts if st else 0) + 1)
+            handler = _EventLogHandler(ctx)
+            handler.setFormatter(logging.Formatter("%(message)s"))
+            log.addHandler(handler)
+            try:
+                _run(ctx, publish_hook)
+                return ExitCode.OK
+            except HeadraceError as exc:
+                code = ExitCode.PERMANENT if isinstance(exc, PermanentError) else ExitCode.RETRIABLE
+                return _fail(ctx, str(exc), code)
+            except OSError as exc:
+                return _fail(ctx, f"filesystem error: {exc}", ExitCode.RETRIABLE)
+            except Exception as exc:  # a framework error: keep the traceback in log.txt
+                log.exception("unexpected error")
+                line = (str(exc).strip().splitlines() or [""])[-1]
+                return _fail(ctx, f"{type(exc).__name__}: {line}", ExitCode.RETRIABLE)
+            finally:
+                log.removeHandler(handler)
+                if sink is not None:
+                    sink.close()
+    except PermanentError as exc:  # the request itself is unreadable
+        log.error("%s", exc)
+        _best_effort_status(root, job_id, reason=str(exc), exit_code=int(ExitCode.PERMANENT))
+        return ExitCode.PERMANENT
+    except RetriableError as exc:
+        log.error("%s", exc)
+        return ExitCode.RETRIABLE
+
+
+def _fail(ctx: JobContext, reason: str, code: int) -> int:
+    reason = reason.strip().splitlines()[0] if reason.strip() else "failed"
+    log.error("attempt %d failed: %s", ctx.attempt, reason)
+    _best_effort_status(ctx.root, ctx.job_id, reason=reason, exit_code=int(code))
+    return code
+
+
+def _best_effort_status(root: Path, job_id: str, **changes: Any) -> None:
+    with contextlib.suppress(Exception):  # reporting a failure must not mask it
+        jobs.update_status(root, job_id, **changes)
+
+
+def _setup_logging() -> None:
+    if not log.handlers:
+        h = logging.StreamHandler(sys.stdout)
+        h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(h)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
+@contextmanager
+def _locked(root: Path, job_id: str) -> Iterator[None]:
+    d = job_dir(root, job_id)
+    if not d.is_dir():
+        raise PermanentError(f"job {job_id} does not exist")
+    fd = os.open(d / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RetriableError(f"job {job_id} is running elsewhere (lock held)") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
+    req, root = ctx.request, ctx.root
+    t0 = time.time()
+    ctx.status(state=JobState.RUNNING, attempts=ctx.attempt, reason=None, exit_code=None,
+               started_at=jobs.now_iso())
+    log.info("attempt %d running (pid %d)", ctx.attempt, os.getpid())
+    threading.Thread(target=_warm_plotting, daemon=True).start()
+    gate = _gate_for(ctx)
+    existing = _published_version(root, req.model_name, ctx.job_id)
+    if existing is not None:
+        log.info("version %d of this job is already published; finishing its promotion",
+                 existing.version)
+        result = GateResult.model_validate(existing.manifest.extra.get("gate", {"passed": False}))
+        _finish(ctx, existing, result, t0)
+        return
+    ds = load_dataset(root=root, uri=req.dataset_uri, spec=req.spec)
+    sp = split(ds, validation_split=req.spec.validation_split, seed=req.spec.seed)
+    backend = get_backend(req.framework)
+    n_out = len(ds.classes) if req.spec.task == Task.CLASSIFIER else 1
+    model = backend.create(spec=req.spec, n_features=len(ds.features), n_outputs=n_out,
+                           seed=req.spec.seed)
+    log.info("dataset %s: %d rows, %d features, %s; device %s", req.dataset_uri, ds.rows,
+             len(ds.features), f"classes {list(ds.classes)}" if ds.classes else "regression",
+             model.device)
+    _train(ctx, model, sp)
+    ev = evaluate(task=req.spec.task, outputs=model.predict(sp.x_val), y=sp.y_val,
+                  classes=ds.classes)
+    log.info("validation: %s", _fmt(ev.metrics))
+    result = _gate(ctx, gate, ev, ds, sp)
+    mv = _publish(ctx, model, ds, ev, result, publish_hook)
+    _finish(ctx, mv, result, t0)
+
+
+def _warm_plotting() -> None:
+    # Import matplotlib while training runs: it is needed only to render the PNG at the end.
+    with contextlib.suppress(Exception):
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot
+
+
+def _gate_for(ctx: JobContext) -> Gate:
+    """The gate snapshot of this job (taken on its first attempt)."""
+    path = job_dir(ctx.root, ctx.job_id) / jobs.GATE
+    if path.exists():
+        return Gate.model_validate_json(path.read_bytes())
+    gate = load_gates(ctx.root, ctx.request.model_name)
+    write_atomic(path, gate.model_dump_json(indent=2).encode())
+    return gate
+
+
+def _published_version(root: Path, name: str, job_id: str) -> versions.ModelVersion | None:
+    for v in reversed(versions.list_versions(root, name)):
+        try:
+            mv = versions.load_version(root, name, v, verify=False)
+        except HeadraceError:
+            continue
+        if mv.manifest.job_id == job_id:
+            return versions.load_version(root, name, v)
+    return None
+
+
+def _train(ctx: JobContext, model: Model, sp: Split) -> None:
+    spec = ctx.request.spec
+    ckdir = jobs.checkpoints_dir(ctx.root, ctx.job_id)
+    checkpoints.sweep(ckdir)
+    step, epoch0, batch0 = 0, 0, 0
+    found = checkpoints.latest(ckdir)
+    if found is not None:
+        path, state = found
+        model.load_checkpoint(path)
+        step, epoch0, batch0 = state.step, state.epoch, state.batch
+        log.info("resumed from checkpoint at step %d (epoch %d, batch %d)", step, epoch0, batch0)
+    n = len(sp.x_train)
+    bs = min(spec.batch_size, n)
+    n_batches = (n + bs - 1) // bs
+    loss = float("nan")
+    for epoch in range(epoch0, spec.epochs):
+        order = np.random.default_rng(spec.seed * 100_003 + epoch).permutation(n)
+        losses: list[float] = []
+        for b in range(batch0 if epoch == epoch0 else 0, n_batches):
+            idx = order[b * bs:(b + 1) * bs]
+            loss = model.fit_batch(sp.x_train[idx], sp.y_train[idx])
+            losses.append(loss)
+            step += 1
+            every = spec.checkpoint_every_steps
+            if every and step % every == 0 and b + 1 < n_batches:
+                checkpoints.save(ckdir, checkpoints.CheckpointState(step, epoch, b + 1, loss),
+                                 model.save_checkpoint)
+        # End of epoch: the checkpoint names the next epoch with no batch done.
+        checkpoints.save(ckdir, checkpoints.CheckpointState(step, epoch + 1, 0, loss),
+                         model.save_checkpoint)
+        val = evaluate(task=spec.task, outputs=model.predict(sp.x_val), y=sp.y_val,
+                       classes=_classes_of(sp, spec.task, model))
+        metrics = {"loss": float(np.mean(losses)) if losses else loss,
+                   **{f"val_{k}": v for k, v in val.metrics.items() if "." not in k}}
+        log.info("epoch %d/%d step %d: %s", epoch + 1, spec.epochs, step, _fmt(metrics))
+        ctx.status(epoch=epoch + 1, step=step, metrics=metrics)
+        ctx.event(JobEventKind.PROGRESS, epoch=epoch + 1, step=step, metrics=metrics,
+                  message=f"epoch {epoch + 1}/{spec.epochs}")
+
+
+def _classes_of(sp: Split, task: Task, model: Model) -> tuple[str, ...]:
+    if task != Task.CLASSIFIER:
+        return ()
+    k = model.predict(sp.x_val[:1]).shape[1]
+    return tuple(str(i) for i in range(k))
+
+
+def _gate(ctx: JobContext, gate: Gate, ev: Evaluation, ds: Dataset, sp: Split) -> GateResult:
+    """Check the gate; production is evaluated on this job's validation rows."""
+    name = ctx.request.model_name
+    prod_ev: Evaluation | None = None
+    prod_version: int | None = None
+    try:
+        prod = versions.resolve(ctx.root, f"{name}@{versions.PRODUCTION}")
+    except versions.VersionNotFound:
+        prod = None
+    if prod is not None and gate.max_regression:
+        prod_ev = _evaluate_version(prod, ds, sp)
+        prod_version = prod.version
+        if prod_ev is not None:
+            log.info("production v%d on the same validation rows: %s", prod.version,
+                     _fmt(prod_ev.metrics))
+    result = check(gate, ev, prod_ev, prod_version)
+    if result.passed:
+        log.info("gate passed")
+    else:
+        log.warning("gate failed: %s", "; ".join(result.reasons))
+    return result
+
+
+def _evaluate_version(mv: versions.ModelVersion, ds: Dataset, sp: Split) -> Evaluation | None:
+    m = mv.manifest
+    if m.task != ctx_task(ds) or m.classes != ds.classes or m.label != ds.label:
+        log.warning("production v%d is not comparable (task, label or classes differ)", mv.version)
+        return None
+    try:
+        cols = [ds.features.index(f) for f in m.features]
+    except ValueError:
+        log.warning("production v%d uses features this dataset lacks", mv.version)
+        return None
+    backend: Backend = get_backend(m.framework)
+    predictor = backend.load_exported(mv.path, task=m.task, n_features=len(m.features))
+    return evaluate(task=m.task, outputs=predictor.predict(sp.x_val[:, cols]), y=sp.y_val,
+                    classes=ds.classes)
+
+
+def ctx_task(ds: Dataset) -> Task:
+    return Task.CLASSIFIER if ds.classes else Task.REGRESSOR
+
+
+def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result: GateResult,
+             hook: versions.PublishHook | None) -> versions.ModelVersion:
+    req = ctx.request
+    manifest = Manifest(
+        name=req.model_name, framework=req.framework, task=req.spec.task,
+        features=ds.features, label=ds.label, classes=ds.classes, metrics=ev.metrics,
+        confusion_matrix=ev.confusion_matrix, dataset=ds.identity,
+        trigger_event_id=req.event_id, job_id=ctx.job_id,
+        extra={"gate": result.model_dump(), "spec": json.loads(req.spec.model_dump_json()),
+               "trigger": json.loads(req.trigger.model_dump_json())})
+
+    def write_files(d: Path) -> None:
+        model.export(d)
+        (d / "metrics.json").write_bytes(ev.to_json())
+        if ev.classes:
+            render_confusion_png(ev, d / "confusion_matrix.png",
+                                 title=f"{req.model_name} (job {ctx.job_id})")
+
+    kwargs: dict[str, Any] = {} if hook is None else {"hook": hook}
+    mv = versions.publish(ctx.root, manifest, write_files, **kwargs)
+    log.info("published %s:%d", mv.name, mv.version)
+    return mv
+
+
+def _finish(ctx: JobContext, mv: versions.ModelVersion, result: GateResult, t0: float) -> None:
+    promoted = False
+    if result.passed and result.promote:
+        current = versions.read_alias(ctx.root, mv.name)
+        if current is None or current.version != mv.version:
+            if ctx.sink is not None:
+                promote(root=ctx.root, sink=ctx.sink, topic=ctx.topics.models, name=mv.name,
+                        version=mv.version, job_id=ctx.job_id, reason=f"job {ctx.job_id}")
+            else:
+                versions.set_alias(ctx.root, mv.name, mv.version, reason=f"job {ctx.job_id}")
+        promoted = True
+        log.info("promoted %s:%d to production", mv.name, mv.version)
+    elif result.passed:
+        log.info("gate passed; promotion is off for this model (promote: false)")
+    msg = (f"{mv.name}:{mv.version} " + ("promoted" if promoted else "kept, not promoted: "
+           + ("; ".join(result.reasons) or "promotion off")))
+    ctx.status(state=JobState.SUCCEEDED, finished_at=jobs.now_iso(), version=mv.version,
+               promoted=promoted, gate_reasons=list(result.reasons),
+               metrics={k: float(v) for k, v in mv.manifest.metrics.items()}, reason=None,
+               exit_code=0)
+    ctx.event(JobEventKind.SUCCEEDED, message=msg,
+              metrics={k: float(v) for k, v in mv.manifest.metrics.items() if "." not in k},
+              reason=None if promoted else "; ".join(result.reasons) or "promotion off")
+    log.info("done in %.1fs: %s", time.time() - t0, msg)
+
+
+def _fmt(metrics: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:.4f}" for k, v in sorted(metrics.items()) if "." not in k)
+

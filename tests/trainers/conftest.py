@@ -1,0 +1,94 @@
+"""Fixtures for the trainers: a demo dataset on the DFS, namespaced control topics, and a
+control-plane process factory (the faust app needs its own main thread)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.contracts import JobEvent, ModelSpec, TrainRequested
+from headrace.streams.control_io import read_events
+from headrace.streams.control_topics import ControlTopics
+from headrace.trainers.datasets import make_demo
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ModelSpec(epochs=2, hidden=(16,), batch_size=32, learning_rate=0.01)
+
+
+@pytest.fixture
+def demo(dfs: Path) -> str:
+    make_demo(out=dfs / "datasets" / "demo.parquet", rows=300, seed=1)
+    return "datasets/demo.parquet"
+
+
+@pytest.fixture
+def topics(conn: KafkaConnection) -> ControlTopics:
+    t = ControlTopics.with_prefix("t" + uuid.uuid4().hex[:10])
+    ensure_topics(conn, t.specs())
+    return t
+
+
+def request(dataset: str, *, key: str | None = None, framework: str = "mxnet",
+            name: str = "demo", spec: ModelSpec = TINY) -> TrainRequested:
+    return TrainRequested(idempotency_key=key or uuid.uuid4().hex, model_name=name,
+                          framework=framework, dataset_uri=dataset, spec=spec)
+
+
+def job_env(broker: str, dfs: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(HEADRACE_BOOTSTRAP=broker, HEADRACE_DFS_ROOT=str(dfs), PYTHONUNBUFFERED="1",
+               TF_CPP_MIN_LOG_LEVEL="2")
+    return env
+
+
+@pytest.fixture
+def start_control(broker: str, dfs: Path, topics: ControlTopics, tmp_path: Path
+                  ) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(**cfg: Any) -> subprocess.Popen[bytes]:
+        conf = {"root": str(dfs), "bootstrap": broker, "prefix": topics.prefix, **cfg}
+        log = open(tmp_path / f"control-{len(procs)}.log", "wb")  # noqa: SIM115
+        p = subprocess.Popen([sys.executable, "-m", "tests.trainers.control_proc",
+                              json.dumps(conf)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                             env=job_env(broker, dfs))
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        stop(p)
+
+
+def stop(p: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def wait_events(conn: KafkaConnection, topic: str, pred: Callable[[list[JobEvent]], bool],
+                *, timeout: float = 90.0) -> list[JobEvent]:
+    deadline = time.monotonic() + timeout
+    events: list[JobEvent] = []
+    while time.monotonic() < deadline:
+        events = read_events(conn, topic, JobEvent, idle_s=0.5)
+        if pred(events):
+            return events
+        time.sleep(0.5)
+    raise AssertionError(f"condition not met in {timeout}s; events: "
+                         f"{[(e.job_id, e.kind.value, e.reason) for e in events]}")

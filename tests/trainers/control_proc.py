@@ -1,0 +1,38 @@
+"""A control-plane process for tests: ``python -m tests.trainers.control_proc CONFIG_JSON``.
+
+The only test seam is the clock: with ``now_file`` set, ``now`` is read from that file
+(an ISO time), so a test can move time forward across restarts.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.control_topics import ControlTopics
+from headrace.trainers.service import run_control
+from headrace.trainers.triggers import load_triggers
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    now_file = cfg.get("now_file")
+
+    def now() -> datetime:
+        if now_file:
+            return datetime.fromisoformat(Path(now_file).read_text().strip())
+        return datetime.now(UTC)
+
+    run_control(
+        root=Path(cfg["root"]), conn=KafkaConnection(cfg["bootstrap"], timeout_s=15.0),
+        topics=ControlTopics.with_prefix(cfg["prefix"]),
+        triggers=load_triggers(Path(cfg["triggers"]) if cfg.get("triggers") else None),
+        app_id=cfg.get("app_id", "headrace-control"), max_attempts=cfg.get("max_attempts", 3),
+        backoff_s=cfg.get("backoff_s", 0.2), now=now, tick_s=0.2)
+
+
+if __name__ == "__main__":
+    main()

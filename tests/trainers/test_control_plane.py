@@ -1,0 +1,161 @@
+"""The control plane (faust app + local executor) against the real broker: exactly one job
+per idempotency key, bad input dead-lettered or failed fast, schedules once per slot."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from headrace.streams import dlq
+from headrace.streams.clients import KafkaConnection, make_producer, send_events
+from headrace.streams.contracts import JobEventKind, ModelPublished, TrainRequested
+from headrace.streams.control_io import iter_records, read_events
+from headrace.streams.control_topics import ControlTopics
+from headrace.trainers import jobs
+from tests.trainers.conftest import request, stop, wait_events
+
+pytestmark = pytest.mark.slow
+Start = Callable[..., subprocess.Popen[bytes]]
+
+
+def test_one_job_per_key_bad_input_dead_lettered_or_failed_fast(
+        conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
+        start_control: Start) -> None:
+    start_control()
+    good = request(demo, key="order-42")
+    missing = request("datasets/missing.parquet", key="order-43")
+    send_events(conn, topics.train_requests, [good, good, good, missing])
+    p = make_producer(conn)
+    p.produce(topics.train_requests, value=b"{not json")
+    p.produce(topics.train_requests,
+              value=good.model_dump_json().replace('"mxnet"', '"pytorch"').encode())
+    p.flush(10)
+
+    jid = jobs.job_id_for("order-42")
+    events = wait_events(conn, topics.jobs, lambda evs: any(
+        e.job_id == jid and e.kind in ("succeeded", "failed") for e in evs), timeout=120)
+    mine = [e.kind for e in events if e.job_id == jid and e.kind != JobEventKind.LOG]
+    assert mine.count(JobEventKind.QUEUED) == 1 and mine.count(JobEventKind.DUPLICATE) == 2
+    assert mine.count(JobEventKind.STARTED) == 1 and mine[-1] == JobEventKind.SUCCEEDED, mine
+    assert sorted(p.name for p in (dfs / "jobs").iterdir()) == sorted(
+        [jid, jobs.job_id_for("order-43")])
+    published = read_events(conn, topics.models, ModelPublished)
+    assert [(m.model_name, m.version, m.job_id) for m in published] == [("demo", 1, jid)]
+
+    bad = [e for e in events if e.job_id == jobs.job_id_for("order-43")]
+    assert [e.kind for e in bad] == [JobEventKind.QUEUED, JobEventKind.FAILED]
+    assert bad[1].reason == "dataset 'datasets/missing.parquet' does not exist under the DFS root"
+    st = jobs.read_status(dfs, jobs.job_id_for("order-43"))
+    assert st is not None and st.state == "failed" and st.attempts == 0
+
+    letters = list(iter_records(conn, topics.train_requests_dlq, idle_s=1.0))
+    assert letters[0].record.value == b"{not json"
+    assert len(letters) == 2
+    h = letters[1]
+    assert h.header(dlq.DLQ_TOPIC) == topics.train_requests
+    assert h.header(dlq.DLQ_OFFSET) == "5" and h.header(dlq.DLQ_STAGE) == "parse"
+    assert h.header(dlq.DLQ_ERROR_CLASS) == "ValidationFailed"
+    assert "framework" in (h.header(dlq.DLQ_ERROR_MESSAGE) or "")
+
+
+def test_two_control_planes_run_one_job_for_a_request_delivered_three_times(
+        conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
+        start_control: Start) -> None:
+    # Different app ids: two routers that do not share a consumer group or a table.
+    start_control(app_id="router-a")
+    start_control(app_id="router-b")
+    req = request(demo, key="dup-1", spec=request(demo).spec.model_copy(update={"epochs": 1}))
+    send_events(conn, topics.train_requests, [req, req, req])
+    jid = jobs.job_id_for("dup-1")
+    events = wait_events(conn, topics.jobs, lambda evs: sum(
+        e.kind == "duplicate" for e in evs) >= 5 and any(e.kind == "succeeded" for e in evs),
+        timeout=120)
+    kinds = [e.kind for e in events if e.job_id == jid and e.kind != JobEventKind.LOG]
+    assert kinds.count(JobEventKind.QUEUED) == 1, kinds
+    assert kinds.count(JobEventKind.STARTED) == 1 and kinds.count(JobEventKind.DUPLICATE) == 5
+    assert [p.name for p in (dfs / "jobs").iterdir()] == [jid]
+    assert len(read_events(conn, topics.models, ModelPublished)) == 1
+
+
+def _set_now(path: Path, iso: str) -> None:
+    path.write_text(iso)
+
+
+def _scheduled(conn: KafkaConnection, topics: ControlTopics) -> list[TrainRequested]:
+    return [r for r in read_events(conn, topics.train_requests, TrainRequested)
+            if r.trigger.kind == "schedule"]
+
+
+def test_a_schedule_fires_once_per_slot_across_restarts(
+        conn: KafkaConnection, dfs: Path, topics: ControlTopics, start_control: Start,
+        tmp_path: Path) -> None:
+    now = tmp_path / "now"
+    trig = tmp_path / "triggers.yaml"
+    trig.write_text(
+        "schedules:\n"
+        "  - name: nightly\n    cron: '* * * * *'\n"
+        "    request: {model_name: demo, framework: mxnet, dataset_uri: missing.parquet}\n")
+    cfg = {"now_file": str(now), "triggers": str(trig), "app_id": "sched"}
+    _set_now(now, "2030-01-01T10:00:30+00:00")
+    first = start_control(**cfg)
+    wait_events(conn, topics.jobs, lambda evs: True, timeout=5)
+    time.sleep(8)  # started, recovered, ticked: a new schedule waits for the next slot
+    assert _scheduled(conn, topics) == []
+    _set_now(now, "2030-01-01T10:01:05+00:00")
+    _wait(lambda: len(_scheduled(conn, topics)) == 1)
+    time.sleep(2)
+    stop(first)
+
+    _set_now(now, "2030-01-01T10:01:40+00:00")  # same slot after a restart: nothing
+    start_control(**cfg)
+    time.sleep(10)
+    assert len(_scheduled(conn, topics)) == 1
+    _set_now(now, "2030-01-01T10:02:00Z")
+    _wait(lambda: len(_scheduled(conn, topics)) == 2)
+    time.sleep(2)
+    reqs = _scheduled(conn, topics)
+    assert [r.idempotency_key for r in reqs] == [
+        "schedule:nightly:2030-01-01T10:01:00Z",
+        "schedule:nightly:2030-01-01T10:02:00Z"]
+    assert [r.trigger.slot for r in reqs] == ["2030-01-01T10:01:00Z",
+                                               "2030-01-01T10:02:00Z"]
+    # The last slot is on the compacted schedules topic.
+    last = list(iter_records(conn, topics.schedules, idle_s=1.0))
+    assert last and b"10:02:00" in (last[-1].record.value or b"")
+    assert datetime.now(UTC).year < 2030  # the fake clock, not the real one, drove it
+
+
+def _wait(cond: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.5)
+    raise AssertionError("timed out")
+
+
+def test_an_event_rule_requests_training_every_n_records(
+        conn: KafkaConnection, dfs: Path, topics: ControlTopics, tmp_path: Path) -> None:
+    from headrace.trainers.control import ControlPlane
+    from headrace.trainers.executors.local import LocalExecutor
+    from headrace.trainers.triggers import load_triggers
+
+    trig = tmp_path / "t.yaml"
+    trig.write_text("rules:\n  - name: fresh\n    stream: demo\n    every: 100\n"
+                    "    request: {model_name: demo, framework: mxnet, dataset_uri: d.parquet}\n")
+    plane = ControlPlane(root=dfs, conn=conn, executor=LocalExecutor(root=dfs), topics=topics,
+                         triggers=load_triggers(trig))
+    counters: dict[str, object] = {}
+    for n in (60, 60, 130):  # 250 records: windows 1 and 2 complete, 50 carried over
+        plane.on_data("demo", n, counters)
+    plane.on_data("other", 500, counters)
+    plane.close()
+    reqs = read_events(conn, topics.train_requests, TrainRequested)
+    assert [(r.idempotency_key, r.trigger.kind, r.trigger.slot) for r in reqs] == [
+        ("rule:fresh:1", "event", "1"), ("rule:fresh:2", "event", "2")]
+    assert counters == {"fresh": {"count": 50, "window": 2}}

@@ -1,0 +1,83 @@
+"""The local executor: retriable failures retried with exponential backoff, permanent ones
+never, a timeout kills the job, concurrency per framework holds."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from headrace.store.dfs import job_dir
+from headrace.streams.contracts import Framework
+from headrace.trainers import jobs
+from headrace.trainers.executors.base import Executor, ExitCode, JobOutcome, JobSpec
+from headrace.trainers.executors.local import LocalExecutor
+from headrace.trainers.running import LOCK
+from tests.trainers.conftest import TINY, request
+
+
+def _spec(jid: str) -> JobSpec:
+    return JobSpec(job_id=jid, model_name="demo", framework=Framework.MXNET)
+
+
+def _run_until_done(ex: LocalExecutor, timeout: float = 90) -> list[JobOutcome]:
+    deadline = time.monotonic() + timeout
+    out: list[JobOutcome] = []
+    while ex.active() and time.monotonic() < deadline:
+        out += ex.poll()
+        time.sleep(0.05)
+    return out
+
+
+def test_backoff_doubles_up_to_its_cap() -> None:
+    ex = LocalExecutor(root=Path("."), backoff_s=0.5, backoff_max_s=3.0)
+    assert isinstance(ex, Executor)
+    assert [ex.backoff(a) for a in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+def test_a_retriable_failure_is_retried_after_backoff_and_then_succeeds(dfs: Path,
+                                                                      demo: str) -> None:
+    jid, _ = jobs.create_request(dfs, request(demo, spec=TINY))
+    # Another holder of the job lock makes the first attempt exit 75 (retriable).
+    fd = os.open(job_dir(dfs, jid) / LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    retries: list[tuple[int, str, float]] = []
+    ex = LocalExecutor(root=dfs, backoff_s=1.0, max_attempts=3,
+                       on_retry=lambda j, a, r, d: retries.append((a, r, d)))
+    ex.submit(_spec(jid))
+    deadline = time.monotonic() + 30
+    while not retries and time.monotonic() < deadline:
+        ex.poll()
+        time.sleep(0.05)
+    os.close(fd)  # release: the retry can run
+    outcomes = _run_until_done(ex)
+    assert retries == [(2, f"job {jid} is running elsewhere (lock held)", 1.0)]
+    assert [(o.succeeded, o.attempts) for o in outcomes] == [(True, 2)]
+    log = jobs.log_path(dfs, jid).read_text()
+    assert "--- attempt 1 ---" in log and "--- attempt 2 ---" in log
+
+
+def test_a_permanent_failure_is_not_retried_and_says_why(dfs: Path) -> None:
+    pq.write_table(pa.table({"f0": pa.array(["x"] * 20), "label": pa.array([0, 1] * 10)}),
+                   dfs / "bad.parquet")
+    jid, _ = jobs.create_request(dfs, request("bad.parquet"))
+    ex = LocalExecutor(root=dfs, backoff_s=0.01, max_attempts=3)
+    ex.submit(_spec(jid))
+    [outcome] = _run_until_done(ex)
+    assert not outcome.succeeded and outcome.attempts == 1
+    assert outcome.exit_code == ExitCode.PERMANENT
+    assert outcome.reason == ("dataset 'bad.parquet': feature columns must be numeric: "
+                              "f0 (string)")
+
+
+def test_a_job_past_its_timeout_is_killed_and_given_up(dfs: Path, demo: str) -> None:
+    jid, _ = jobs.create_request(dfs, request(demo, spec=TINY.model_copy(update={"epochs": 500})))
+    ex = LocalExecutor(root=dfs, timeout_s=3.0, max_attempts=1, grace_s=1.0)
+    ex.submit(_spec(jid))
+    [outcome] = _run_until_done(ex)
+    assert not outcome.succeeded
+    assert outcome.reason == "timed out after 3s (gave up after 1 attempts)"
