@@ -118,10 +118,36 @@ def _parse(buf: bytes, schema: pa.Schema) -> pa.Table:
     )
 
 
+def _looks_like_object(value: bytes) -> bool:
+    return value[:1] == b"{" or value.lstrip()[:1] == b"{"
+
+
 def _decode_json(
     values: list[bytes], features: Sequence[str]
 ) -> tuple[np.ndarray, np.ndarray, list[tuple[int, Exception]]]:
-    """Matrix of the good messages, their positions in ``values``, and the bad ones' errors."""
+    """Matrix of the good messages, their positions in ``values``, and the bad ones' errors.
+
+    A value that is not an object never reaches pyarrow: pyarrow 22 crashes the process on a
+    lone JSON ``null`` parsed with an explicit schema.
+    """
+    if all(_looks_like_object(v) for v in values):
+        return _decode_objects(values, features)
+    keep = np.fromiter((i for i, v in enumerate(values) if _looks_like_object(v)), np.int64)
+    rejected: list[tuple[int, Exception]] = [
+        (i, ValidationFailed("undecodable JSON record: expected one object on one line",
+                             stage="decode"))
+        for i, v in enumerate(values) if not _looks_like_object(v)]
+    x, ok, errors = _decode_objects([values[i] for i in keep], features)
+    errors = [(int(keep[i]), e) for i, e in errors] + rejected
+    errors.sort(key=lambda e: e[0])
+    return x, keep[ok], errors
+
+
+def _decode_objects(
+    values: list[bytes], features: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray, list[tuple[int, Exception]]]:
+    if not values:
+        return np.zeros((0, len(features)), np.float32), np.zeros(0, np.int64), []
     schema = _schema(features)
     errors: list[tuple[int, Exception]] = []
     good: list[tuple[int, int, pa.Table]] = []

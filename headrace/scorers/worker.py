@@ -39,7 +39,9 @@ from headrace.scorers.models import LoadedModel, ModelHolder
 from headrace.streams.codecs import encode_arrow
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.scoring_io import (
+    CommitAbandoned,
     DeliveryFailed,
+    FlushTimedOut,
     RawBatch,
     StreamIO,
     TransactionAborted,
@@ -274,7 +276,7 @@ class Worker:
             self.io.produce_many(self.predictions_topic, out.arrow_values, out.arrow_keys,
                                  ARROW_HEADERS)
         for letter in out.letters:
-            self.io.produce_one(self.dlq_topic, letter.record.value, letter.record.key,
+            self.io.produce_one(self.dlq_topic, letter.payload(), letter.record.key,
                                 letter.headers())
 
     def _deliver(self, out: Outputs, offsets: dict[tuple[str, int], int]) -> None:
@@ -286,6 +288,12 @@ class Worker:
             except DeliveryFailed as exc:
                 self._retrying("deliver", exc, delay)
                 self._produce(out)  # some outputs are lost: publish the whole batch again
+            except FlushTimedOut as exc:
+                # A producer can hang on a broker that forgot it (UNKNOWN_PRODUCER_ID after a
+                # restart): start a new one and publish the batch again (duplicates detectable).
+                self._retrying("flush", exc, delay)
+                self.io.renew_producer()
+                self._produce(out)
             except RetriableError as exc:
                 self._retrying("flush", exc, delay)
             delay = min(delay * 2, MAX_BACKOFF_S)
@@ -294,6 +302,11 @@ class Worker:
             try:
                 self.io.commit(offsets)
                 break
+            except CommitAbandoned as exc:
+                # Polling rejoins the group; these partitions are consumed again (at-least-once).
+                log.warning("%s; the batch will be consumed again", exc)
+                self.io.rewind_to_committed()
+                return
             except RetriableError as exc:
                 self._retrying("commit", exc, delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
@@ -316,7 +329,7 @@ class Worker:
         if self._stop_seen is None and self.stop.is_set():
             self._stop_seen = time.monotonic()
         if self._stop_seen is None:
-            return 30.0
+            return 10.0  # long enough for any healthy flush; a hung producer is renewed after it
         return max(0.5, self.grace_s * 0.8 - (time.monotonic() - self._stop_seen))
 
     def _retrying(self, what: str, exc: Exception, delay: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 
@@ -19,6 +20,10 @@ DLQ_ERROR_CLASS = "dlq.error-class"
 DLQ_ERROR_MESSAGE = "dlq.error-message"
 DLQ_TIMESTAMP = "dlq.timestamp"
 DLQ_ROW = "dlq.row"  # for a bad row inside an Arrow batch
+DLQ_TRUNCATED_FROM = "dlq.value-truncated-from"  # original size when the value was cut
+DLQ_VALUE_SHA256 = "dlq.value-sha256"
+# A dead letter must fit where its cause did not: oversized values are cut, with their hash.
+MAX_DLQ_VALUE_BYTES = 1024 * 1024
 MAX_ERROR_CHARS = 2000
 
 
@@ -36,6 +41,14 @@ class DeadLetter:
         st = stage or (exc.stage if isinstance(exc, HeadraceError) else "") or "unknown"
         return cls(record, st, type(exc).__name__, str(exc) or type(exc).__name__, row)
 
+    @property
+    def truncated(self) -> bool:
+        return len(self.record.value or b"") > MAX_DLQ_VALUE_BYTES
+
+    def payload(self) -> bytes | None:
+        value = self.record.value
+        return value[:MAX_DLQ_VALUE_BYTES] if value is not None and self.truncated else value
+
     def headers(self) -> hdr.Headers:
         # Keep the record's own headers (content-type etc.) so a redrive is byte-identical.
         own = [(k, v) for k, v in self.record.headers if not k.startswith("dlq.")]
@@ -48,10 +61,13 @@ class DeadLetter:
             DLQ_ERROR_MESSAGE: self.error_message[:MAX_ERROR_CHARS],
             DLQ_TIMESTAMP: int(time.time() * 1000),
             DLQ_ROW: self.row,
+            DLQ_TRUNCATED_FROM: len(self.record.value or b"") if self.truncated else None,
+            DLQ_VALUE_SHA256: hashlib.sha256(self.record.value or b"").hexdigest()
+            if self.truncated else None,
         })
 
 
 def write_dead_letter(producer: Producer, dlq_topic: str, letter: DeadLetter,
                       *, on_delivery: object = None) -> None:
-    produce(producer, dlq_topic, letter.record.value, key=letter.record.key,
+    produce(producer, dlq_topic, letter.payload(), key=letter.record.key,
             headers=letter.headers(), on_delivery=on_delivery)

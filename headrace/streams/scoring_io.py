@@ -148,6 +148,23 @@ class DeliveryFailed(RetriableError):
     """The broker refused some deliveries: the batch's outputs must be produced again."""
 
 
+class FlushTimedOut(RetriableError):
+    """Outputs still unacknowledged after the flush timeout."""
+
+
+class CommitAbandoned(RetriableError):
+    """The group moved on (rebalance, or a broker that forgot this member): the batch's
+    partitions are consumed again from the last committed offsets, so retrying is pointless."""
+
+
+# Commit errors that no retry can fix: rejoining the group (by polling) is the way forward.
+_GROUP_MOVED_ON = {
+    KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION,
+    KafkaError.REBALANCE_IN_PROGRESS, KafkaError.FENCED_INSTANCE_ID,
+    KafkaError._ASSIGNMENT_LOST, KafkaError._STATE,
+}
+
+
 class TransactionAborted(RetriableError):
     """The transaction was aborted; the consumer was rewound and the batch must be redone."""
 
@@ -181,6 +198,7 @@ class StreamIO:
         if transactional_id is not None:
             pconf["transactional.id"] = transactional_id
             pconf["transaction.timeout.ms"] = 60_000
+        self._pconf = pconf
         self.producer = Producer(pconf)
         cconf = {**conn.base(), **CONSUMER_DEFAULTS, "group.id": group_id,
                  **(consumer_overrides or {})}
@@ -298,11 +316,25 @@ class StreamIO:
         errors = self.delivery.take()
         if errors:
             first = errors[0]
+            if first.fatal() and not self.transactional:
+                # e.g. UNKNOWN_PRODUCER_ID from a broker that lost its producer state: a new
+                # idempotent producer is safe, and the caller publishes the batch again.
+                self.renew_producer()
+                raise DeliveryFailed(f"producer fenced ({first.str()}); renewed it") from None
             if first.fatal():
                 raise FatalError(f"delivery failed: {first.str()}")
             raise DeliveryFailed(f"{len(errors)} deliveries failed: {first.str()}")
         if remaining:
-            raise RetriableError(f"{remaining} messages not acknowledged within {timeout_s:.1f}s")
+            raise FlushTimedOut(f"{remaining} messages not acknowledged within {timeout_s:.1f}s")
+
+    def renew_producer(self) -> None:
+        """Replace the producer, dropping what it still holds (the caller publishes again)."""
+        if self.transactional:
+            return
+        old, self.producer = self.producer, Producer(self._pconf)
+        old.purge()
+        old.poll(0)  # run the purged messages' callbacks now, into the errors we drop
+        self.delivery.take()
 
     def outstanding(self) -> int:
         return len(self.producer)
@@ -318,6 +350,8 @@ class StreamIO:
             err = exc.args[0] if exc.args else None
             if isinstance(err, KafkaError) and err.code() == KafkaError._NO_OFFSET:
                 return
+            if isinstance(err, KafkaError) and err.code() in _GROUP_MOVED_ON:
+                raise CommitAbandoned(f"commit abandoned: {err.str()}") from None
             raise _classify(exc, "commit") from None
 
     # -- transactions (consume-transform-produce) ----------------------------------------
@@ -350,10 +384,19 @@ class StreamIO:
     def abort_and_rewind(self, timeout_s: float) -> None:
         self._txn(lambda: self.producer.abort_transaction(timeout_s), "abort")
         self.delivery.take()
+        self.rewind_to_committed(timeout_s)
+
+    def rewind_to_committed(self, timeout_s: float = 10.0) -> None:
+        """Seek every assigned partition back to its committed offset (best effort: a
+        rebalance does the same for partitions this member loses)."""
         tps = [TopicPartition(t, p) for t, p in self.assignment()]
         if not tps:
             return
-        committed = self.consumer.committed(tps, timeout=timeout_s)
+        try:
+            committed = self.consumer.committed(tps, timeout=timeout_s)
+        except KafkaException as exc:
+            log.warning("cannot read committed offsets to rewind: %s", _reason(exc))
+            return
         for tp in committed:
             if tp.offset < 0:
                 tp.offset = OFFSET_INVALID

@@ -61,7 +61,7 @@ def test_a_corrupted_file_is_refused_with_a_clear_error(dfs: Path) -> None:
     mv = versions.publish(dfs, _manifest(), _files(b"good"))
     versions.set_alias(dfs, "iris", 1)
     (mv.path / "model.bin").write_bytes(b"evil")
-    with pytest.raises(versions.IntegrityError, match="model.bin has sha256"):
+    with pytest.raises(versions.IntegrityError, match=r"model\.bin has sha256"):
         versions.resolve(dfs, "iris")
 
 

@@ -1,0 +1,490 @@
+"""Shared fault-test machinery: a tiny model, scorer subprocesses, load, a fresh reader, a checker.
+
+Everything here talks to the real thing: a real broker, real scorer processes started through the
+project's entry point, the real model store. Figures are printed (``FIGURES <test>: k=v ...``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from headrace.store.manifest import Manifest
+from headrace.store.versions import ModelVersion, publish, set_alias
+from headrace.streams import headers as hdr
+from headrace.streams import topics
+from headrace.streams.clients import KafkaConnection, ensure_topics, partitions_of
+from headrace.streams.dlq import (
+    DLQ_ERROR_CLASS,
+    DLQ_ERROR_MESSAGE,
+    DLQ_OFFSET,
+    DLQ_PARTITION,
+    DLQ_STAGE,
+)
+from headrace.streams.topics import TopicSpec
+
+FEATURES = tuple(f"f{i}" for i in range(8))
+CLASSES = ("no", "yes")
+Headers = list[tuple[str, str | bytes | None]]
+JSON_HEADERS: Headers = [(hdr.CONTENT_TYPE, hdr.JSON.encode())]
+
+
+def figures(test: str, **values: object) -> str:
+    line = f"FIGURES {test}: " + " ".join(f"{k}={v}" for k, v in values.items())
+    print(line, flush=True)
+    return line
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- a tiny TensorFlow model -----------------------------------------------------------------
+def write_keras_mlp(directory: Path, *, seed: int = 0, width: int = len(FEATURES),
+                    outputs: int = len(CLASSES)) -> None:
+    """A Keras 3 MLP saved as ``model.keras`` (what the TensorFlow adapter loads)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([
+        keras.Input((width,)),
+        keras.layers.Dense(8, activation="relu"),
+        keras.layers.Dense(outputs, activation="softmax"),
+    ])
+    model.save(directory / "model.keras")
+
+
+def tiny_manifest(name: str) -> Manifest:
+    return Manifest(name=name, framework="tensorflow", task="classifier", features=FEATURES,
+                    label="y", classes=CLASSES)
+
+
+def publish_tiny_model(root: Path, name: str, *, seed: int = 0, alias: str | None = "production",
+                       hook: Callable[[str], None] | None = None) -> ModelVersion:
+    """Publish a tiny classifier through the store's real protocol; point ``alias`` at it."""
+    kwargs: dict[str, Any] = {} if hook is None else {"hook": hook}
+    mv = publish(root, tiny_manifest(name), lambda d: write_keras_mlp(d, seed=seed), **kwargs)
+    if alias:
+        set_alias(root, name, mv.version, alias=alias)
+    return mv
+
+
+# -- topics ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Stream:
+    name: str
+    partitions: int = 3
+
+    @property
+    def data(self) -> str:
+        return topics.data_topic(self.name)
+
+    @property
+    def predictions(self) -> str:
+        return topics.predictions_topic(self.name)
+
+    @property
+    def dlq(self) -> str:
+        return topics.dlq_topic(self.name)
+
+    @property
+    def group(self) -> str:
+        return topics.scorer_group(self.name)
+
+
+def new_stream(conn: KafkaConnection, *, partitions: int = 3) -> Stream:
+    s = Stream(f"f{uuid.uuid4().hex[:10]}", partitions)
+    ensure_stream_topics(conn, s)
+    return s
+
+
+def ensure_stream_topics(conn: KafkaConnection, s: Stream) -> None:
+    ensure_topics(conn, [TopicSpec(s.data, s.partitions, "test"),
+                         TopicSpec(s.predictions, s.partitions, "test"),
+                         TopicSpec(s.dlq, 1, "test"),
+                         TopicSpec(topics.MODEL_EVENTS, 1, "test")])
+
+
+# -- scorer subprocesses ---------------------------------------------------------------------
+@cache
+def cli_has_score() -> bool:
+    """Whether ``headrace score`` is registered (else ``python -m headrace.scorers`` is used)."""
+    out = subprocess.run([sys.executable, "-c", "from headrace.cli import main; main()",
+                          "score", "--help"], capture_output=True, text=True, timeout=120)
+    return out.returncode == 0
+
+
+@cache
+def scorer_entry_point() -> str | None:
+    """A runnable scorer entry point, or None when the scorers area has none yet."""
+    if cli_has_score():
+        return "cli"
+    try:
+        import headrace.scorers.__main__  # noqa: F401
+    except ImportError:
+        return None
+    return "module"
+
+
+class ScorerProcess:
+    """One scorer subprocess; stderr goes to a log file for post-mortems."""
+
+    def __init__(self, *, stream: Stream, model: str, bootstrap: str, dfs: Path, log_dir: Path,
+                 batch_size: int = 256, max_wait_ms: int = 20, grace_s: float = 10.0,
+                 model_poll_s: float = 1.0, extra_env: dict[str, str] | None = None) -> None:
+        self.stream, self.port = stream, free_port()
+        self.log_path = log_dir / f"scorer-{uuid.uuid4().hex[:6]}.log"
+        env = {**os.environ, "HEADRACE_BOOTSTRAP": bootstrap, "HEADRACE_DFS_ROOT": str(dfs),
+               "HEADRACE_SCORER_STREAM": stream.name, "HEADRACE_SCORER_MODEL": model,
+               "HEADRACE_SCORER_BATCH_SIZE": str(batch_size),
+               "HEADRACE_SCORER_MAX_WAIT_MS": str(max_wait_ms),
+               "HEADRACE_SCORER_HTTP_PORT": str(self.port),
+               "HEADRACE_SCORER_HTTP_HOST": "127.0.0.1",
+               "HEADRACE_SCORER_GRACE_S": str(grace_s),
+               "HEADRACE_SCORER_MODEL_POLL_S": str(model_poll_s),
+               "HEADRACE_SCORER_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": "",
+               "TF_CPP_MIN_LOG_LEVEL": "2", "TF_NUM_INTEROP_THREADS": "1",
+               "TF_NUM_INTRAOP_THREADS": "1", **(extra_env or {})}
+        env.pop("HEADRACE_TEST_BOOTSTRAP", None)
+        if scorer_entry_point() == "cli":
+            cmd = [sys.executable, "-c", "from headrace.cli import main; main()", "score",
+                   stream.name, "--model", model, "--batch-size", str(batch_size),
+                   "--max-wait-ms", str(max_wait_ms), "--http-port", str(self.port),
+                   "--grace-s", str(grace_s)]
+        else:
+            cmd = [sys.executable, "-m", "headrace.scorers"]
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in wait()
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self._log, stderr=subprocess.STDOUT)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def probe(self, path: str) -> int | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=1) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+        except (OSError, ValueError):
+            return None
+
+    def wait_ready(self, timeout_s: float = 45.0) -> float:
+        """Seconds from process start until /readyz answers 200."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise AssertionError(f"scorer exited {self.proc.returncode} before ready:\n"
+                                     f"{self.log_tail()}")
+            if self.probe("/readyz") == 200:
+                return time.monotonic() - self.started
+            time.sleep(0.1)
+        raise AssertionError(f"scorer not ready in {timeout_s}s:\n{self.log_tail()}")
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.proc.pid, sig)
+
+    def kill9(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.wait(10)
+
+    def terminate(self, timeout_s: float = 30.0) -> tuple[int, float]:
+        """SIGTERM; (exit code, seconds to exit)."""
+        t0 = time.monotonic()
+        self.signal(signal.SIGTERM)
+        rc = self.wait(timeout_s)
+        return rc, time.monotonic() - t0
+
+    def wait(self, timeout_s: float) -> int:
+        try:
+            rc = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait(10)
+        self._log.close()
+        return rc
+
+    def log_tail(self, chars: int = 3000) -> str:
+        self._log.flush()
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+class Scorers:
+    """Every scorer a test starts, so a failing test never leaves one behind."""
+
+    def __init__(self, **defaults: Any) -> None:
+        self.defaults = defaults
+        self.all: list[ScorerProcess] = []
+
+    def start(self, **overrides: Any) -> ScorerProcess:
+        p = ScorerProcess(**{**self.defaults, **overrides})
+        self.all.append(p)
+        return p
+
+    def cleanup(self) -> None:
+        for p in self.all:
+            if p.alive():
+                p.proc.kill()
+                p.wait(10)
+
+
+# -- load ------------------------------------------------------------------------------------
+def good_record(i: int) -> bytes:
+    """Deterministic features, so every re-score of record ``i`` is byte-identical."""
+    vals = {f: round(((i * 7919 + j * 104729) % 1000) / 500.0 - 1.0, 3)
+            for j, f in enumerate(FEATURES)}
+    return json.dumps(vals, separators=(",", ":")).encode()
+
+
+class LoadGenerator:
+    """Produce JSON records to ``data.<stream>`` at ``rate`` per second; remember acked offsets.
+
+    ``epoch`` separates acknowledgements from before and after a broker restart (a memory-only
+    broker restarts its offsets from 0).
+    """
+
+    def __init__(self, conn: KafkaConnection, stream: Stream, *, rate: float, total: int,
+                 idempotent: bool = True, make: Callable[[int], bytes] = good_record) -> None:
+        conf: dict[str, Any] = {**conn.base(), "acks": "all", "linger.ms": 5,
+                                "enable.idempotence": idempotent,
+                                "message.timeout.ms": 120_000}
+        self.producer = Producer(conf)
+        self.stream, self.rate, self.total, self.make = stream, rate, total, make
+        self.acked: dict[int, set[tuple[int, int]]] = defaultdict(set)
+        self.acked_keys: dict[int, set[bytes]] = defaultdict(set)
+        self.failed: list[str] = []
+        self.epoch = 0
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="loadgen")
+
+    def start(self) -> LoadGenerator:
+        self._thread.start()
+        return self
+
+    def _ack(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed.append(err.str())
+            return
+        self.acked[self.epoch].add((msg.partition(), msg.offset()))  # epoch at ack time
+        self.acked_keys[self.epoch].add(msg.key())
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        while self.sent < self.total and not self._stop.is_set():
+            due = int((time.monotonic() - t0) * self.rate) + 1
+            while self.sent < min(due, self.total):
+                i = self.sent
+                try:
+                    self.producer.produce(self.stream.data, self.make(i), str(i).encode(),
+                                          headers=JSON_HEADERS,
+                                          on_delivery=self._ack)
+                except BufferError:
+                    self.producer.poll(0.05)
+                    continue
+                self.sent += 1
+            self.producer.poll(0.01)
+        self.producer.flush(120)
+
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def join(self, timeout_s: float = 120.0) -> None:
+        self._thread.join(timeout_s)
+        self.producer.flush(30)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join()
+
+    def all_acked(self) -> set[tuple[int, int]]:
+        return self.acked[self.epoch]
+
+
+def produce_all(conn: KafkaConnection, topic: str, values: Sequence[tuple[bytes | None, Any]],
+                **overrides: Any) -> list[tuple[int, int]]:
+    """Produce every (value, headers) in order (round-robin partitions); return acked offsets."""
+    p = Producer({**conn.base(), "acks": "all", "linger.ms": 5, **overrides})
+    acked: list[tuple[int, int] | None] = [None] * len(values)
+    errors: list[str] = []
+    parts = partitions_of(conn, topic)
+    for i, (v, h) in enumerate(values):
+        def cb(err: Any, msg: Any, i: int = i) -> None:
+            if err is not None:
+                errors.append(err.str())
+            else:
+                acked[i] = (msg.partition(), msg.offset())
+        while True:
+            try:
+                p.produce(topic, v, str(i).encode(), headers=h, on_delivery=cb,
+                          partition=parts[i % len(parts)])
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    p.flush(60)
+    assert not errors, errors[:3]
+    return [a for a in acked if a is not None]
+
+
+# -- reading what the broker holds -----------------------------------------------------------
+@dataclass
+class Out:
+    partition: int
+    offset: int
+    value: bytes
+    headers: dict[str, str]
+
+
+class TopicReader:
+    """A fresh consumer (no group commits) reading a topic from the beginning, incrementally."""
+
+    def __init__(self, conn: KafkaConnection, topic: str) -> None:
+        self.conn, self.topic = conn, topic
+        self.records: list[Out] = []
+        self._consumer: Consumer | None = None
+
+    def _open(self) -> Consumer:
+        if self._consumer is None:
+            c = Consumer({**self.conn.base(), "group.id": f"reader-{uuid.uuid4().hex[:8]}",
+                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                          "fetch.wait.max.ms": 10})
+            c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING)
+                      for p in partitions_of(self.conn, self.topic)])
+            self._consumer = c
+        return self._consumer
+
+    def poll(self, timeout_s: float = 0.5) -> int:
+        c = self._open()
+        n = 0
+        for m in c.consume(10_000, timeout_s):
+            if m.error() is not None:
+                continue
+            self.records.append(Out(int(m.partition() or 0), int(m.offset() or 0),
+                                    m.value() or b"",
+                                    hdr.to_dict(m.headers())))
+            n += 1
+        return n
+
+    def drain(self, idle_s: float = 1.5, timeout_s: float = 30.0) -> list[Out]:
+        """Read until nothing new arrives for ``idle_s`` (never trusts the high watermark)."""
+        deadline = time.monotonic() + timeout_s
+        last = time.monotonic()
+        while time.monotonic() < deadline and time.monotonic() - last < idle_s:
+            if self.poll(0.3):
+                last = time.monotonic()
+        return self.records
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
+@dataclass
+class Check:
+    """Each input offset mapped to its predictions and dead letters."""
+
+    inputs: int
+    predictions: int
+    dead_letters: int
+    missing: list[tuple[int, int]] = field(default_factory=list)
+    duplicates: int = 0  # extra identical predictions (at-least-once redelivery)
+    duplicated_offsets: list[tuple[int, int]] = field(default_factory=list)
+    non_identical: list[tuple[int, int]] = field(default_factory=list)
+    both: list[tuple[int, int]] = field(default_factory=list)  # predicted and dead-lettered
+    dlq_duplicates: list[tuple[int, int]] = field(default_factory=list)
+    by_offset: dict[tuple[int, int], list[bytes]] = field(default_factory=dict)
+    dlq_by_offset: dict[tuple[int, int], list[Out]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, object]:
+        return {"inputs": self.inputs, "predictions": self.predictions,
+                "dlq": self.dead_letters, "missing": len(self.missing),
+                "duplicates": self.duplicates, "non_identical": len(self.non_identical)}
+
+
+def check(inputs: set[tuple[int, int]], predictions: Sequence[Out], dlq: Sequence[Out],
+          *, data_topic: str) -> Check:
+    by: dict[tuple[int, int], list[bytes]] = defaultdict(list)
+    for r in predictions:
+        p = json.loads(r.value)
+        assert p["source_topic"] == data_topic, p
+        by[(int(p["source_partition"]), int(p["source_offset"]))].append(r.value)
+    dl: dict[tuple[int, int], list[Out]] = defaultdict(list)
+    for r in dlq:
+        dl[(int(r.headers[DLQ_PARTITION]), int(r.headers[DLQ_OFFSET]))].append(r)
+    c = Check(len(inputs), len(predictions), len(dlq), by_offset=dict(by), dlq_by_offset=dict(dl))
+    for key in sorted(inputs):
+        preds = by.get(key, [])
+        if not preds and key not in dl:
+            c.missing.append(key)
+        if len(preds) > 1:
+            c.duplicates += len(preds) - 1
+            c.duplicated_offsets.append(key)
+            if len(set(preds)) > 1:
+                c.non_identical.append(key)
+        if preds and key in dl:
+            c.both.append(key)
+        if len(dl.get(key, [])) > 1:
+            c.dlq_duplicates.append(key)
+    return c
+
+
+def wait_covered(reader: TopicReader, inputs: Callable[[], set[tuple[int, int]]], *,
+                 data_topic: str, timeout_s: float, dlq: TopicReader | None = None,
+                 alive: Callable[[], bool] | None = None) -> float:
+    """Poll predictions (and DLQ) until every input offset has an outcome (or ``alive`` says
+    the scorer died); seconds taken."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s and (alive is None or alive()):
+        reader.poll(0.3)
+        if dlq is not None:
+            dlq.poll(0.05)
+        c = check(inputs(), reader.records, dlq.records if dlq else [], data_topic=data_topic)
+        if not c.missing:
+            return time.monotonic() - t0
+    return time.monotonic() - t0
+
+
+def committed(conn: KafkaConnection, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offset per partition (-1001: none), as the broker holds it."""
+    c = Consumer({**conn.base(), "group.id": group, "enable.auto.commit": False})
+    try:
+        tps = c.committed([TopicPartition(topic, p) for p in partitions_of(conn, topic)],
+                          timeout=conn.timeout_s)
+        return {tp.partition: tp.offset for tp in tps}
+    finally:
+        c.close()
+
+
+def dlq_reason(letter: Out) -> tuple[str, str, str]:
+    h = letter.headers
+    return h.get(DLQ_STAGE, ""), h.get(DLQ_ERROR_CLASS, ""), h.get(DLQ_ERROR_MESSAGE, "")
