@@ -5,21 +5,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from headrace.topology.plan import Plan
-
-
-def _ranges(parts: tuple[int, ...]) -> str:
-    if not parts:
-        return "-"
-    out: list[str] = []
-    start = prev = parts[0]
-    for p in (*parts[1:], None):
-        if p is not None and p == prev + 1:
-            prev = p
-            continue
-        out.append(str(start) if start == prev else f"{start}-{prev}")
-        if p is not None:
-            start = prev = p
-    return ",".join(out)
+from headrace.topology.planning import partition_ranges
 
 
 def plan_table(plan: Plan) -> Table:
@@ -30,7 +16,7 @@ def plan_table(plan: Plan) -> Table:
         aff = "; ".join(f"{r.key} {r.operator} {','.join(r.values)}" for r in g.affinity)
         t.add_row(g.name, g.stream, g.rack, g.zone, str(len(g.pods)),
                   f"{g.gpus}{' ' + g.gpu_type if g.gpu_type else ''}",
-                  _ranges(g.partitions), aff)
+                  partition_ranges(g.partitions), aff)
     s = plan.stats
     t.caption = (f"{s.placed}/{s.partitions} partitions placed, {s.in_rack_share:.1%} in-rack, "
                  f"{s.pods} pods, {s.gpus} GPUs"

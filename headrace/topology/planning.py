@@ -21,6 +21,7 @@ import hashlib
 import heapq
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from headrace.topology.cluster import ClusterSpec, Node, Stream, Volume
@@ -407,8 +408,11 @@ def _reserve_trainer(
     )
 
 
-def _ranges(parts: list[int]) -> str:
-    parts = sorted(parts)
+def partition_ranges(partitions: Iterable[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"0-2,5"``; ``"-"`` for none."""
+    parts = sorted(partitions)
+    if not parts:
+        return "-"
     out: list[str] = []
     start = prev = parts[0]
     for p in [*parts[1:], None]:
@@ -491,7 +495,7 @@ def _finish(
         )
         expl.append(Explanation(
             stream=stream, reason=reason, partitions=tuple(sorted(parts)), group=gname,
-            message=f"{stream} partitions {_ranges(parts)}: {msg}",
+            message=f"{stream} partitions {partition_ranges(parts)}: {msg}",
         ))
     if trainer is not None and not trainer.satisfied:
         expl.append(Explanation(
