@@ -315,6 +315,11 @@ def _plan_items(conn: KafkaConnection, letters: Sequence[Letter]) -> list[Redriv
         topic, part, off = lt.source
         if not topic:
             raise ValidationFailed(f"dead letter {lt.ref} has no {dlqh.DLQ_TOPIC} header")
+        if lt.h(dlqh.DLQ_TRUNCATED_FROM):
+            raise ValidationFailed(
+                f"dead letter {lt.ref} holds only the first {len(lt.record.value or b'')} of "
+                f"{lt.h(dlqh.DLQ_TRUNCATED_FROM)} bytes; it cannot be redriven (re-send it from "
+                "its source)")
         if topic not in counts:
             counts[topic] = partition_count(conn, topic)
         n = counts[topic]

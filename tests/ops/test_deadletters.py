@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ import pytest
 from headrace.core.errors import RecordRef, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.ops import deadletters
+from headrace.streams import dlq as dlqh
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.dlq import DeadLetter, write_dead_letter
 from headrace.streams.replay_io import REDRIVE_DLQ_OFFSET, REDRIVE_ID
@@ -129,3 +131,18 @@ def test_unknown_stream_has_no_dead_letter_topic(conn: KafkaConnection,
                                                  topic_factory: Callable[..., str]) -> None:
     with pytest.raises(ValidationFailed, match="has no dead-letter topic"):
         deadletters.read_letters(conn, "nosuchstream123")
+
+
+def test_a_truncated_dead_letter_is_kept_with_its_hash_and_never_redriven(
+    conn: KafkaConnection, dfs: Path, stream: str,
+) -> None:
+    huge = b'{"x": "' + b"y" * (dlqh.MAX_DLQ_VALUE_BYTES + 10) + b'"}'
+    _letters(conn, stream, [(13, huge, ValidationFailed("too big"), "decode")])
+    [letter] = [lt for lt in deadletters.read_letters(conn, stream)
+                if lt.h(dlqh.DLQ_OFFSET) == "13"]
+    assert letter.record.value == huge[: dlqh.MAX_DLQ_VALUE_BYTES]
+    assert letter.h(dlqh.DLQ_TRUNCATED_FROM) == str(len(huge))
+    assert letter.h(dlqh.DLQ_VALUE_SHA256) == hashlib.sha256(huge).hexdigest()
+    with pytest.raises(ValidationFailed, match="cannot be redriven"):
+        deadletters.redrive(conn, dfs, stream, offsets=[letter.ref])
+    assert read_all(conn, data_topic(stream)) == []
