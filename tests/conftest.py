@@ -12,7 +12,9 @@ import pytest
 from headrace.core.settings import Settings, load_settings
 from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.control_topics import ControlTopics
 from headrace.streams.topics import TopicSpec
+from headrace.trainers.datasets import make_demo
 
 
 @pytest.fixture(scope="session")
@@ -57,3 +59,18 @@ def topic_factory(conn: KafkaConnection) -> Callable[..., str]:
         return name
 
     return make
+
+
+@pytest.fixture
+def demo(dfs: Path) -> str:
+    """A small labelled Parquet dataset on the DFS; its URI."""
+    make_demo(out=dfs / "datasets" / "demo.parquet", rows=300, seed=1)
+    return "datasets/demo.parquet"
+
+
+@pytest.fixture
+def topics(conn: KafkaConnection) -> ControlTopics:
+    """Control-plane topics with a uuid prefix, created."""
+    t = ControlTopics.with_prefix("t" + uuid.uuid4().hex[:10])
+    ensure_topics(conn, t.specs())
+    return t

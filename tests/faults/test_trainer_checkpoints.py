@@ -13,16 +13,14 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import ModelSpec
 from headrace.streams.control_topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
-from headrace.trainers.datasets import make_demo
 from headrace.trainers.executors.base import ExitCode, is_retriable
 from headrace.trainers.running import run_job
 from tests.faults.harness import figures
@@ -30,19 +28,6 @@ from tests.trainers.conftest import REPO, job_env, request
 
 pytestmark = pytest.mark.slow
 FSIZE_LIMIT = 8192  # bytes: status.json fits, a 256-unit layer's weights do not
-
-
-@pytest.fixture
-def demo(dfs: Path) -> str:
-    make_demo(out=dfs / "datasets" / "demo.parquet", rows=300, seed=1)
-    return "datasets/demo.parquet"
-
-
-@pytest.fixture
-def topics(conn: KafkaConnection) -> ControlTopics:
-    t = ControlTopics.with_prefix("f" + uuid.uuid4().hex[:10])
-    ensure_topics(conn, t.specs())
-    return t
 
 
 def _half_written(ckdir: Path) -> list[Path]:

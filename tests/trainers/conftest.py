@@ -16,27 +16,13 @@ from typing import Any
 
 import pytest
 
-from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEvent, ModelSpec, TrainRequested
 from headrace.streams.control_io import read_events
 from headrace.streams.control_topics import ControlTopics
-from headrace.trainers.datasets import make_demo
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ModelSpec(epochs=2, hidden=(16,), batch_size=32, learning_rate=0.01)
-
-
-@pytest.fixture
-def demo(dfs: Path) -> str:
-    make_demo(out=dfs / "datasets" / "demo.parquet", rows=300, seed=1)
-    return "datasets/demo.parquet"
-
-
-@pytest.fixture
-def topics(conn: KafkaConnection) -> ControlTopics:
-    t = ControlTopics.with_prefix("t" + uuid.uuid4().hex[:10])
-    ensure_topics(conn, t.specs())
-    return t
 
 
 def request(dataset: str, *, key: str | None = None, framework: str = "mxnet",
