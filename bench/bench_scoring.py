@@ -120,11 +120,14 @@ def load_topic(bootstrap: str, topic: str, values: list[bytes], content_type: st
 
 
 def paced_send(bootstrap: str, topic: str, values: list[bytes], content_type: str,
-               rows_per_msg: int, rate_rows_s: float, key_prefix: str = "k") -> None:
+               rows_per_msg: int, rate_rows_s: float, key_prefix: str = "k",
+               idempotent: bool = True) -> None:
     """Offer ``rate_rows_s`` rows/s in 10 ms ticks."""
     from headrace.streams.clients import make_producer
 
-    p = make_producer(_conn(bootstrap))  # an upstream with the default 5 ms linger
+    # An upstream with the default 5 ms linger, in the run's producer profile: on Tansu an
+    # idempotent producer stalls now and then for ~500 ms (pass-through p99 517 ms vs 12 ms).
+    p = make_producer(_conn(bootstrap), **({} if idempotent else {"enable.idempotence": False}))
     h = [("content-type", content_type.encode())]
     per_tick = max(1, round(rate_rows_s / rows_per_msg / 100))
     t0 = time.perf_counter()
@@ -208,6 +211,13 @@ def contender_kafka_ml(a: argparse.Namespace) -> dict[str, Any]:
     return {"rows": n, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
 
 
+def _profile(a: argparse.Namespace) -> dict[str, Any]:
+    """The producer profile shared by pass-through and Headrace (see --idempotent)."""
+    from headrace.streams.scoring_io import NON_IDEMPOTENT
+
+    return {} if a.idempotent else dict(NON_IDEMPOTENT)
+
+
 def contender_passthrough(a: argparse.Namespace) -> dict[str, Any]:
     from confluent_kafka import TopicPartition
 
@@ -216,15 +226,19 @@ def contender_passthrough(a: argparse.Namespace) -> dict[str, Any]:
     conn = _conn(a.bootstrap)
     consumer = make_consumer(conn, f"pass-{uuid.uuid4().hex}")
     consumer.assign([TopicPartition(a.input, 0, 0)])
-    producer = make_producer(conn, **{"delivery.report.only.error": True})
+    producer = make_producer(conn, **{"delivery.report.only.error": True}, **_profile(a))
     print("READY", flush=True)
     n = 0
     t0 = None
+    counted = 0
     while n < a.rows:
-        msgs = consumer.consume(num_messages=8192, timeout=0.1)
+        # Same consume as the scorer's: what is fetched, else the first message to arrive.
+        msgs = consumer.consume(num_messages=8192, timeout=0)
         if not msgs:
-            continue
-        t0 = t0 or time.perf_counter()
+            first = consumer.poll(0.1)
+            if first is None or first.error():
+                continue
+            msgs = [first, *consumer.consume(num_messages=8191, timeout=0)]
         for m in msgs:
             while True:
                 try:
@@ -234,8 +248,10 @@ def contender_passthrough(a: argparse.Namespace) -> dict[str, Any]:
                     producer.poll(0.05)
         producer.flush()  # same at-least-once step as the scorer: acked, then commit
         consumer.commit(message=msgs[-1], asynchronous=False)
-        n += len(msgs) * (ARROW_ROWS if a.arrow else 1)
-    return {"rows": n, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
+        n += len(msgs) * (a.rows_per_msg if a.arrow else 1)
+        if t0 is None:  # steady state: the clock starts once the first batch is through
+            t0, counted = time.perf_counter(), n
+    return {"rows": n - counted, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
 
 
 def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
@@ -247,7 +263,8 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
                              partitions=1)
     scorer = Scorer(settings, load_scorer_settings(
         stream=a.stream, model=MODEL, partitions="0", http_port=0, http_host="127.0.0.1",
-        batch_size=a.batch_size, max_wait_ms=a.max_wait_ms, device="cpu"),
+        batch_size=a.batch_size, max_wait_ms=a.max_wait_ms, device="cpu",
+        idempotent=a.idempotent),
         conn=_conn(a.bootstrap))
     stop = threading.Event()
     t = threading.Thread(target=scorer.run, args=(stop,), daemon=True)
@@ -255,17 +272,22 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
     while not (scorer.state.ready()[0]):
         time.sleep(0.01)
     print("READY", flush=True)
-    t0 = time.perf_counter()
     reg = scorer.metrics.registry
-    while (reg.get_sample_value("headrace_scorer_rows_total", {"stream": a.stream}) or 0) < a.rows:
-        time.sleep(0.002)
+
+    def scored() -> float:
         if not t.is_alive():
             raise SystemExit("scorer died")
+        return reg.get_sample_value("headrace_scorer_rows_total", {"stream": a.stream}) or 0.0
+
+    while (first := scored()) == 0:  # steady state: the clock starts at the first batch out
+        time.sleep(0.001)
+    t0 = time.perf_counter()
+    while scored() < a.rows:
+        time.sleep(0.002)
     took = time.perf_counter() - t0
     stop.set()
     t.join(30)
-    return {"rows": a.rows, "seconds": took,
-            "p99_batch_s": scorer.metrics.latency.quantile(0.99)}
+    return {"rows": a.rows - first, "seconds": took}
 
 
 def contender_model(a: argparse.Namespace) -> dict[str, Any]:
@@ -297,7 +319,7 @@ def contender_pipeline(a: argparse.Namespace) -> dict[str, Any]:
     n = len(values)
     batch = RawBatch(values, [f"k{i}".encode() for i in range(n)], ["data.bench"] * n,
                      np.zeros(n, np.int32), np.arange(n, dtype=np.int64),
-                     np.full(n, int(time.time() * 1000), np.int64), [ct] * n,
+                     np.full(n, int(time.time() * 1000), np.int64),
                      [[("content-type", ct.encode())]] * n)
     worker = Worker.__new__(Worker)  # only build() is used: no Kafka
     worker.build(batch, model)
@@ -344,13 +366,37 @@ def run_child(name: str, *, during: Any = None, **kw: Any) -> dict[str, Any]:
 
 
 def latencies(bootstrap: str, input_topic: str, output_topic: str, n_msgs: int,
-              *, arrow: bool) -> tuple[float, float]:
+              *, measured_prefix: str) -> tuple[float, float]:
+    """p50/p99 ms of the measured keys (warm-up keys are left out)."""
     ins = read_timestamps(bootstrap, input_topic, n_msgs)
     outs = read_timestamps(bootstrap, output_topic, n_msgs)
-    lat = np.asarray([outs[k] - ins[k] for k in outs if k in ins], np.float64)
+    pre = measured_prefix.encode()
+    lat = np.asarray([outs[k] - ins[k] for k in outs if k in ins and k.startswith(pre)],
+                     np.float64)
     if not len(lat):
         return float("nan"), float("nan")
     return float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+
+
+def paced_run(contender: str, values: list[bytes], content_type: str, rows_per_msg: int,
+              rate: float, stream_topics: Any, **kw: Any) -> tuple[float, float]:
+    """Offer ``rate`` rows/s: one second of warm-up messages (keys ``w…``), then the measured
+    ones (keys ``m…``); latency is taken over the measured ones only."""
+    bootstrap = kw["bootstrap"]
+    s, i, o = stream_topics("p")
+    warm = values[:max(1, int(rate / rows_per_msg))]
+
+    def send() -> None:
+        idem = bool(kw.get("idempotent"))
+        paced_send(bootstrap, i, warm, content_type, rows_per_msg, rate, "w", idem)
+        paced_send(bootstrap, i, values, content_type, rows_per_msg, rate, "m", idem)
+
+    rows = (len(warm) + len(values)) * rows_per_msg
+    if contender == "passthrough":
+        run_child(contender, input=i, output=o, rows=rows, during=send, **kw)
+    else:
+        run_child(contender, stream=s, rows=rows, during=send, **kw)
+    return latencies(bootstrap, i, o, len(warm) + len(values), measured_prefix="m")
 
 
 def parent_main(a: argparse.Namespace) -> None:
@@ -359,10 +405,10 @@ def parent_main(a: argparse.Namespace) -> None:
     from headrace.streams.topics import data_topic, predictions_topic
 
     q = a.quick
-    n_json = 60_000 if q else 300_000
-    n_arrow = 40 * ARROW_ROWS if q else 200 * ARROW_ROWS
+    n_json = 200_000 if q else 600_000
+    n_arrow = 600 * ARROW_ROWS if q else 1500 * ARROW_ROWS
     n_kml = 60 if q else 300
-    n_paced = 20_000 if q else 50_000
+    n_paced = 30_000 if q else 100_000
     broker = None
     bootstrap = a.bootstrap
     if not bootstrap:
@@ -370,7 +416,9 @@ def parent_main(a: argparse.Namespace) -> None:
         bootstrap = broker.bootstrap
     dfs = Path(tempfile.mkdtemp(prefix="bench-dfs-"))
     try:
-        print(f"broker {bootstrap}; cpus {os.cpu_count()}; generating records…", flush=True)
+        print(f"broker {bootstrap}; cpus {os.cpu_count()}; prediction producer "
+              f"{'idempotent' if a.idempotent else 'non-idempotent (one request in flight)'}; "
+              "generating records…", flush=True)
         publish_model(dfs)
         records = make_records(max(n_json, n_arrow, n_paced))
         arrow = arrow_messages(records[:n_arrow])
@@ -381,7 +429,7 @@ def parent_main(a: argparse.Namespace) -> None:
             ensure(bootstrap, data_topic(s), predictions_topic(s), f"data.{s}.dlq")
             return s, data_topic(s), predictions_topic(s)
 
-        common = {"bootstrap": bootstrap, "dfs": str(dfs)}
+        common = {"bootstrap": bootstrap, "dfs": str(dfs), "idempotent": a.idempotent}
         # (a) Kafka-ML, bounded
         s, i, o = stream_topics("a")
         load_topic(bootstrap, i, records[:n_kml], hdr.JSON)
@@ -394,7 +442,8 @@ def parent_main(a: argparse.Namespace) -> None:
         s, i, o = stream_topics("b")
         load_topic(bootstrap, i, arrow, hdr.ARROW, key_prefix="b")
         results["b pass-through (Arrow)"] = run_child("passthrough", input=i, output=o,
-                                                      rows=n_arrow, arrow=True, **common)
+                                                      rows=n_arrow, arrow=True,
+                                                      rows_per_msg=ARROW_ROWS, **common)
         # (c) Headrace JSON
         s, i, o = stream_topics("c")
         load_topic(bootstrap, i, records[:n_json], hdr.JSON)
@@ -415,25 +464,18 @@ def parent_main(a: argparse.Namespace) -> None:
             "pipeline", rows=n_arrow, arrow=True, **common)
 
         # latency runs at an offered 10 000 rows/s
-        paced: dict[str, tuple[float, float]] = {}
         rate = 10_000.0
-        s, i, o = stream_topics("p")
-        run_child("passthrough", input=i, output=o, rows=n_paced, **common,
-                  during=lambda i=i: paced_send(bootstrap, i, records[:n_paced], hdr.JSON, 1,
-                                                rate))
-        paced["b pass-through (JSON)"] = latencies(bootstrap, i, o, n_paced, arrow=False)
-        s, i, o = stream_topics("p")
-        run_child("headrace-json", stream=s, rows=n_paced, batch_size=8192, max_wait_ms=5,
-                  **common, during=lambda i=i: paced_send(bootstrap, i, records[:n_paced],
-                                                          hdr.JSON, 1, rate))
-        paced["c headrace JSON"] = latencies(bootstrap, i, o, n_paced, arrow=False)
-        small = arrow_messages_sized(records[:n_paced], 100)
-        s, i, o = stream_topics("p")
-        run_child("headrace-arrow", stream=s, rows=n_paced, batch_size=8192, max_wait_ms=5,
-                  **common, during=lambda i=i: paced_send(bootstrap, i, small, hdr.ARROW, 100,
-                                                          rate, key_prefix="b"))
-        paced["d headrace Arrow (100 rows/msg)"] = latencies(bootstrap, i, o, len(small),
-                                                             arrow=True)
+        paced = {
+            "b pass-through (JSON)": paced_run(
+                "passthrough", records[:n_paced], hdr.JSON, 1, rate, stream_topics,
+                **common),
+            "c headrace JSON": paced_run(
+                "headrace-json", records[:n_paced], hdr.JSON, 1, rate, stream_topics,
+                batch_size=8192, max_wait_ms=5, **common),
+            "d headrace Arrow (100 rows/msg)": paced_run(
+                "headrace-arrow", arrow_messages_sized(records[:n_paced], 100),
+                hdr.ARROW, 100, rate, stream_topics, batch_size=8192, max_wait_ms=5, **common),
+        }
         report(results, paced, n_kml)
     finally:
         if broker is not None:
@@ -509,6 +551,10 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=8192, help=argparse.SUPPRESS)
     p.add_argument("--max-wait-ms", type=int, default=10, help=argparse.SUPPRESS)
     p.add_argument("--arrow", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--rows-per-msg", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--idempotent", action="store_true",
+                   help="idempotent producers for pass-through and Headrace (the scorer's "
+                        "default); without it both run the non-idempotent profile")
     a = p.parse_args()
     if a.contender:
         child_main(a)

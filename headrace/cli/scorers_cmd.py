@@ -32,6 +32,9 @@ def score(
     transactional: Annotated[bool | None, typer.Option(
         "--transactional/--at-least-once", help="Consume-transform-produce transactions.")
     ] = None,
+    idempotent: Annotated[bool | None, typer.Option(
+        "--idempotent/--no-idempotent", help="Idempotent prediction producer (default on; off: "
+        "~3x faster on the embedded broker, duplicates possible and detectable).")] = None,
     http_port: Annotated[int | None, typer.Option(
         "--http-port", help="Port of /livez /readyz /metrics (default 8080; 0: any).",
         min=0, max=65535)] = None,
@@ -44,7 +47,8 @@ def score(
     settings = _context.settings(ctx)
     scorer = load_scorer_settings(
         stream=stream, model=model, batch_size=batch_size, max_wait_ms=max_wait_ms,
-        partitions=partitions, transactional=transactional, http_port=http_port,
+        partitions=partitions, transactional=transactional, idempotent=idempotent,
+        http_port=http_port,
         device=device, grace_s=grace_s)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+
 from headrace.core.errors import ValidationFailed
-from headrace.streams import headers as hdr
-from headrace.streams.codecs import decode_arrow
+from headrace.streams.codecs import ARROW_MAGIC, decode_arrow
 from headrace.streams.scoring_io import RawBatch, StreamIO
 
 IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liveness latency)
@@ -16,8 +17,8 @@ IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liven
 def rows_in(batch: RawBatch) -> int:
     """JSON: one row a message; Arrow: the rows of its IPC batch (a zero-copy read)."""
     rows = 0
-    for value, ct in zip(batch.values, batch.content_types, strict=True):
-        if ct == hdr.ARROW:
+    for value in batch.values:
+        if value[:4] == ARROW_MAGIC:
             try:
                 rows += decode_arrow(value).num_rows
             except ValidationFailed:
@@ -62,6 +63,4 @@ class Batcher:
                                                  strict=True)]
         if all(keep):
             return batch
-        import numpy as np
-
         return batch.select(np.asarray(keep, bool))

@@ -97,6 +97,7 @@ class Scorer:
                 self.conn, group_id=topics.scorer_group(s.stream), topics=[data],
                 partitions=s.partitions,
                 transactional_id=self.transactional_id() if s.transactional else None,
+                idempotent=s.idempotent,
                 on_assign=assignment_changed, on_revoke=revoked,
             )
             worker = Worker(

@@ -262,7 +262,7 @@ class Worker:
         ref = RecordRef(
             topic=batch.topics[i], partition=int(batch.partitions[i]),
             offset=int(batch.offsets[i]), key=batch.keys[i], value=value,
-            headers=tuple(batch.headers[i] or ()),
+            headers=tuple(batch.headers_of(i)),
             timestamp_ms=int(batch.timestamps_ms[i]),
         )
         return DeadLetter.from_error(ref, bad.error, stage=bad.stage, row=bad.row)

@@ -37,6 +37,10 @@ class DecodedBatch:
         return int(self.table.num_rows)
 
 
+# Every Arrow IPC stream message starts with this continuation marker; no JSON text can.
+ARROW_MAGIC = b"\xff\xff\xff\xff"
+
+
 def encode_json(record: dict[str, Any]) -> bytes:
     return json.dumps(record, separators=(",", ":"), allow_nan=False).encode()
 

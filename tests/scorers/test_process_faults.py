@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -84,19 +85,27 @@ def test_kill_9_mid_batch_then_restart_gives_every_offset_a_prediction(
     stream = settings.streams[0]
     ensure_topics(conn, catalog(settings))
     publish_tf(dfs, stream)
-    n = 6000
-    send_json(conn, data, rows(n))
+    n, head = 6000, 1000
+    send_json(conn, data, rows(head))
     env = {"HEADRACE_SCORER_STREAM": stream, "HEADRACE_SCORER_PARTITIONS": "0,1,2",
            "HEADRACE_SCORER_HTTP_PORT": "0", "HEADRACE_SCORER_BATCH_SIZE": "200",
            "HEADRACE_SCORER_DEVICE": "cpu"}
     first = _spawn(settings, cli=False, **env)
+    # The rest arrives paced (about 2 s) so the kill lands while records are still flowing.
+    tail = rows(n - head, seed=3)
+    feeder = threading.Thread(target=lambda: [
+        send_json(conn, data, tail[s:s + 250], start=head + s)
+        for s in range(0, len(tail), 250) if not time.sleep(0.1)], daemon=True)
     try:
         read_topic(conn, predictions_topic(stream), expect=800, settle_s=0, timeout_s=90)
+        feeder.start()
+        time.sleep(0.5)
         first.kill()  # SIGKILL: no flush, no commit
         first.wait(10)
     finally:
         if first.poll() is None:
             first.kill()
+    feeder.join(30)
     at_kill = _committed(conn, stream, data)
     before = len(read_topic(conn, predictions_topic(stream), expect=1, settle_s=0.5))
     assert before < n, "the kill came too late to be mid-stream"

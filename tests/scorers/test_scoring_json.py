@@ -85,3 +85,23 @@ def test_transactional_mode_publishes_and_commits_offsets_in_the_transaction(
     for p in preds:
         per_partition[p["source_partition"]] += 1
     assert {tp.partition: tp.offset for tp in committed} == per_partition
+
+
+def test_non_idempotent_producer_predicts_every_row_once_in_partition_order(
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
+    stream = settings.streams[0]
+    ensure_topics(conn, catalog(settings))
+    publish_tf(dfs, stream)
+    keys = send_json(conn, data, rows(1500))
+    with scorer_thread(settings, conn, idempotent=False) as scorer:
+        wait_ready(scorer)
+        msgs = read_topic(conn, predictions_topic(stream), expect=1500)
+    preds = predictions(msgs)
+    assert sorted(p["key"] for p in preds) == sorted(keys)
+    assert len({(p["source_partition"], p["source_offset"]) for p in preds}) == 1500
+    # Within each predictions partition, each source partition's offsets only go up.
+    seen: dict[tuple[int, int], int] = {}
+    for m, p in zip(msgs, preds, strict=True):
+        where = (m.partition(), p["source_partition"])
+        assert p["source_offset"] > seen.get(where, -1)
+        seen[where] = p["source_offset"]
