@@ -10,9 +10,16 @@ Contenders, side by side in one run, each in its own subprocess (peak RSS is its
   e  model-alone   the compiled model on in-memory batches (no Kafka)
 
 Same generated records (32 float32 features) and the same small MLP (32 -> 64 -> 64 -> 2,
-random weights, TensorFlow). Throughput runs read a preloaded topic; the latency run offers
-10 000 rows/s and reports p50/p99 from each input record's CreateTime to its output's
-CreateTime (set when the output is produced). Run: ``python bench/bench_scoring.py [--quick]``.
+random weights, TensorFlow). Throughput runs read a preloaded topic and are timed in steady
+state: pass-through and Headrace alike start the clock once their first batch is through. The
+latency runs offer 10 000 rows/s, one second of warm-up first, and report p50/p99 over the
+measured records, from each input record's CreateTime to its output's CreateTime.
+
+Producer profile: by default pass-through, Headrace and the paced upstream all use
+non-idempotent producers (the scorer's ``HEADRACE_SCORER_IDEMPOTENT=false``), because Tansu's
+idempotent produce path moves ~1/3 of the bytes and stalls ~500 ms now and then; ``--idempotent``
+runs every one of them idempotent (the scorer's default, right for a real Kafka).
+Run: ``python bench/bench_scoring.py [--quick] [--idempotent] [--bootstrap HOST:PORT]``.
 """
 
 from __future__ import annotations
