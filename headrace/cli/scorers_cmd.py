@@ -48,8 +48,7 @@ def score(
     scorer = load_scorer_settings(
         stream=stream, model=model, batch_size=batch_size, max_wait_ms=max_wait_ms,
         partitions=partitions, transactional=transactional, idempotent=idempotent,
-        http_port=http_port,
-        device=device, grace_s=grace_s)
+        http_port=http_port, device=device, grace_s=grace_s)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()

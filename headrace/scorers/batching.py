@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from headrace.core.errors import ValidationFailed
-from headrace.streams.codecs import ARROW_MAGIC, decode_arrow
+from headrace.streams.codecs import decode_arrow, is_arrow_payload
 from headrace.streams.scoring_io import RawBatch, StreamIO
 
 IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liveness latency)
@@ -18,7 +18,7 @@ def rows_in(batch: RawBatch) -> int:
     """JSON: one row a message; Arrow: the rows of its IPC batch (a zero-copy read)."""
     rows = 0
     for value in batch.values:
-        if value[:4] == ARROW_MAGIC:
+        if is_arrow_payload(value):
             try:
                 rows += decode_arrow(value).num_rows
             except ValidationFailed:

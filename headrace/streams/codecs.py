@@ -41,6 +41,11 @@ class DecodedBatch:
 ARROW_MAGIC = b"\xff\xff\xff\xff"
 
 
+def is_arrow_payload(value: bytes) -> bool:
+    """Whether a payload is an Arrow IPC stream, from its bytes alone (headers cost more)."""
+    return value[:4] == ARROW_MAGIC
+
+
 def encode_json(record: dict[str, Any]) -> bytes:
     return json.dumps(record, separators=(",", ":"), allow_nan=False).encode()
 

@@ -105,13 +105,7 @@ class RawBatch:
     def next_offsets(self) -> dict[tuple[str, int], int]:
         """(topic, partition) -> last offset + 1: what to commit once the batch is done."""
         out: dict[tuple[str, int], int] = {}
-        topics = self.topics
-        if topics and topics.count(topics[0]) == len(topics):
-            parts = self.partitions
-            for p in np.unique(parts).tolist():
-                out[(topics[0], p)] = int(self.offsets[parts == p].max()) + 1
-            return out
-        for t, p, o in zip(topics, self.partitions.tolist(), self.offsets.tolist(),
+        for t, p, o in zip(self.topics, self.partitions.tolist(), self.offsets.tolist(),
                            strict=True):
             if o + 1 > out.get((t, p), -1):
                 out[(t, p)] = o + 1

@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from headrace.core.settings import Settings
+from headrace.store.versions import ModelVersion
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.contracts import Prediction, parse
@@ -20,15 +23,24 @@ from tests.scorers.conftest import (
 )
 
 
+def _score_json(settings: Settings, conn: KafkaConnection, dfs: Path, data: str, n: int, *,
+                publish: Callable[[Path, str], ModelVersion] = publish_tf, **scorer: Any,
+                ) -> tuple[ModelVersion, list[str], list[Any]]:
+    """Publish a model, send ``n`` JSON rows, score them: (model version, keys, predictions)."""
+    stream = settings.streams[0]
+    ensure_topics(conn, catalog(settings))
+    mv = publish(dfs, stream)
+    keys = send_json(conn, data, rows(n))
+    with scorer_thread(settings, conn, **scorer) as running:
+        wait_ready(running)
+        msgs = read_topic(conn, predictions_topic(stream), expect=n)
+    return mv, keys, msgs
+
+
 def test_every_json_row_gets_one_prediction_keyed_like_its_input(
         settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
     stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
-    mv = publish_tf(dfs, stream)
-    keys = send_json(conn, data, rows(2000))
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
-        msgs = read_topic(conn, predictions_topic(stream), expect=2000)
+    mv, keys, msgs = _score_json(settings, conn, dfs, data, 2000)
     preds = predictions(msgs)
     assert len(preds) == 2000
     assert sorted(p["key"] for p in preds) == sorted(keys)
@@ -46,13 +58,7 @@ def test_every_json_row_gets_one_prediction_keyed_like_its_input(
 
 def test_mxnet_model_scores_the_same_contract(
         settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
-    mv = publish_mx(dfs, stream)
-    keys = send_json(conn, data, rows(500))
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
-        msgs = read_topic(conn, predictions_topic(stream), expect=500)
+    mv, keys, msgs = _score_json(settings, conn, dfs, data, 500, publish=publish_mx)
     preds = predictions(msgs)
     assert sorted(p["key"] for p in preds) == sorted(keys)
     assert {p["model_version"] for p in preds} == {mv.version}
@@ -89,13 +95,7 @@ def test_transactional_mode_publishes_and_commits_offsets_in_the_transaction(
 
 def test_non_idempotent_producer_predicts_every_row_once_in_partition_order(
         settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
-    publish_tf(dfs, stream)
-    keys = send_json(conn, data, rows(1500))
-    with scorer_thread(settings, conn, idempotent=False) as scorer:
-        wait_ready(scorer)
-        msgs = read_topic(conn, predictions_topic(stream), expect=1500)
+    _, keys, msgs = _score_json(settings, conn, dfs, data, 1500, idempotent=False)
     preds = predictions(msgs)
     assert sorted(p["key"] for p in preds) == sorted(keys)
     assert len({(p["source_partition"], p["source_offset"]) for p in preds}) == 1500
