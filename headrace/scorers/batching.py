@@ -1,4 +1,9 @@
-"""Micro-batching: consume until ``batch_size`` rows or ``max_wait_ms`` after the first one."""
+"""Micro-batching: consume until ``batch_size`` rows or ``max_wait_ms`` after the first one.
+
+The consumer hands out messages, and an Arrow message holds many rows: each consume asks for as
+many messages as the rows still wanted divided by the rows a message has held so far, so a batch
+of 4096-row messages stops near ``batch_size`` rows instead of taking ``batch_size`` messages.
+"""
 
 from __future__ import annotations
 
@@ -34,25 +39,40 @@ class Batcher:
         self.max_rows = max_rows
         self.max_wait_s = max_wait_s
         self.assignment_changed = threading.Event()
+        self.rows_per_message: float | None = None  # running estimate; 1 for JSON
+
+    def _messages_for(self, rows: int) -> int:
+        if self.rows_per_message is None:
+            return 1  # nothing seen yet: one message tells how many rows a message holds
+        return max(1, int(rows / self.rows_per_message))
 
     def next_batch(self, stop: threading.Event) -> RawBatch:
         """An empty batch after ``IDLE_POLL_S`` without data, else up to ``max_rows`` rows."""
-        batch = self.io.consume_batch(self.max_rows, IDLE_POLL_S)
+        batch = self.io.consume_batch(self._messages_for(self.max_rows), IDLE_POLL_S)
         if not len(batch):
             return batch
         deadline = time.monotonic() + self.max_wait_s
         rows = rows_in(batch)
+        self._observe(rows, len(batch))
         while rows < self.max_rows and not stop.is_set():
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            more = self.io.consume_batch(self.max_rows - rows, min(left, IDLE_POLL_S))
+            more = self.io.consume_batch(self._messages_for(self.max_rows - rows),
+                                         min(left, IDLE_POLL_S))
             if len(more):
                 batch.extend(more)
-                rows += rows_in(more)
+                got = rows_in(more)
+                rows += got
+                self._observe(got, len(more))
         if self.assignment_changed.is_set():
             batch = self.drop_unassigned(batch)
         return batch
+
+    def _observe(self, rows: int, messages: int) -> None:
+        seen = rows / messages
+        old = self.rows_per_message
+        self.rows_per_message = max(1.0, seen if old is None else 0.5 * old + 0.5 * seen)
 
     def drop_unassigned(self, batch: RawBatch) -> RawBatch:
         """After a rebalance, forget buffered messages of partitions no longer ours: their new

@@ -61,45 +61,50 @@ def is_arrow_mask(batch: RawBatch) -> np.ndarray:
 
 
 def decode(batch: RawBatch, features: Sequence[str]) -> Features:
+    """All good rows of the batch in one matrix, written in place (no per-part concatenation)."""
     width = len(features)
     arrow = is_arrow_mask(batch)
-    parts_x: list[np.ndarray] = []
-    parts_m: list[np.ndarray] = []
-    parts_r: list[np.ndarray] = []
     bad: list[BadInput] = []
     tables: dict[int, pa.Table] = {}
+    columns: list[tuple[int, pa.Table]] = []
 
     json_idx = np.flatnonzero(~arrow)
+    json_x = np.zeros((0, width), np.float64)
+    json_ok = np.zeros(0, np.int64)
     if len(json_idx):
-        x, ok, errs = _decode_json([batch.values[i] for i in json_idx], features)
+        json_x, ok, errs = _decode_json([batch.values[i] for i in json_idx], features)
         bad += [_json_error(batch, int(json_idx[i]), e) for i, e in errs]
-        parts_x.append(x)
-        parts_m.append(json_idx[ok])
-        parts_r.append(np.zeros(len(ok), np.int32))
+        json_ok = json_idx[ok]
 
     for i in np.flatnonzero(arrow).tolist():
         try:
             table = decode_arrow(batch.values[i])
-            x = _arrow_matrix(table, features)
+            columns.append((i, _arrow_features(table, features)))
         except ValidationFailed as exc:
             bad.append(BadInput(i, None, exc, exc.stage or "decode"))
             continue
         tables[i] = table
-        parts_x.append(x)
-        parts_m.append(np.full(len(x), i, np.int64))
-        parts_r.append(np.arange(len(x), dtype=np.int32))
 
-    if parts_x:
-        x = np.concatenate(parts_x) if len(parts_x) > 1 else parts_x[0]
-        msg = np.concatenate(parts_m).astype(np.int64, copy=False)
-        row = np.concatenate(parts_r).astype(np.int32, copy=False)
-    else:
-        x = np.zeros((0, width), np.float32)
-        msg = np.zeros(0, np.int64)
-        row = np.zeros(0, np.int32)
+    total = len(json_ok) + sum(t.num_rows for _, t in columns)
+    x = np.empty((total, width), np.float32)
+    msg = np.empty(total, np.int64)
+    row = np.zeros(total, np.int32)
+    lo = len(json_ok)
+    with np.errstate(over="ignore"):  # out of float32 range -> inf, rejected as not finite
+        x[:lo] = json_x
+    msg[:lo] = json_ok
+    for i, cols in columns:
+        start = lo
+        for rb in cols.to_batches():
+            if rb.num_rows:
+                with np.errstate(over="ignore"):
+                    x[lo:lo + rb.num_rows] = np.asarray(rb.to_tensor(null_to_nan=True))
+                lo += rb.num_rows
+        msg[start:lo] = i
+        row[start:lo] = np.arange(lo - start, dtype=np.int32)
 
-    finite = np.isfinite(x).all(axis=1) if len(x) else np.ones(0, bool)
-    if not finite.all():
+    if not np.isfinite(x).all():  # whole-matrix check first: per-row only when needed
+        finite = np.isfinite(x).all(axis=1)
         for i in np.flatnonzero(~finite).tolist():
             col = int(np.flatnonzero(~np.isfinite(x[i]))[0])
             m = int(msg[i])
@@ -156,9 +161,7 @@ def _decode_json(
         except ValidationFailed as exc:
             errors.append((i, exc))
     n = len(rows)
-    flat = np.fromiter(itertools.chain.from_iterable(rows), np.float64, n * width)
-    with np.errstate(over="ignore"):  # out of float32 range -> inf, rejected as not finite
-        x = flat.reshape(n, width).astype(np.float32)
+    x = np.fromiter(itertools.chain.from_iterable(rows), np.float64, n * width).reshape(n, width)
     if not errors:
         return x, np.arange(n, dtype=np.int64), errors
     ok = np.ones(len(values), bool)
@@ -166,22 +169,27 @@ def _decode_json(
     return x, np.flatnonzero(ok).astype(np.int64), errors
 
 
-def _arrow_matrix(table: pa.Table, features: Sequence[str]) -> np.ndarray:
+def _arrow_features(table: pa.Table, features: Sequence[str]) -> pa.Table:
+    """The feature columns, in model order, each of a type ``RecordBatch.to_tensor`` takes."""
     if table.num_rows == 0:
         raise ValidationFailed("Arrow payload holds no rows", stage="decode")
-    names = set(table.column_names)
+    names = table.column_names
     missing = [f for f in features if f not in names]
     if missing:
         raise ValidationFailed(f"Arrow batch lacks feature column(s) {missing[:5]}",
                                stage="validate")
-    x = np.empty((table.num_rows, len(features)), np.float32)
-    for j, name in enumerate(features):
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ValidationFailed(f"Arrow batch repeats column(s) {dup[:5]}", stage="validate")
+    cols = []
+    for name in features:
         col = table.column(name)
-        if not (pa.types.is_integer(col.type) or pa.types.is_floating(col.type)
-                or pa.types.is_boolean(col.type) or pa.types.is_decimal(col.type)):
-            raise ValidationFailed(f"feature column {name!r} has non-numeric type {col.type}",
+        t = col.type
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t)
+                or pa.types.is_boolean(t) or pa.types.is_decimal(t)):
+            raise ValidationFailed(f"feature column {name!r} has non-numeric type {t}",
                                    stage="validate")
-        if col.null_count or not pa.types.is_floating(col.type):
-            col = col.cast(pa.float64())
-        x[:, j] = col.to_numpy()  # nulls become NaN and are rejected per row
-    return x
+        if not (pa.types.is_integer(t) or t in (pa.float32(), pa.float64())):
+            col = col.cast(pa.float64())  # booleans, decimals, half floats
+        cols.append(col)
+    return pa.Table.from_arrays(cols, names=[f"c{j}" for j in range(len(cols))])

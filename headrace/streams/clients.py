@@ -63,6 +63,9 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
     "max.partition.fetch.bytes": 8 * 1024 * 1024,
     "fetch.wait.max.ms": 10,
     "queued.min.messages": 200_000,
+    # Once the local queue is full, librdkafka waits this long before the next fetch (default
+    # 1000 ms): the scorer drains a full queue in well under that and then starves.
+    "fetch.queue.backoff.ms": 10,
 }
 
 

@@ -63,3 +63,42 @@ def test_an_all_good_json_batch_keeps_message_order() -> None:
     assert not feats.bad
     assert feats.message.tolist() == list(range(1000))
     assert feats.x[:, 0].tolist() == [float(i) for i in range(1000)]
+
+
+def test_arrow_columns_of_any_numeric_type_and_many_record_batches() -> None:
+    import decimal
+
+    schema = pa.schema([("d e", pa.decimal128(6, 2)), ("a", pa.int8()), ("b-c", pa.bool_()),
+                        ("note", pa.string())])
+    batches = [pa.record_batch([pa.array([decimal.Decimal("1.25"), None], schema[0].type),
+                                pa.array([1, 2], pa.int8()), pa.array([True, False]),
+                                pa.array(["x", "y"])], schema=schema),
+               pa.record_batch([pa.array([decimal.Decimal("-3.50")], schema[0].type),
+                                pa.array([-7], pa.int8()), pa.array([None], pa.bool_()),
+                                pa.array(["z"])], schema=schema),
+               pa.record_batch([pa.array([decimal.Decimal("4.00")], schema[0].type),
+                                pa.array([9], pa.int8()), pa.array([True]),
+                                pa.array(["w"])], schema=schema)]
+    mixed = encode_arrow(pa.Table.from_batches(batches))
+    floats = encode_arrow(pa.table({"a": pa.array([0.5], pa.float16()),
+                                    "b-c": pa.array([2**40], pa.uint64()),
+                                    "d e": pa.array([1.5], pa.float64())}))
+    repeated = encode_arrow(pa.Table.from_arrays(
+        [pa.array([1.0]), pa.array([2.0]), pa.array([3.0]), pa.array([4.0])],
+        names=["a", "b-c", "d e", "a"]))
+    text = encode_arrow(pa.table({"a": ["1"], "b-c": [1.0], "d e": [1.0]}))
+    feats = decode(_batch([mixed, floats, repeated, text], [hdr.ARROW] * 4), FEATURES)
+
+    # rows 1 (null decimal) and 2 (null bool) of the first message are rejected one by one
+    assert feats.message.tolist() == [0, 0, 1]
+    assert feats.row.tolist() == [0, 3, 0]
+    np.testing.assert_array_equal(
+        feats.x, np.asarray([[1, 1, 1.25], [9, 1, 4], [0.5, 2**40, 1.5]], np.float32))
+    reasons = {(b.message, b.row): (b.stage, str(b.error)) for b in feats.bad}
+    assert reasons[(0, 1)] == ("validate", "feature 'd e' is missing, null or not finite")
+    assert reasons[(0, 2)] == ("validate", "feature 'b-c' is missing, null or not finite")
+    stage, why = reasons[(2, None)]
+    assert stage == "validate" and "repeats column(s) ['a']" in why
+    stage, why = reasons[(3, None)]
+    assert stage == "validate" and "non-numeric type string" in why
+    assert len(reasons) == 4
