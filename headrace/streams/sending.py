@@ -48,6 +48,7 @@ def read_records(path: Path) -> pa.Table:
         raise ValidationFailed(f"{path}: no such file")
     try:
         if kind == "jsonl":
+            _check_objects(path)
             table = pajson.read_json(path)
         elif kind == "csv":
             # An empty CSV cell is a missing value, as it is for numbers.
@@ -106,3 +107,12 @@ def send_file(conn: KafkaConnection, topic: str, path: Path, *, fmt: RecordForma
               key_column: str | None = None, batch_rows: int = 10_000) -> SendResult:
     return send_table(conn, topic, read_records(path), fmt=fmt, key_column=key_column,
                       batch_rows=batch_rows)
+
+
+def _check_objects(path: Path) -> None:
+    """pyarrow's JSON reader crashes the process (pyarrow 22) when the first value is ``null``:
+    a JSONL file must start with an object."""
+    with path.open("rb") as f:
+        head = f.read(64 * 1024).lstrip()
+    if head and not head.startswith(b"{"):
+        raise ValidationFailed(f"{path.name}: not valid jsonl: each line must be one JSON object")

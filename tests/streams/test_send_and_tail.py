@@ -69,6 +69,7 @@ def test_send_arrow_batches_and_tail_decodes_rows(
 @pytest.mark.parametrize("content, fragment", [
     ('{"a": 1}\n{"a": \n', "not valid jsonl"),
     ("", "not valid jsonl"),
+    ("null\n", "not valid jsonl"),  # crashed pyarrow's reader (segfault) before the check
 ])
 def test_malformed_file_gives_one_line_error_and_sends_nothing(
     broker: str, conn: KafkaConnection, tmp_path: Path, capsys: pytest.CaptureFixture[str],
