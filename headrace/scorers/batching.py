@@ -1,8 +1,9 @@
 """Micro-batching: consume until ``batch_size`` rows or ``max_wait_ms`` after the first one.
 
 The consumer hands out messages, and an Arrow message holds many rows: each consume asks for as
-many messages as the rows still wanted divided by the rows a message has held so far, so a batch
-of 4096-row messages stops near ``batch_size`` rows instead of taking ``batch_size`` messages.
+many messages as the rows still wanted divided by the rows a message has held lately (a running
+average), so a batch of 4096-row messages stops near ``batch_size`` rows instead of taking
+``batch_size`` messages.
 """
 
 from __future__ import annotations

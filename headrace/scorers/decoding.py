@@ -90,18 +90,17 @@ def decode(batch: RawBatch, features: Sequence[str]) -> Features:
     msg = np.empty(total, np.int64)
     row = np.zeros(total, np.int32)
     lo = len(json_ok)
+    msg[:lo] = json_ok
     with np.errstate(over="ignore"):  # out of float32 range -> inf, rejected as not finite
         x[:lo] = json_x
-    msg[:lo] = json_ok
-    for i, cols in columns:
-        start = lo
-        for rb in cols.to_batches():
-            if rb.num_rows:
-                with np.errstate(over="ignore"):
+        for i, cols in columns:
+            start = lo
+            for rb in cols.to_batches():
+                if rb.num_rows:
                     x[lo:lo + rb.num_rows] = np.asarray(rb.to_tensor(null_to_nan=True))
-                lo += rb.num_rows
-        msg[start:lo] = i
-        row[start:lo] = np.arange(lo - start, dtype=np.int32)
+                    lo += rb.num_rows
+            msg[start:lo] = i
+            row[start:lo] = np.arange(lo - start, dtype=np.int32)
 
     if not np.isfinite(x).all():  # whole-matrix check first: per-row only when needed
         finite = np.isfinite(x).all(axis=1)
@@ -174,11 +173,12 @@ def _arrow_features(table: pa.Table, features: Sequence[str]) -> pa.Table:
     if table.num_rows == 0:
         raise ValidationFailed("Arrow payload holds no rows", stage="decode")
     names = table.column_names
-    missing = [f for f in features if f not in names]
+    present = set(names)
+    missing = [f for f in features if f not in present]
     if missing:
         raise ValidationFailed(f"Arrow batch lacks feature column(s) {missing[:5]}",
                                stage="validate")
-    if len(set(names)) != len(names):
+    if len(present) != len(names):
         dup = sorted({n for n in names if names.count(n) > 1})
         raise ValidationFailed(f"Arrow batch repeats column(s) {dup[:5]}", stage="validate")
     cols = []
