@@ -42,13 +42,17 @@ def score(
         "--device", help='"auto", "cpu" or "gpu:N".')] = None,
     grace_s: Annotated[float | None, typer.Option(
         "--grace-s", help="SIGTERM grace period in seconds (default 20).")] = None,
+    decode_processes: Annotated[int | None, typer.Option(
+        "--decode-processes", help="Helper processes decoding JSON ahead of scoring "
+        "(default 1; 0: none).", min=0, max=64)] = None,
 ) -> None:
     """Score a stream until SIGTERM: predictions.STREAM, bad input to data.STREAM.dlq."""
     settings = _context.settings(ctx)
     scorer = load_scorer_settings(
         stream=stream, model=model, batch_size=batch_size, max_wait_ms=max_wait_ms,
         partitions=partitions, transactional=transactional, idempotent=idempotent,
-        http_port=http_port, device=device, grace_s=grace_s)
+        http_port=http_port, device=device, grace_s=grace_s,
+        decode_processes=decode_processes)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()

@@ -47,25 +47,31 @@ class Batcher:
             return 1  # nothing seen yet: one message tells how many rows a message holds
         return max(1, int(rows / self.rows_per_message))
 
-    def next_batch(self, stop: threading.Event) -> RawBatch:
-        """An empty batch after ``IDLE_POLL_S`` without data, else up to ``max_rows`` rows."""
-        batch = self.io.consume_batch(self._messages_for(self.max_rows), IDLE_POLL_S)
+    def next_batch(self, stop: threading.Event, *, block: bool = True) -> RawBatch:
+        """An empty batch after ``IDLE_POLL_S`` without data, else up to ``max_rows`` rows.
+
+        ``block=False`` (a batch is being decoded ahead): only what is already fetched, at once.
+        """
+        wait = IDLE_POLL_S if block else 0.0
+        batch = self.io.consume_batch(self._messages_for(self.max_rows), wait)
         if not len(batch):
             return batch
-        deadline = time.monotonic() + self.max_wait_s
+        deadline = time.monotonic() + (self.max_wait_s if block else 0.0)
         rows = rows_in(batch)
         self._observe(rows, len(batch))
         while rows < self.max_rows and not stop.is_set():
             left = deadline - time.monotonic()
-            if left <= 0:
+            if block and left <= 0:
                 break
             more = self.io.consume_batch(self._messages_for(self.max_rows - rows),
-                                         min(left, IDLE_POLL_S))
+                                         min(left, IDLE_POLL_S) if block else 0.0)
             if len(more):
                 batch.extend(more)
                 got = rows_in(more)
                 rows += got
                 self._observe(got, len(more))
+            elif not block:
+                break
         if self.assignment_changed.is_set():
             batch = self.drop_unassigned(batch)
         return batch
@@ -79,6 +85,10 @@ class Batcher:
         """After a rebalance, forget buffered messages of partitions no longer ours: their new
         owner reads them again from the last committed offset."""
         self.assignment_changed.clear()
+        return self.keep_owned(batch)
+
+    def keep_owned(self, batch: RawBatch) -> RawBatch:
+        """The messages of partitions this consumer still owns."""
         owned = set(self.io.assignment())
         keep = [(t, p) in owned for t, p in zip(batch.topics, batch.partitions.tolist(),
                                                  strict=True)]

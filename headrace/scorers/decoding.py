@@ -5,27 +5,24 @@ continuation marker, which no JSON text can (0xFF is never UTF-8); everything el
 one JSON object. Reading the ``content-type`` header instead would cost ~2.5 µs a message
 (``Message.headers()``), a quarter of the whole per-row budget at 100 000 rows/s.
 
-JSON records are decoded one by one by a msgspec decoder typed for the model's features (one
-float each; unknown fields ignored), so a bad record costs exactly its own error and nothing is
-re-parsed. Arrow messages are read zero-copy, one table each. Rows with a missing, null, NaN or
-infinite feature are rejected one by one; everything else is scored.
+JSON records are decoded one by one (``json_rows``), here or ahead of time by the decode
+helpers (``decode_pool``), whose rows come in as ``json``. Arrow messages are read zero-copy,
+one table each. Rows with a missing, null, NaN or infinite feature are rejected one by one;
+everything else is scored.
 """
 
 from __future__ import annotations
 
-import functools
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-import msgspec
 import numpy as np
 import pyarrow as pa
 
 from headrace.core.errors import ValidationFailed
+from headrace.scorers.json_rows import JsonRows, decode_rows
 from headrace.streams import headers as hdr
-from headrace.streams.codecs import MAX_RECORD_BYTES, decode_arrow, is_arrow_payload
+from headrace.streams.codecs import decode_arrow, is_arrow_payload
 from headrace.streams.scoring_io import RawBatch
 
 
@@ -60,8 +57,16 @@ def is_arrow_mask(batch: RawBatch) -> np.ndarray:
     return np.fromiter(map(is_arrow_payload, values), bool, len(values))
 
 
-def decode(batch: RawBatch, features: Sequence[str]) -> Features:
-    """All good rows of the batch in one matrix, written in place (no per-part concatenation)."""
+def json_positions(batch: RawBatch) -> np.ndarray:
+    """Indices of the batch's JSON messages (everything that is not an Arrow stream)."""
+    return np.flatnonzero(~is_arrow_mask(batch))
+
+
+def decode(batch: RawBatch, features: Sequence[str], json: JsonRows | None = None) -> Features:
+    """All good rows of the batch in one matrix, written in place (no per-part concatenation).
+
+    ``json``: the rows of the batch's JSON messages (in order) already decoded elsewhere.
+    """
     width = len(features)
     arrow = is_arrow_mask(batch)
     bad: list[BadInput] = []
@@ -69,11 +74,14 @@ def decode(batch: RawBatch, features: Sequence[str]) -> Features:
     columns: list[tuple[int, pa.Table]] = []
 
     json_idx = np.flatnonzero(~arrow)
-    json_x = np.zeros((0, width), np.float64)
+    json_x = np.zeros((0, width), np.float32)
     json_ok = np.zeros(0, np.int64)
     if len(json_idx):
-        json_x, ok, errs = _decode_json([batch.values[i] for i in json_idx], features)
-        bad += [_json_error(batch, int(json_idx[i]), e) for i, e in errs]
+        if json is None:
+            json = decode_rows([batch.values[i] for i in json_idx.tolist()], features)
+        json_x, ok, errs = json
+        bad += [_json_error(batch, int(json_idx[i]), ValidationFailed(reason, stage=stage))
+                for i, stage, reason in errs]
         json_ok = json_idx[ok]
 
     for i in np.flatnonzero(arrow).tolist():
@@ -121,51 +129,6 @@ def _json_error(batch: RawBatch, i: int, error: Exception) -> BadInput:
                                  "IPC stream (no 0xFFFFFFFF continuation marker)", stage="decode")
         stage = "decode"
     return BadInput(i, None, error, stage)
-
-
-@functools.lru_cache(maxsize=64)
-def _decoder(features: tuple[str, ...]) -> msgspec.json.Decoder[Any]:
-    """A decoder of one JSON object holding every feature as a number (extra fields ignored).
-
-    Struct fields are positional names renamed to the features, so any feature name works.
-    """
-    fields = [(f"c{j}", float) for j in range(len(features))]
-    record = msgspec.defstruct("Record", fields, rename=dict(zip(
-        (f for f, _ in fields), features, strict=True)), gc=False)
-    return msgspec.json.Decoder(record)
-
-
-def _decode_json(
-    values: list[bytes], features: Sequence[str]
-) -> tuple[np.ndarray, np.ndarray, list[tuple[int, Exception]]]:
-    """Matrix of the good messages, their positions in ``values``, and the bad ones' errors."""
-    width = len(features)
-    decode_one = _decoder(tuple(features)).decode
-    astuple = msgspec.structs.astuple
-    rows: list[tuple[float, ...]] = []
-    errors: list[tuple[int, Exception]] = []
-    append = rows.append
-    for i, v in enumerate(values):  # as fast as a comprehension, and each record parsed once
-        try:
-            if len(v) > MAX_RECORD_BYTES:
-                raise ValidationFailed(f"JSON payload of {len(v)} bytes exceeds the limit",
-                                       stage="decode")
-            append(astuple(decode_one(v)))
-        except msgspec.ValidationError as exc:
-            errors.append((i, ValidationFailed(f"wrong JSON record: {exc}", stage="validate")))
-        except msgspec.DecodeError as exc:
-            errors.append((i, ValidationFailed(
-                f"undecodable JSON record: {exc}" if v.strip() else "empty JSON payload",
-                stage="decode")))
-        except ValidationFailed as exc:
-            errors.append((i, exc))
-    n = len(rows)
-    x = np.fromiter(itertools.chain.from_iterable(rows), np.float64, n * width).reshape(n, width)
-    if not errors:
-        return x, np.arange(n, dtype=np.int64), errors
-    ok = np.ones(len(values), bool)
-    ok[[i for i, _ in errors]] = False
-    return x, np.flatnonzero(ok).astype(np.int64), errors
 
 
 def _arrow_features(table: pa.Table, features: Sequence[str]) -> pa.Table:

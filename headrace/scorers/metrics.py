@@ -98,6 +98,10 @@ class ScorerMetrics:
             ["model", "reason"], registry=r)
         self.commits = Counter("headrace_scorer_commits", "Offset commits (or transactions).",
                                ["stream"], registry=r).labels(**lab)
+        self.decoded_ahead = Counter(
+            "headrace_scorer_decoded_ahead",
+            "JSON records decoded by the decode helper processes (the rest: in the scorer).",
+            ["stream"], registry=r).labels(**lab)
         self.retries = Counter("headrace_scorer_retries", "Transient failures retried.",
                                ["stream", "what"], registry=r)
         self.ready = Gauge("headrace_scorer_ready", "1 when /readyz is OK.", ["stream"],

@@ -18,6 +18,7 @@ from types import FrameType
 
 from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings
+from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import ModelHolder
 from headrace.scorers.probing import ProbeServer, ProbeState
@@ -89,9 +90,8 @@ class Scorer:
                     worker_box[0].batcher.assignment_changed.set()
 
             def revoked(tps: list[tuple[str, int]]) -> None:
-                if worker_box:  # commit the batch in flight while its partitions are ours
-                    worker_box[0].complete_pending()
-                    worker_box[0].batcher.assignment_changed.set()
+                if worker_box:
+                    worker_box[0].on_revoked()
 
             io = StreamIO(
                 self.conn, group_id=topics.scorer_group(s.stream), topics=[data],
@@ -105,7 +105,8 @@ class Scorer:
                 predictions_topic=topics.predictions_topic(s.stream),
                 dlq_topic=topics.dlq_topic(s.stream), batch_size=s.batch_size,
                 max_wait_s=s.max_wait_ms / 1000.0, grace_s=s.grace_s,
-                transactional=s.transactional, stop=stop)
+                transactional=s.transactional, stop=stop,
+                decoders=DecodePool(s.decode_processes) if s.decode_processes else None)
             worker_box.append(worker)
             self.worker = worker
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0
@@ -117,6 +118,8 @@ class Scorer:
         finally:
             self.state.stopping = True
             stopped_at = time.monotonic()
+            if self.worker is not None and self.worker.decoders is not None:
+                self.worker.decoders.close()
             if io is not None:
                 io.close(timeout_s=max(0.5, s.grace_s * 0.5))
             if watcher is not None:

@@ -31,6 +31,10 @@ class ScorerSettings(BaseSettings):
     grace_s: float = Field(default=20.0, gt=0, le=3600,
                            description="SIGTERM: finish, commit and exit within this many seconds.")
     device: str = Field(default="auto", description='"auto", "cpu" or "gpu:N".')
+    decode_processes: int = Field(
+        default=1, ge=0, le=64,
+        description="Helper processes that decode big JSON batches while the previous batch is "
+                    "scored; 0: decode in the scoring thread.")
     transactional: bool = False
     idempotent: bool = Field(
         default=True,

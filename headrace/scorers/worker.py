@@ -10,6 +10,13 @@ while batch k+1 is decoded and scored, so the broker round trip overlaps the CPU
    (duplicates are identical and carry their source offset), on a timeout keep flushing.
 5. Only then commit the batch's offsets (last offset + 1 per partition).
 
+With decode helpers (``decode_pool``), a big JSON batch is decoded in another process while the
+previous one is scored and published: the loop consumes batch k+1 without blocking, collects
+batch k's rows, hands k+1 to the helpers, then scores k. Batches are still scored, published and
+committed in the order they were consumed; a batch decoded ahead is dropped if the consumer was
+rewound meanwhile (it is consumed again), loses the partitions revoked meanwhile, and is decoded
+again if the model's features changed.
+
 Transactional mode replaces 4-5 with begin -> produce -> send_offsets_to_transaction ->
 commit_transaction; an abortable error aborts, rewinds to the committed offsets and lets the
 loop consume the batch again (confluent-kafka's eos-transactions example).
@@ -26,7 +33,8 @@ import numpy as np
 
 from headrace.core.errors import FatalError, RecordRef, RetriableError
 from headrace.scorers.batching import Batcher
-from headrace.scorers.decoding import BadInput, Features, decode
+from headrace.scorers.decode_pool import DecodePool
+from headrace.scorers.decoding import BadInput, Features, decode, json_positions
 from headrace.scorers.encoding import (
     ARROW_HEADERS,
     JSON_HEADERS,
@@ -34,6 +42,7 @@ from headrace.scorers.encoding import (
     arrow_predictions,
     json_predictions,
 )
+from headrace.scorers.json_rows import JsonRows
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder
 from headrace.streams.codecs import encode_arrow
@@ -51,6 +60,7 @@ log = logging.getLogger(__name__)
 
 LAG_EVERY_S = 2.0
 MAX_BACKOFF_S = 5.0
+AHEAD_MIN_RECORDS = 256  # fewer JSON records: a helper round trip costs more than it saves
 
 
 @dataclass
@@ -74,6 +84,16 @@ class _Pending:
     offsets: dict[tuple[str, int], int]
     messages: int
     started: float
+
+
+@dataclass
+class _Ahead:
+    """A consumed batch whose JSON records the decode helpers are decoding."""
+
+    batch: RawBatch
+    features: tuple[str, ...]
+    rewinds: int  # the consumer's rewinds when it was consumed
+    revocations: int
 
 
 def score_rows(model: LoadedModel, x: np.ndarray) -> tuple[np.ndarray, dict[int, Exception]]:
@@ -121,6 +141,7 @@ class Worker:
         grace_s: float,
         transactional: bool,
         stop: threading.Event,
+        decoders: DecodePool | None = None,
     ) -> None:
         self.io = io
         self.holder = holder
@@ -135,31 +156,88 @@ class Worker:
         self._stop_seen: float | None = None
         self._next_lag = 0.0
         self._pending: _Pending | None = None
+        self.decoders = decoders
+        self._ahead: _Ahead | None = None
+        self._revocations = 0
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
         try:
             while not self.stop.is_set():
                 self.last_progress = time.monotonic()
-                batch = self.batcher.next_batch(self.stop)
-                if len(batch):
-                    self.handle(batch)
+                batch = self.batcher.next_batch(self.stop, block=self._ahead is None)
+                if self._ahead is not None:
+                    self._finish_ahead(batch)
+                elif len(batch):
+                    if not self._decode_ahead(batch):
+                        self.handle(batch)
                 elif self._pending is not None:
                     self.complete_pending()  # idle: don't hold a finished batch's commit
                 if time.monotonic() >= self._next_lag:
                     self._update_lag()
         finally:
             self._stop_seen = self._stop_seen or time.monotonic()
+        if self._ahead is not None:
+            self._finish_ahead(RawBatch.empty())
         self.complete_pending()
 
-    def handle(self, batch: RawBatch) -> None:
+    def on_revoked(self) -> None:
+        """Partitions are being taken away: commit the batch in flight while they are ours."""
+        self.complete_pending()
+        self._revocations += 1
+        self.batcher.assignment_changed.set()
+
+    def _decode_ahead(self, batch: RawBatch) -> bool:
+        """Hand a big JSON batch's records to the decode helpers; False: score it now."""
+        model = self.holder.current
+        if self.decoders is None or model is None:
+            return False
+        idx = json_positions(batch)
+        if len(idx) < AHEAD_MIN_RECORDS:
+            return False
+        values = batch.values if len(idx) == len(batch) else [batch.values[i]
+                                                               for i in idx.tolist()]
+        if not self.decoders.submit(values, model.features):
+            return False
+        self._ahead = _Ahead(batch, tuple(model.features), self.io.rewinds, self._revocations)
+        return True
+
+    def _finish_ahead(self, nxt: RawBatch) -> None:
+        """Score the batch decoded ahead, once the next one is with the helpers (order kept)."""
+        ahead, self._ahead = self._ahead, None
+        assert ahead is not None and self.decoders is not None
+        rows = self.decoders.result()
+        if rows is None:  # a helper failed (it says why): this batch is decoded here instead
+            self.metrics.retries.labels(stream=self.metrics.stream, what="decode_helper").inc()
+        handed = len(nxt) > 0 and self._decode_ahead(nxt)
+        batch = ahead.batch
+        if self.io.rewinds != ahead.rewinds:
+            log.info("dropped %d messages decoded ahead: the consumer was rewound to the "
+                     "committed offsets and reads them again", len(batch))
+        else:
+            if self._revocations != ahead.revocations:
+                batch, rows = self.batcher.keep_owned(batch), None
+            model = self.holder.current
+            if model is not None and tuple(model.features) != ahead.features:
+                rows = None  # a swap changed the features: decode for the new model
+            if len(batch):
+                if rows is not None:
+                    self.metrics.decoded_ahead.inc(len(rows[1]) + len(rows[2]))
+                self.handle(batch, rows)
+        if len(nxt) and not handed:
+            self.handle(nxt)
+
+    def handle(self, batch: RawBatch, json: JsonRows | None = None) -> None:
         """Build batch k+1 while batch k's outputs are being acknowledged, then commit k and
-        publish k+1 (at-least-once); or run one transaction for the batch."""
+        publish k+1 (at-least-once); or run one transaction for the batch.
+
+        ``json``: the rows of the batch's JSON records, when the decode helpers made them.
+        """
         t0 = time.perf_counter()
         model = self.holder.current
         if model is None:  # never: the loop starts after the first model is loaded
             raise FatalError("no model loaded")
-        out = self.build(batch, model)
+        out = self.build(batch, model, json)
         offsets = batch.next_offsets()
         if self.transactional:
             if self._deliver_transaction(out, offsets):
@@ -191,8 +269,9 @@ class Worker:
         self.last_progress = time.monotonic()
 
     # -- transform -----------------------------------------------------------------------
-    def build(self, batch: RawBatch, model: LoadedModel) -> Outputs:
-        feats = decode(batch, model.features)
+    def build(self, batch: RawBatch, model: LoadedModel, json: JsonRows | None = None
+              ) -> Outputs:
+        feats = decode(batch, model.features, json)
         scores, model_errors = score_rows(model, feats.x)
         bad = list(feats.bad)
         if model_errors:

@@ -18,9 +18,8 @@ import pyarrow.ipc as ipc
 import pyarrow.json as pajson
 
 from headrace.core.errors import ValidationFailed
+from headrace.core.limits import MAX_RECORD_BYTES
 from headrace.streams import headers as hdr
-
-MAX_RECORD_BYTES = 8 * 1024 * 1024
 
 
 @dataclass

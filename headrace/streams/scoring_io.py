@@ -195,6 +195,7 @@ class StreamIO:
         self._assigned: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
         self.delivery = DeliveryErrors()
+        self.rewinds = 0  # seeks back to the committed offsets: consumed batches are stale
         pconf = {**conn.base(), **PRODUCER_DEFAULTS, **SCORER_PRODUCER,
                  **({} if idempotent or transactional_id else NON_IDEMPOTENT),
                  "on_delivery": self.delivery, **(producer_overrides or {})}
@@ -403,6 +404,7 @@ class StreamIO:
     def rewind_to_committed(self, timeout_s: float = 10.0) -> None:
         """Seek every assigned partition back to its committed offset (best effort: a
         rebalance does the same for partitions this member loses)."""
+        self.rewinds += 1
         tps = [TopicPartition(t, p) for t, p in self.assignment()]
         if not tps:
             return
