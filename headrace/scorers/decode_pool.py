@@ -116,8 +116,9 @@ class _Helper:
         if self.write_error is not None:
             raise HelperFailed(self.write_error)
         lengths = np.fromiter(map(len, values), np.int64, len(values))
-        self._outbox.put([_REQ.pack(len(features), len(values), int(lengths.sum())) + features
-                          + lengths.tobytes(), *values])
+        blob = b"".join(values)  # one write, so the writer takes the GIL only once a batch
+        self._outbox.put([_REQ.pack(len(features), len(values), len(blob)) + features
+                          + lengths.tobytes(), blob])
 
     def _write_loop(self) -> None:
         while (data := self._outbox.get()) is not None:

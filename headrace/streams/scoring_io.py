@@ -10,6 +10,7 @@ failed messages, so the happy path pays no per-message Python callback.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -112,17 +113,34 @@ class RawBatch:
         return out
 
 
-def _to_batch(msgs: list[Any]) -> RawBatch:  # Message objects, typed loosely for speed
+_second = operator.itemgetter(1)
+
+
+def _columns(msgs: list[Any]) -> RawBatch:  # Message objects, typed loosely for speed
+    """The good messages as columns; partition EOFs skipped, fatal errors raised."""
+    errors = list(map(Message.error, msgs))
+    if errors.count(None) != len(errors):
+        for err in errors:
+            if err is None or err.code() == KafkaError._PARTITION_EOF:
+                continue
+            if err.fatal():
+                raise FatalError(f"consumer failed: {err.str()}")
+            log.warning("consumer error (retried by the client): %s", err.str())
+        msgs = [m for m, e in zip(msgs, errors, strict=True) if e is None]
     n = len(msgs)
-    ts = [m.timestamp() for m in msgs]
-    stamps = np.fromiter((t[1] if t[0] else -1 for t in ts), np.int64, n)
+    # map() over the C methods, not comprehensions (each a Python frame per message).
+    values: list[Any] = list(map(Message.value, msgs))
+    if None in values:  # a tombstone: an empty payload (dead-lettered as such)
+        values = [v or b"" for v in values]
+    getter: Any = Message  # typeshed's Message methods are generic; these are plain bytes/str
     return RawBatch(
-        [m.value() or b"" for m in msgs],
-        [m.key() for m in msgs],
-        [m.topic() for m in msgs],
-        np.fromiter((m.partition() for m in msgs), np.int32, n),
-        np.fromiter((m.offset() for m in msgs), np.int64, n),
-        stamps,
+        values,
+        list(map(getter.key, msgs)),
+        list(map(getter.topic, msgs)),
+        np.fromiter(map(getter.partition, msgs), np.int32, n),
+        np.fromiter(map(getter.offset, msgs), np.int64, n),
+        # (type, ms); librdkafka gives -1 ms when there is none.
+        np.fromiter(map(_second, map(getter.timestamp, msgs)), np.int64, n),
         msgs,
     )
 
@@ -261,17 +279,7 @@ class StreamIO:
                     msgs += self.consumer.consume(num_messages=n - 1, timeout=0)
         except KafkaException as exc:
             raise _classify(exc, "consume") from None
-        bad: list[Any] = [m for m in msgs if m.error() is not None]
-        if bad:
-            for m in bad:
-                err: Any = m.error()
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                if err.fatal():
-                    raise FatalError(f"consumer failed: {err.str()}")
-                log.warning("consumer error (retried by the client): %s", err.str())
-            msgs = [m for m in msgs if m.error() is None]
-        return _to_batch(msgs)
+        return _columns(msgs)
 
     def lag(self) -> dict[tuple[str, int], int]:
         """Per assigned partition: cached high watermark - position (clamped at 0).
