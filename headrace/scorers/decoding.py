@@ -6,7 +6,7 @@ one JSON object. Reading the ``content-type`` header instead would cost ~2.5 µs
 (``Message.headers()``), a quarter of the whole per-row budget at 100 000 rows/s.
 
 JSON records are decoded one by one (``json_rows``), here or ahead of time by the decode
-helpers (``decode_pool``), whose rows come in as ``json``. Arrow messages are read zero-copy,
+helpers (``decode_pool``), whose rows come in as ``ahead``. Arrow messages are read zero-copy,
 one table each. Rows with a missing, null, NaN or infinite feature are rejected one by one;
 everything else is scored.
 """
@@ -57,18 +57,20 @@ def is_arrow_mask(batch: RawBatch) -> np.ndarray:
     return np.fromiter(map(is_arrow_payload, values), bool, len(values))
 
 
-def json_positions(batch: RawBatch) -> np.ndarray:
-    """Indices of the batch's JSON messages (everything that is not an Arrow stream)."""
-    return np.flatnonzero(~is_arrow_mask(batch))
+@dataclass(frozen=True)
+class DecodedAhead:
+    """What the decode helpers made of a batch: its Arrow mask and its JSON messages' rows."""
+
+    arrow: np.ndarray  # is_arrow_mask(batch)
+    json: JsonRows  # rows of the messages where ``arrow`` is False, in order
 
 
-def decode(batch: RawBatch, features: Sequence[str], json: JsonRows | None = None) -> Features:
-    """All good rows of the batch in one matrix, written in place (no per-part concatenation).
-
-    ``json``: the rows of the batch's JSON messages (in order) already decoded elsewhere.
-    """
+def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None = None
+           ) -> Features:
+    """All good rows of the batch in one matrix, written in place (no per-part concatenation)."""
     width = len(features)
-    arrow = is_arrow_mask(batch)
+    arrow = is_arrow_mask(batch) if ahead is None else ahead.arrow
+    json = None if ahead is None else ahead.json
     bad: list[BadInput] = []
     tables: dict[int, pa.Table] = {}
     columns: list[tuple[int, pa.Table]] = []

@@ -34,7 +34,7 @@ import numpy as np
 from headrace.core.errors import FatalError, RecordRef, RetriableError
 from headrace.scorers.batching import Batcher
 from headrace.scorers.decode_pool import DecodePool
-from headrace.scorers.decoding import BadInput, Features, decode, json_positions
+from headrace.scorers.decoding import BadInput, DecodedAhead, Features, decode, is_arrow_mask
 from headrace.scorers.encoding import (
     ARROW_HEADERS,
     JSON_HEADERS,
@@ -42,7 +42,6 @@ from headrace.scorers.encoding import (
     arrow_predictions,
     json_predictions,
 )
-from headrace.scorers.json_rows import JsonRows
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder
 from headrace.streams.codecs import encode_arrow
@@ -91,6 +90,7 @@ class _Ahead:
     """A consumed batch whose JSON records the decode helpers are decoding."""
 
     batch: RawBatch
+    arrow: np.ndarray  # is_arrow_mask(batch)
     features: tuple[str, ...]
     rewinds: int  # the consumer's rewinds when it was consumed
     revocations: int
@@ -192,14 +192,16 @@ class Worker:
         model = self.holder.current
         if self.decoders is None or model is None:
             return False
-        idx = json_positions(batch)
+        arrow = is_arrow_mask(batch)
+        idx = np.flatnonzero(~arrow)
         if len(idx) < AHEAD_MIN_RECORDS:
             return False
         values = batch.values if len(idx) == len(batch) else [batch.values[i]
                                                                for i in idx.tolist()]
         if not self.decoders.submit(values, model.features):
             return False
-        self._ahead = _Ahead(batch, tuple(model.features), self.io.rewinds, self._revocations)
+        self._ahead = _Ahead(batch, arrow, tuple(model.features), self.io.rewinds,
+                             self._revocations)
         return True
 
     def _finish_ahead(self, nxt: RawBatch) -> None:
@@ -207,6 +209,7 @@ class Worker:
         ahead, self._ahead = self._ahead, None
         assert ahead is not None and self.decoders is not None
         rows = self.decoders.result()
+        decoded = None if rows is None else DecodedAhead(ahead.arrow, rows)
         if rows is None:  # a helper failed (it says why): this batch is decoded here instead
             self.metrics.retries.labels(stream=self.metrics.stream, what="decode_helper").inc()
         handed = len(nxt) > 0 and self._decode_ahead(nxt)
@@ -216,28 +219,28 @@ class Worker:
                      "committed offsets and reads them again", len(batch))
         else:
             if self._revocations != ahead.revocations:
-                batch, rows = self.batcher.keep_owned(batch), None
+                batch, decoded = self.batcher.keep_owned(batch), None
             model = self.holder.current
             if model is not None and tuple(model.features) != ahead.features:
-                rows = None  # a swap changed the features: decode for the new model
+                decoded = None  # a swap changed the features: decode for the new model
             if len(batch):
-                if rows is not None:
-                    self.metrics.decoded_ahead.inc(len(rows[1]) + len(rows[2]))
-                self.handle(batch, rows)
+                if decoded is not None:
+                    self.metrics.decoded_ahead.inc(len(decoded.json[1]) + len(decoded.json[2]))
+                self.handle(batch, decoded)
         if len(nxt) and not handed:
             self.handle(nxt)
 
-    def handle(self, batch: RawBatch, json: JsonRows | None = None) -> None:
+    def handle(self, batch: RawBatch, ahead: DecodedAhead | None = None) -> None:
         """Build batch k+1 while batch k's outputs are being acknowledged, then commit k and
         publish k+1 (at-least-once); or run one transaction for the batch.
 
-        ``json``: the rows of the batch's JSON records, when the decode helpers made them.
+        ``ahead``: what the decode helpers made of the batch, if they did.
         """
         t0 = time.perf_counter()
         model = self.holder.current
         if model is None:  # never: the loop starts after the first model is loaded
             raise FatalError("no model loaded")
-        out = self.build(batch, model, json)
+        out = self.build(batch, model, ahead)
         offsets = batch.next_offsets()
         if self.transactional:
             if self._deliver_transaction(out, offsets):
@@ -269,9 +272,9 @@ class Worker:
         self.last_progress = time.monotonic()
 
     # -- transform -----------------------------------------------------------------------
-    def build(self, batch: RawBatch, model: LoadedModel, json: JsonRows | None = None
+    def build(self, batch: RawBatch, model: LoadedModel, ahead: DecodedAhead | None = None
               ) -> Outputs:
-        feats = decode(batch, model.features, json)
+        feats = decode(batch, model.features, ahead)
         scores, model_errors = score_rows(model, feats.x)
         bad = list(feats.bad)
         if model_errors:
@@ -301,14 +304,15 @@ class Worker:
             return
         topics = batch.topics
         first = topics[int(msgs[0])]
-        same = all(topics[i] == first for i in msgs.tolist())
+        same = topics.count(first) == len(topics)  # one topic: always, for a scorer
         groups = [(first, np.ones(len(msgs), bool))] if same else [
             (t, np.asarray([topics[i] == t for i in msgs.tolist()]))
             for t in sorted({topics[i] for i in msgs.tolist()})]
         sc = scores[mask]
         for topic, sel in groups:
             m = msgs[sel]
-            keys = [batch.keys[i] for i in m.tolist()]
+            # Rows follow their messages in order: every message scored means m is 0..n-1.
+            keys = batch.keys if len(m) == len(batch) else [batch.keys[i] for i in m.tolist()]
             out.json_values += json_predictions(
                 keys=keys, source_topic=topic, partitions=batch.partitions[m],
                 offsets=batch.offsets[m], model_name=model.name, model_version=model.version,
