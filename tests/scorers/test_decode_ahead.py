@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -10,9 +12,13 @@ import numpy as np
 from headrace.core.settings import Settings
 from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.json_rows import decode_rows
+from headrace.scorers.metrics import ScorerMetrics
+from headrace.scorers.models import ModelHolder, load_model
+from headrace.scorers.worker import Worker
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
+from headrace.streams.scoring_io import RawBatch, StreamIO
 from headrace.streams.topics import catalog, dlq_topic, predictions_topic
 from tests.scorers.conftest import (
     FEATURES,
@@ -133,3 +139,84 @@ def test_scorer_keeps_scoring_when_its_helper_dies(
             "headrace_scorer_retries_total", {"stream": stream, "what": "decode_helper"})
             or 0) >= 1, timeout_s=10, what="the helper failure to be counted")
     assert sorted(json.loads(m.value())["key"] for m in preds) == sorted(keys)
+
+
+def _worker(conn: KafkaConnection, dfs: Path, topic: str, out: str) -> Worker:
+    holder = ModelHolder()
+    holder.swap(load_model(root=dfs, name="m", alias="production", device="cpu",
+                           max_batch=1024))
+    io = StreamIO(conn, group_id=f"g-{topic}", topics=[topic], partitions=[0], idempotent=False)
+    return Worker(io=io, holder=holder, metrics=ScorerMetrics(stream="s", model="m"),
+                  predictions_topic=out, dlq_topic=out + ".dlq", batch_size=1000,
+                  max_wait_s=2.0, grace_s=5.0, transactional=False, stop=threading.Event(),
+                  decoders=DecodePool(1))
+
+
+def _next_batch(w: Worker) -> RawBatch:
+    """The next non-empty batch (the first fetch takes a moment)."""
+    for _ in range(100):
+        if len(batch := w.batcher.next_batch(w.stop)):
+            return batch
+    raise AssertionError("no batch within 10 s")
+
+
+def _offsets(conn: KafkaConnection, topic: str, expect: int) -> list[int]:
+    return sorted(json.loads(m.value())["source_offset"]
+                  for m in read_topic(conn, topic, expect=expect, settle_s=1.0))
+
+
+def test_a_batch_decoded_ahead_is_dropped_when_the_consumer_rewinds(
+        conn: KafkaConnection, dfs: Path, topic_factory: Callable[..., str]) -> None:
+    """The consumer rewound (an aborted transaction, a lost commit) while batch k+1 was being
+    decoded: k+1 is read again from the committed offset, so scoring it now would publish
+    ahead of the redo (and, in a transaction, commit past it)."""
+    publish_tf(dfs, "m")
+    topic, out = topic_factory(), topic_factory()
+    send_json(conn, topic, rows(2000, seed=4))
+    w = _worker(conn, dfs, topic, out)
+    try:
+        w.io.commit({(topic, 0): 0})
+        first = _next_batch(w)
+        assert len(first) == 1000 and w._decode_ahead(first)
+        w.io.rewind_to_committed()  # as an abort does
+        w._finish_ahead(RawBatch.empty())
+        assert w._pending is None  # nothing of the stale batch was published
+        again = _next_batch(w)  # the consumer reads it again, from offset 0
+        assert again.offsets.tolist() == first.offsets.tolist()
+        w.handle(again)
+        w.complete_pending()
+    finally:
+        w.decoders.close()  # type: ignore[union-attr]
+        w.io.close(timeout_s=2)
+    assert _offsets(conn, out, 1000) == list(range(1000))  # once each: nothing twice
+
+
+def test_a_batch_decoded_ahead_is_decoded_again_for_a_model_with_other_features(
+        conn: KafkaConnection, dfs: Path, topic_factory: Callable[..., str]) -> None:
+    publish_tf(dfs, "m")
+    topic, out = topic_factory(), topic_factory()
+    # Every record holds a, b, c, d and e; the swapped-in model reads b, c, d, e.
+    send_json(conn, topic, rows(1000, seed=5, features=(*FEATURES, "e")))
+    w = _worker(conn, dfs, topic, out)
+    try:
+        batch = _next_batch(w)
+        assert len(batch) == 1000 and w._decode_ahead(batch)
+        publish_tf(dfs, "m", features=("b", "c", "d", "e"))
+        w.holder.swap(load_model(root=dfs, name="m", alias="production", device="cpu",
+                                 max_batch=1024))
+        w._finish_ahead(RawBatch.empty())
+        w.complete_pending()
+    finally:
+        w.decoders.close()  # type: ignore[union-attr]
+        w.io.close(timeout_s=2)
+    preds = read_topic(conn, out, expect=1000, settle_s=1.0)
+    assert {json.loads(m.value())["model_version"] for m in preds} == {2}
+    assert sorted(json.loads(m.value())["source_offset"] for m in preds) == list(range(1000))
+    # Scored on the new features: the same as scoring b..e directly.
+    first = next(m for m in preds if json.loads(m.value())["source_offset"] == 0)
+    model = w.holder.current
+    assert model is not None and model.features == ("b", "c", "d", "e")
+    x = np.asarray([[rows(1000, seed=5, features=(*FEATURES, "e"))[0][f] for f in model.features]],
+                   np.float32)
+    expect = np.asarray(model.fn(x), np.float32)[0]
+    assert np.allclose(json.loads(first.value())["scores"], expect, atol=1e-6)
