@@ -10,7 +10,8 @@ Frames over the helper's stdin/stdout: a request is ``_REQ`` (features JSON leng
 payload bytes), the features, each record's length (int64) and the records back to back; a reply
 is ``_REP`` (good rows, width, errors JSON length), their positions (int64), the float32 matrix and
 the errors. A helper that dies, hangs or answers nonsense is killed; the batch is decoded in the
-worker and the helpers are started again after ``RESTART_AFTER_S``.
+worker and the helpers are started again after ``RESTART_AFTER_S``. ``start`` is called
+before the scorer reports ready, so the first batch does not pay for the helpers' imports.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ _REP = struct.Struct("<QQQ")
 PIPE_BYTES = 1 << 20  # bigger pipes: fewer wake-ups per batch (Linux F_SETPIPE_SZ, best effort)
 _F_SETPIPE_SZ = 1031
 _IOV_MAX = 1024
-REPLY_TIMEOUT_S = 60.0  # a helper silent this long is hung
+# A helper silent this long is hung: 5 s plus 20 µs a record (it decodes one in ~5 µs).
+REPLY_BASE_S = 5.0
+REPLY_PER_RECORD_S = 20e-6
 RESTART_AFTER_S = 10.0
 
 
@@ -129,7 +132,7 @@ class _Helper:
                 return
 
     def receive(self, records: int) -> JsonRows:
-        deadline = time.monotonic() + REPLY_TIMEOUT_S
+        deadline = time.monotonic() + REPLY_BASE_S + REPLY_PER_RECORD_S * records
         if self.write_error is not None:
             raise HelperFailed(self.write_error)
         good, width, err_len = _REP.unpack(_read_exact(self.rfd, _REP.size, deadline))
@@ -171,7 +174,13 @@ class DecodePool:
         self._down_until = 0.0
 
     def start(self) -> DecodePool:
-        self._helpers = [_Helper() for _ in range(self.processes)]
+        """Start the helpers (raises ``OSError`` when one cannot be, with none left running)."""
+        try:
+            for _ in range(self.processes):
+                self._helpers.append(_Helper())
+        except OSError:
+            self.close(kill=True)
+            raise
         return self
 
     @property

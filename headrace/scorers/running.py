@@ -66,6 +66,7 @@ class Scorer:
         self.probes_up.set()
         io: StreamIO | None = None
         watcher: ModelWatcher | None = None
+        decoders: DecodePool | None = None
         try:
             data = topics.data_topic(s.stream)
             ensure_topics(self.conn, [
@@ -93,6 +94,11 @@ class Scorer:
                 if worker_box:
                     worker_box[0].on_revoked()
 
+            if s.decode_processes:
+                try:
+                    decoders = DecodePool(s.decode_processes).start()
+                except OSError as exc:  # decode in the scoring thread instead
+                    log.warning("cannot start decode helpers: %s", exc)
             io = StreamIO(
                 self.conn, group_id=topics.scorer_group(s.stream), topics=[data],
                 partitions=s.partitions,
@@ -105,8 +111,7 @@ class Scorer:
                 predictions_topic=topics.predictions_topic(s.stream),
                 dlq_topic=topics.dlq_topic(s.stream), batch_size=s.batch_size,
                 max_wait_s=s.max_wait_ms / 1000.0, grace_s=s.grace_s,
-                transactional=s.transactional, stop=stop,
-                decoders=DecodePool(s.decode_processes) if s.decode_processes else None)
+                transactional=s.transactional, stop=stop, decoders=decoders)
             worker_box.append(worker)
             self.worker = worker
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0
@@ -118,8 +123,8 @@ class Scorer:
         finally:
             self.state.stopping = True
             stopped_at = time.monotonic()
-            if self.worker is not None and self.worker.decoders is not None:
-                self.worker.decoders.close()
+            if decoders is not None:
+                decoders.close()
             if io is not None:
                 io.close(timeout_s=max(0.5, s.grace_s * 0.5))
             if watcher is not None:
