@@ -5,7 +5,8 @@ Contenders, side by side in one run, each in its own subprocess (peak RSS is its
   a  kafka-ml      poll one message, model.predict it, json.dumps, produce; flush + commit
                    synchronously every 16 messages (bounded record count: it is ~100 rows/s)
   b  passthrough   consume + produce the same bytes in batches; no decode, no model
-  c  headrace-json the real scorer (headrace.scorers.running.Scorer), JSON one row a message
+  c  headrace-json the real scorer (headrace.scorers.running.Scorer), JSON one row a message,
+                   with its default decode helper process (its RSS is added to the scorer's)
   d  headrace-arrow the real scorer, Arrow IPC batches of ARROW_ROWS rows a message
   e  model-alone   the compiled model on in-memory batches (no Kafka)
 
@@ -167,9 +168,9 @@ def read_timestamps(bootstrap: str, topic: str, expect: int, timeout_s: float = 
 
 
 # -- contenders (run in a child process) --------------------------------------------------------
-def _rss_mib() -> float:
-    """Peak RSS of this process image (VmHWM; ru_maxrss would include the forked parent's)."""
-    for line in Path("/proc/self/status").read_text().splitlines():
+def _rss_mib(pid: int | str = "self") -> float:
+    """Peak RSS of a process image (VmHWM; ru_maxrss would include the forked parent's)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024.0
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -294,9 +295,12 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
     while scored() < a.rows:
         time.sleep(0.02)
     took = time.perf_counter() - t0
+    # The decode helpers are the scorer's too: their peak RSS counts in its memory.
+    decoders = scorer.worker.decoders if scorer.worker is not None else None
+    helpers = sum(_rss_mib(h.proc.pid) for h in (decoders._helpers if decoders else []))
     stop.set()
     t.join(30)
-    return {"rows": a.rows - first, "seconds": took}
+    return {"rows": a.rows - first, "seconds": took, "extra_rss_mib": helpers}
 
 
 def contender_model(a: argparse.Namespace) -> dict[str, Any]:
@@ -346,7 +350,7 @@ CONTENDERS = {"pipeline": contender_pipeline, "kafka-ml": contender_kafka_ml,
 
 def child_main(a: argparse.Namespace) -> None:
     result = CONTENDERS[a.contender](a)
-    result["rss_mib"] = _rss_mib()
+    result["rss_mib"] = _rss_mib() + result.pop("extra_rss_mib", 0.0)
     print("RESULT " + json.dumps(result), flush=True)
 
 
