@@ -42,7 +42,6 @@ _REQ = struct.Struct("<QQQ")
 _REP = struct.Struct("<QQQ")
 PIPE_BYTES = 1 << 20  # bigger pipes: fewer wake-ups per batch (Linux F_SETPIPE_SZ, best effort)
 _F_SETPIPE_SZ = 1031
-_IOV_MAX = 1024
 # A helper silent this long is hung: 5 s plus 20 µs a record (it decodes one in ~5 µs).
 REPLY_BASE_S = 5.0
 REPLY_PER_RECORD_S = 20e-6
@@ -73,19 +72,6 @@ def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
     view = memoryview(data).cast("B")
     while len(view):
         view = view[os.write(fd, view):]
-
-
-def _write_many(fd: int, parts: Sequence[bytes]) -> None:
-    """``parts`` back to back, gathered by ``writev`` (no joined copy)."""
-    for i in range(0, len(parts), _IOV_MAX):
-        chunk = parts[i:i + _IOV_MAX]
-        done = os.writev(fd, chunk)
-        for part in chunk:  # a short write: finish it piece by piece
-            if done >= len(part):
-                done -= len(part)
-                continue
-            _write_all(fd, memoryview(part)[done:])
-            done = 0
 
 
 def _grow_pipe(fd: int) -> None:
@@ -124,20 +110,22 @@ class _Helper:
                           + lengths.tobytes(), blob])
 
     def _write_loop(self) -> None:
-        while (data := self._outbox.get()) is not None:
+        while (parts := self._outbox.get()) is not None:
             try:
-                _write_many(self.wfd, data)
+                for part in parts:
+                    _write_all(self.wfd, part)
             except OSError as exc:
                 self.write_error = f"cannot write to the decode helper: {exc}"
                 return
 
-    def receive(self, records: int) -> JsonRows:
+    def receive(self, records: int, width: int) -> JsonRows:
         deadline = time.monotonic() + REPLY_BASE_S + REPLY_PER_RECORD_S * records
         if self.write_error is not None:
             raise HelperFailed(self.write_error)
-        good, width, err_len = _REP.unpack(_read_exact(self.rfd, _REP.size, deadline))
-        if good > records:
-            raise HelperFailed(f"the decode helper answered {good} rows for {records} records")
+        good, got_width, err_len = _REP.unpack(_read_exact(self.rfd, _REP.size, deadline))
+        if good > records or got_width != width:
+            raise HelperFailed(f"the decode helper answered {good}x{got_width} rows for "
+                               f"{records} records of {width} features")
         ok = np.frombuffer(_read_exact(self.rfd, 8 * good, deadline), np.int64)
         x = np.frombuffer(_read_exact(self.rfd, 4 * good * width, deadline), np.float32)
         errors = [(int(i), str(stage), str(reason)) for i, stage, reason
@@ -172,6 +160,7 @@ class DecodePool:
         self._helpers: list[_Helper] = []
         self._parts: list[tuple[int, int]] = []  # (start, records) per helper in flight
         self._down_until = 0.0
+        self._width = 0
 
     def start(self) -> DecodePool:
         """Start the helpers (raises ``OSError`` when one cannot be, with none left running)."""
@@ -200,6 +189,7 @@ class DecodePool:
                 self._fail(f"cannot start decode helpers: {exc}")
                 return False
         names = json.dumps(list(features)).encode()
+        self._width = len(features)
         step = -(-len(values) // len(self._helpers))
         try:
             for h, start in zip(self._helpers, range(0, len(values), step), strict=False):
@@ -217,7 +207,7 @@ class DecodePool:
         got: list[JsonRows] = []
         try:
             for h, (_, records) in zip(self._helpers, parts, strict=False):
-                got.append(h.receive(records))
+                got.append(h.receive(records, self._width))
         except (HelperFailed, ValueError, TypeError) as exc:
             self._fail(str(exc))
             return None

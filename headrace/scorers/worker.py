@@ -59,7 +59,10 @@ log = logging.getLogger(__name__)
 
 LAG_EVERY_S = 2.0
 MAX_BACKOFF_S = 5.0
-AHEAD_MIN_RECORDS = 256  # fewer JSON records: a helper round trip costs more than it saves
+# Decode ahead only when the scorer is behind (a batch at least half full) and the batch is big
+# enough for a helper round trip to pay; a trickle is decoded at once, where latency comes first.
+AHEAD_MIN_RECORDS = 1024
+AHEAD_FLOOR = 128
 
 
 @dataclass
@@ -152,6 +155,7 @@ class Worker:
         self.transactional = transactional
         self.stop = stop
         self.batcher = Batcher(io, max_rows=batch_size, max_wait_s=max_wait_s)
+        self.ahead_min = min(AHEAD_MIN_RECORDS, batch_size // 2)
         self.last_progress = time.monotonic()
         self._stop_seen: float | None = None
         self._next_lag = 0.0
@@ -190,11 +194,11 @@ class Worker:
     def _decode_ahead(self, batch: RawBatch) -> bool:
         """Hand a big JSON batch's records to the decode helpers; False: score it now."""
         model = self.holder.current
-        if self.decoders is None or model is None:
+        if self.decoders is None or model is None or self.ahead_min < AHEAD_FLOOR:
             return False
         arrow = is_arrow_mask(batch)
         idx = np.flatnonzero(~arrow)
-        if len(idx) < AHEAD_MIN_RECORDS:
+        if len(idx) < self.ahead_min:
             return False
         values = batch.values if len(idx) == len(batch) else [batch.values[i]
                                                                for i in idx.tolist()]
