@@ -99,6 +99,11 @@ class _Ahead:
     revocations: int
 
 
+def _log_stale(batch: RawBatch) -> None:
+    log.info("dropped %d consumed messages: the consumer was rewound to the committed offsets "
+             "and reads them again", len(batch))
+
+
 def score_rows(model: LoadedModel, x: np.ndarray) -> tuple[np.ndarray, dict[int, Exception]]:
     """Scores of every row; rows the model raises on (or returns non-finite scores for) are
     isolated by bisection and returned as errors, the rest of the batch is scored."""
@@ -212,6 +217,7 @@ class Worker:
         """Score the batch decoded ahead, once the next one is with the helpers (order kept)."""
         ahead, self._ahead = self._ahead, None
         assert ahead is not None and self.decoders is not None
+        rewinds = self.io.rewinds  # when ``nxt`` was consumed
         rows = self.decoders.result()
         decoded = None if rows is None else DecodedAhead(ahead.arrow, rows)
         if rows is None:  # a helper failed (it says why): this batch is decoded here instead
@@ -219,8 +225,7 @@ class Worker:
         handed = len(nxt) > 0 and self._decode_ahead(nxt)
         batch = ahead.batch
         if self.io.rewinds != ahead.rewinds:
-            log.info("dropped %d messages decoded ahead: the consumer was rewound to the "
-                     "committed offsets and reads them again", len(batch))
+            _log_stale(batch)
         else:
             if self._revocations != ahead.revocations:
                 batch, decoded = self.batcher.keep_owned(batch), None
@@ -232,7 +237,10 @@ class Worker:
                     self.metrics.decoded_ahead.inc(len(decoded.json[1]) + len(decoded.json[2]))
                 self.handle(batch, decoded)
         if len(nxt) and not handed:
-            self.handle(nxt)
+            if self.io.rewinds != rewinds:  # rewound while the batch before it was delivered
+                _log_stale(nxt)
+            else:
+                self.handle(nxt)
 
     def handle(self, batch: RawBatch, ahead: DecodedAhead | None = None) -> None:
         """Build batch k+1 while batch k's outputs are being acknowledged, then commit k and
