@@ -67,6 +67,9 @@ class Tour:
     console: Console
     records_in: int = 0
     predictions: Counter[int] = field(default_factory=Counter)  # model version -> count
+    # Prediction messages already counted: on Tansu, "the end" of a topic is the last record
+    # batch's base offset + 1, so a new follower reads part of that batch again.
+    seen: set[tuple[int, int]] = field(default_factory=set)
     versions: dict[str, int] = field(default_factory=dict)  # framework -> version
     score_seconds: float = 0.0
     stage: str = "start"
@@ -245,6 +248,9 @@ def stream_and_watch(tour: Tour, rows: pa.Table, *, expect_version: int) -> None
                 sent += chunk.num_rows
                 tour.records_in += chunk.num_rows
             for rec in watcher.poll(0.3):
+                if (rec.partition, rec.offset) in tour.seen:
+                    continue
+                tour.seen.add((rec.partition, rec.offset))
                 try:
                     p = parse(Prediction, rec.value or b"")
                 except ValidationFailed:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -15,6 +16,13 @@ def _commands() -> set[str]:
     names = {c.name for c in app.registered_commands}
     names |= {g.name for g in app.registered_groups if g.name}
     return names
+
+
+def _line(out: str, label: str) -> str:
+    """What the summary prints after ``label``."""
+    m = re.search(rf"^\s*{label}\s+(.+)$", out, re.MULTILINE)
+    assert m, out[-2000:]
+    return m.group(1).strip()
 
 
 NEEDED = {"control", "score", "datasets"}
@@ -34,3 +42,9 @@ def test_demo_exits_zero_with_a_summary(tmp_path: object) -> None:
     out = proc.stdout
     assert "predictions out" in out and "model versions" in out
     assert "(tensorflow)" in out and "(mxnet)" in out
+    # One prediction a record; the tally by version (what the demo's follower saw) counts none
+    # twice (a new follower on Tansu re-reads part of the last batch) and stops once the topic
+    # holds them all, so it may trail by what arrived last.
+    records, preds = int(_line(out, "records in")), int(_line(out, "predictions out"))
+    counts = [int(n) for n in re.findall(r"v\d+: (\d+)", _line(out, "predictions by"))]
+    assert records == preds and len(counts) == 2 and 0 < sum(counts) <= preds, out[-2000:]
