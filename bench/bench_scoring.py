@@ -297,7 +297,7 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
     took = time.perf_counter() - t0
     # The decode helpers are the scorer's too: their peak RSS counts in its memory.
     decoders = scorer.worker.decoders if scorer.worker is not None else None
-    helpers = sum(_rss_mib(h.proc.pid) for h in (decoders._helpers if decoders else []))
+    helpers = sum(_rss_mib(pid) for pid in (decoders.pids if decoders else []))
     stop.set()
     t.join(30)
     return {"rows": a.rows - first, "seconds": took, "extra_rss_mib": helpers}

@@ -173,8 +173,9 @@ class DecodePool:
         return self
 
     @property
-    def busy(self) -> bool:
-        return bool(self._parts)
+    def pids(self) -> list[int]:
+        """The running helpers' process ids (none while they are down)."""
+        return [h.proc.pid for h in self._helpers]
 
     def submit(self, values: Sequence[bytes], features: Sequence[str]) -> bool:
         """False (and nothing sent) when the helpers are down: decode in the worker instead."""

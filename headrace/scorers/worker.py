@@ -199,7 +199,8 @@ class Worker:
     def _decode_ahead(self, batch: RawBatch) -> bool:
         """Hand a big JSON batch's records to the decode helpers; False: score it now."""
         model = self.holder.current
-        if self.decoders is None or model is None or self.ahead_min < AHEAD_FLOOR:
+        if (self.decoders is None or model is None or self.ahead_min < AHEAD_FLOOR
+                or len(batch) < self.ahead_min):  # too few messages, let alone JSON ones
             return False
         arrow = is_arrow_mask(batch)
         idx = np.flatnonzero(~arrow)

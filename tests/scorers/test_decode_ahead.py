@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -129,9 +131,9 @@ def test_scorer_keeps_scoring_when_its_helper_dies(
         assert scorer.worker is not None and scorer.worker.decoders is not None
         keys = send_json(conn, data, rows(1500, seed=2))
         read_topic(conn, predictions_topic(stream), expect=1500)
-        helpers = scorer.worker.decoders._helpers
-        assert helpers, "the helpers were started"
-        helpers[0].proc.kill()
+        pids = scorer.worker.decoders.pids
+        assert pids, "the helpers were started"
+        os.kill(pids[0], signal.SIGKILL)
         keys += send_json(conn, data, rows(1500, seed=3), key_prefix="after")
         preds = read_topic(conn, predictions_topic(stream), expect=3000)
         reg = scorer.metrics.registry
