@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import suppress
 
 import numpy as np
 
 from headrace.core.errors import ValidationFailed
-from headrace.streams.codecs import decode_arrow, is_arrow_payload
+from headrace.streams.codecs import arrow_flags, decode_arrow
 from headrace.streams.scoring_io import RawBatch, StreamIO
 
 IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liveness latency)
@@ -22,15 +23,14 @@ IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liven
 
 def rows_in(batch: RawBatch) -> int:
     """JSON: one row a message; Arrow: the rows of its IPC batch (a zero-copy read)."""
-    rows = 0
-    for value in batch.values:
-        if is_arrow_payload(value):
-            try:
-                rows += decode_arrow(value).num_rows
-            except ValidationFailed:
-                rows += 1
-        else:
-            rows += 1
+    values = batch.values
+    rows = len(values)
+    if not any(arrow_flags(values)):
+        return rows
+    for value, arrow in zip(values, arrow_flags(values), strict=True):
+        if arrow:
+            with suppress(ValidationFailed):  # else one row: it is dead-lettered whole
+                rows += decode_arrow(value).num_rows - 1
     return rows
 
 

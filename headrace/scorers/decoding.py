@@ -20,9 +20,10 @@ import numpy as np
 import pyarrow as pa
 
 from headrace.core.errors import ValidationFailed
+from headrace.scorers.buffers import Scratch
 from headrace.scorers.json_rows import JsonRows, decode_rows
 from headrace.streams import headers as hdr
-from headrace.streams.codecs import decode_arrow, is_arrow_payload
+from headrace.streams.codecs import arrow_flags, decode_arrow
 from headrace.streams.scoring_io import RawBatch
 
 
@@ -54,7 +55,7 @@ class Features:
 
 def is_arrow_mask(batch: RawBatch) -> np.ndarray:
     values = batch.values
-    return np.fromiter(map(is_arrow_payload, values), bool, len(values))
+    return np.fromiter(arrow_flags(values), bool, len(values))
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,10 @@ class DecodedAhead:
     json: JsonRows  # rows of the messages where ``arrow`` is False, in order
 
 
-def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None = None
-           ) -> Features:
-    """All good rows of the batch in one matrix, written in place (no per-part concatenation)."""
+def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None = None,
+           scratch: Scratch | None = None) -> Features:
+    """All good rows of the batch in one matrix, written in place (no per-part concatenation),
+    in ``scratch``'s memory when it is free."""
     width = len(features)
     arrow = is_arrow_mask(batch) if ahead is None else ahead.arrow
     json = None if ahead is None else ahead.json
@@ -96,7 +98,7 @@ def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None 
         tables[i] = table
 
     total = len(json_ok) + sum(t.num_rows for _, t in columns)
-    x = np.empty((total, width), np.float32)
+    x = (scratch or Scratch()).matrix(total, width)  # aligned: the model reads it in place
     msg = np.empty(total, np.int64)
     row = np.zeros(total, np.int32)
     lo = len(json_ok)

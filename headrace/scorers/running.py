@@ -16,6 +16,7 @@ import threading
 import time
 from types import FrameType
 
+from headrace.core import heap
 from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings
 from headrace.scorers.decode_pool import DecodePool
@@ -94,6 +95,7 @@ class Scorer:
                 if worker_box:
                     worker_box[0].on_revoked()
 
+            heap.rarer_young_collections(s.batch_size)
             if s.decode_processes:
                 try:
                     decoders = DecodePool(s.decode_processes).start()

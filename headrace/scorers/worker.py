@@ -33,6 +33,7 @@ import numpy as np
 
 from headrace.core.errors import FatalError, RecordRef, RetriableError
 from headrace.scorers.batching import Batcher
+from headrace.scorers.buffers import Scratch
 from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.decoding import BadInput, DecodedAhead, Features, decode, is_arrow_mask
 from headrace.scorers.encoding import (
@@ -109,8 +110,11 @@ def score_rows(model: LoadedModel, x: np.ndarray) -> tuple[np.ndarray, dict[int,
     isolated by bisection and returned as errors, the rest of the batch is scored."""
     scores = np.zeros((len(x), model.num_outputs), np.float32)
     errors: dict[int, Exception] = {}
-
-    def attempt(lo: int, hi: int) -> None:
+    # A stack, not a recursive closure: that would be a reference cycle holding ``x`` (the
+    # decoder's reusable matrix) until the next cycle collection.
+    todo = [(0, len(x))] if len(x) else []
+    while todo:
+        lo, hi = todo.pop()
         try:
             y = np.asarray(model.fn(x[lo:hi]), np.float32)
             if y.shape != (hi - lo, model.num_outputs):
@@ -119,19 +123,15 @@ def score_rows(model: LoadedModel, x: np.ndarray) -> tuple[np.ndarray, dict[int,
         except Exception as exc:
             if hi - lo == 1:
                 errors[lo] = exc
-                return
-            mid = (lo + hi) // 2
-            attempt(lo, mid)
-            attempt(mid, hi)
-            return
+            else:
+                mid = (lo + hi) // 2
+                todo += [(mid, hi), (lo, mid)]  # the lower half first
+            continue
         scores[lo:hi] = y
         finite = np.isfinite(y).all(axis=1)
         if not finite.all():
             for i in np.flatnonzero(~finite).tolist():
                 errors[lo + i] = ValueError("model returned a non-finite score")
-
-    if len(x):
-        attempt(0, len(x))
     return scores, errors
 
 
@@ -168,6 +168,7 @@ class Worker:
         self.decoders = decoders
         self._ahead: _Ahead | None = None
         self._revocations = 0
+        self._scratch = Scratch()  # the feature matrix, reused once a batch is scored
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -287,7 +288,7 @@ class Worker:
     # -- transform -----------------------------------------------------------------------
     def build(self, batch: RawBatch, model: LoadedModel, ahead: DecodedAhead | None = None
               ) -> Outputs:
-        feats = decode(batch, model.features, ahead)
+        feats = decode(batch, model.features, ahead, self._scratch)
         scores, model_errors = score_rows(model, feats.x)
         bad = list(feats.bad)
         if model_errors:

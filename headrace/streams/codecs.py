@@ -8,8 +8,9 @@ time so that only the bad ones are rejected, each with its reason.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -40,9 +41,10 @@ class DecodedBatch:
 ARROW_MAGIC = b"\xff\xff\xff\xff"
 
 
-def is_arrow_payload(value: bytes) -> bool:
-    """Whether a payload is an Arrow IPC stream, from its bytes alone (headers cost more)."""
-    return value[:4] == ARROW_MAGIC
+def arrow_flags(values: Iterable[bytes]) -> Iterator[bool]:
+    """Whether each payload is an Arrow IPC stream, from its bytes alone (headers cost more);
+    ``bytes.startswith`` mapped in C costs half a Python function call a value."""
+    return map(bytes.startswith, values, repeat(ARROW_MAGIC))
 
 
 def encode_json(record: dict[str, Any]) -> bytes:

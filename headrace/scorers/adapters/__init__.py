@@ -8,12 +8,14 @@ float32 scores. The framework is imported only when a model of that kind is load
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
+from headrace.core import heap
 from headrace.core.errors import ConfigError
 from headrace.store.manifest import Manifest
 
@@ -31,7 +33,11 @@ def adapter_for(framework: str) -> Adapter:
     module = {"tensorflow": "tensorflow", "mxnet": "mxnet"}.get(str(framework))
     if module is None:
         raise ConfigError(f"no scorer adapter for framework {framework!r}")
-    mod: Adapter = importlib.import_module(f"headrace.scorers.adapters.{module}")
+    qualified = f"headrace.scorers.adapters.{module}"
+    first = qualified not in sys.modules
+    mod: Adapter = importlib.import_module(qualified)
+    if first:
+        heap.freeze_imports()  # the framework's ~300k objects: skipped by every collection
     return mod
 
 

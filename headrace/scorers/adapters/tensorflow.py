@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from headrace.core.errors import ConfigError
 from headrace.scorers.adapters import ModelFn, bucketed, chunked
+from headrace.scorers.buffers import is_aligned
 from headrace.store.manifest import Manifest
 
 MODEL_FILE = "model.keras"
@@ -34,6 +35,13 @@ def tf_device(device: str) -> str:
     return f"/GPU:{index}"
 
 
+def as_tensor(x: np.ndarray) -> tf.Tensor:
+    """The batch as a tensor: shared through DLPack when aligned (no copy), else copied."""
+    if x.dtype == np.float32 and is_aligned(x):
+        return tf.experimental.dlpack.from_dlpack(x.__dlpack__())
+    return tf.convert_to_tensor(x, tf.float32)
+
+
 def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int) -> ModelFn:
     dev = tf_device(device)
     with tf.device(dev):
@@ -47,7 +55,7 @@ def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int)
 
     def call(x: np.ndarray) -> np.ndarray:
         with tf.device(dev):
-            y = forward(tf.convert_to_tensor(x, tf.float32))
+            y = forward(as_tensor(x))
         return np.asarray(y, dtype=np.float32).reshape(len(x), outputs)
 
     return bucketed(call, max_batch) if "GPU" in dev else chunked(call, max_batch)
