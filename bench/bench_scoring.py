@@ -319,6 +319,7 @@ def contender_model(a: argparse.Namespace) -> dict[str, Any]:
 
 def contender_pipeline(a: argparse.Namespace) -> dict[str, Any]:
     """The scorer's own work without Kafka: decode + score + encode (Worker.build)."""
+    from headrace.scorers.buffers import Scratch
     from headrace.scorers.models import load_model
     from headrace.scorers.worker import Worker
     from headrace.streams import headers as hdr
@@ -335,6 +336,7 @@ def contender_pipeline(a: argparse.Namespace) -> dict[str, Any]:
                      np.full(n, int(time.time() * 1000), np.int64),
                      [[("content-type", ct.encode())]] * n)
     worker = Worker.__new__(Worker)  # only build() is used: no Kafka
+    worker._scratch = Scratch()
     worker.build(batch, model)
     rows, t0 = 0, time.perf_counter()
     while rows < a.rows:
