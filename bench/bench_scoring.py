@@ -4,7 +4,9 @@ Contenders, side by side in one run, each in its own subprocess (peak RSS is its
 
   a  kafka-ml      poll one message, model.predict it, json.dumps, produce; flush + commit
                    synchronously every 16 messages (bounded record count: it is ~100 rows/s)
-  b  passthrough   consume + produce the same bytes in batches; no decode, no model
+  b  passthrough   consume + produce the same bytes in batches; no decode, no model; the
+                   scorer's client path (positional headers, collector settings, acks
+                   awaited after the next batch is consumed)
   c  headrace-json the real scorer (headrace.scorers.running.Scorer), JSON one row a message,
                    with its default decode helper process (its RSS is added to the scorer's)
   d  headrace-arrow the real scorer, Arrow IPC batches of ARROW_ROWS rows a message
@@ -227,18 +229,27 @@ def _profile(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def contender_passthrough(a: argparse.Namespace) -> dict[str, Any]:
+    """Consume + produce the same bytes with the scorer's client path: batch consume, the
+    scorer's prediction headers passed positionally, its collector settings, and batch k's
+    acknowledgements awaited after batch k+1 is consumed (acked, then committed)."""
     from confluent_kafka import TopicPartition
 
+    from headrace.core import heap
+    from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
     from headrace.streams.clients import make_consumer, make_producer
 
+    heap.rarer_young_collections(8192)
     conn = _conn(a.bootstrap)
     consumer = make_consumer(conn, f"pass-{uuid.uuid4().hex}")
     consumer.assign([TopicPartition(a.input, 0, 0)])
     producer = make_producer(conn, **{"delivery.report.only.error": True}, **_profile(a))
+    produce = producer.produce
+    headers = ARROW_HEADERS if a.arrow else JSON_HEADERS
     print("READY", flush=True)
     n = 0
     t0 = None
     counted = 0
+    pending = None
     while n < a.rows:
         # Same consume as the scorer's: what is fetched, else the first message to arrive.
         msgs = consumer.consume(num_messages=8192, timeout=0)
@@ -247,18 +258,24 @@ def contender_passthrough(a: argparse.Namespace) -> dict[str, Any]:
             if first is None or first.error():
                 continue
             msgs = [first, *consumer.consume(num_messages=8191, timeout=0)]
+        if pending is not None:
+            producer.flush()
+            consumer.commit(message=pending, asynchronous=False)
         for m in msgs:
             while True:
                 try:
-                    producer.produce(a.output, m.value(), m.key(), headers=m.headers())
+                    produce(a.output, m.value(), m.key(), -1, None, None, 0, headers)
                     break
                 except BufferError:
                     producer.poll(0.05)
-        producer.flush()  # same at-least-once step as the scorer: acked, then commit
-        consumer.commit(message=msgs[-1], asynchronous=False)
+        producer.poll(0)
+        pending = msgs[-1]
         n += len(msgs) * (a.rows_per_msg if a.arrow else 1)
         if t0 is None:  # steady state: the clock starts once the first batch is through
             t0, counted = time.perf_counter(), n
+    producer.flush()
+    if pending is not None:
+        consumer.commit(message=pending, asynchronous=False)
     return {"rows": n - counted, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
 
 
