@@ -171,6 +171,7 @@ class Deploy(_Frozen):
     grace_s: int = Field(default=20, alias="graceSeconds", ge=1, le=3600)
     batch_size: int = Field(default=1024, alias="batchSize", ge=1)
     max_wait_ms: int = Field(default=50, alias="maxWaitMs", ge=0)
+    decode_processes: int = Field(default=1, alias="decodeProcesses", ge=0, le=64)
 
 
 class ClusterSpec(_Frozen):

@@ -71,6 +71,7 @@ def _env(g: ScorerGroup, deploy: Deploy) -> list[k.V1EnvVar]:
         "HEADRACE_SCORER_DEVICE": "gpu:0" if g.gpus else "cpu",
         "HEADRACE_SCORER_BATCH_SIZE": str(deploy.batch_size),
         "HEADRACE_SCORER_MAX_WAIT_MS": str(deploy.max_wait_ms),
+        "HEADRACE_SCORER_DECODE_PROCESSES": str(deploy.decode_processes),
     }
     return secret + [k.V1EnvVar(name=n, value=v) for n, v in plain.items()]
 

@@ -43,6 +43,7 @@ def chart_values(*, plan: Plan, deploy: Deploy) -> dict[str, Any]:
             "httpPort": deploy.http_port,
             "batchSize": deploy.batch_size,
             "maxWaitMs": deploy.max_wait_ms,
+            "decodeProcesses": deploy.decode_processes,
         },
         "scorerGroups": [group_values(g) for g in plan.groups],
     }

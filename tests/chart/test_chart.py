@@ -136,6 +136,7 @@ def test_cpu_only_scorers_ask_for_no_gpu(rendered: Any) -> None:
     c = sts["spec"]["template"]["spec"]["containers"][0]
     assert "nvidia.com/gpu" not in str(c["resources"])
     assert {"name": "HEADRACE_SCORER_DEVICE", "value": "cpu"} in c["env"]
+    assert {"name": "HEADRACE_SCORER_DECODE_PROCESSES", "value": "1"} in c["env"]
     assert kinds(rendered["cpu-only"], "Role") == []  # local executor: no Job RBAC
 
 
@@ -182,6 +183,7 @@ def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any)
     {"kafka": {"bootstrap": "", "existingSecret": ""}},
     {"dfs": {"root": "relative/path"}},
     {"replicaCount": 3},
+    {"scorer": {"decodeProcesses": -1}},
 ])
 def test_values_schema_rejects_bad_values(chart: Any, bad: dict[str, Any]) -> None:
     with pytest.raises(helm.HelmValuesError):

@@ -49,6 +49,7 @@ def test_static_scorer_objects_validate_and_carry_the_plan(planned: Any) -> None
     c = pod["containers"][0]
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["HEADRACE_CLIENT_RACK"] == "r1" and env["HEADRACE_SCORER_DEVICE"] == "gpu:0"
+    assert env["HEADRACE_SCORER_DECODE_PROCESSES"] == str(cluster.deploy.decode_processes)
     assert pod["terminationGracePeriodSeconds"] > int(env["HEADRACE_SCORER_GRACE_S"])
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert c["livenessProbe"]["httpGet"]["path"] == "/livez"
