@@ -6,9 +6,9 @@ generations, whose collections walk every tracked object: importing TensorFlow a
 ~300 000 of them, and one full collection then takes ~220 ms. Measured in the scorer, ``consume``
 cost 3.8 µs a message with the defaults and 1.2 µs with both remedies below.
 
-- ``freeze_imports``: after a framework's import, move every tracked object into the permanent
-  generation, which collections skip. Import-time objects live as long as the process anyway;
-  objects created later (models included) stay collectable.
+- ``freeze_imports``: after the first framework's import, move every tracked object into the
+  permanent generation, which collections skip. Import-time objects live as long as the process
+  anyway; objects created later (models included) stay collectable.
 - ``rarer_young_collections``: a young collection per few batches instead of a dozen per batch.
   Objects without cycles are still freed at once by reference counting.
 """

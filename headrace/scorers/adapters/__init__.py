@@ -22,6 +22,7 @@ from headrace.store.manifest import Manifest
 ModelFn = Callable[[np.ndarray], np.ndarray]
 
 MIN_BUCKET = 64
+ADAPTERS = {"tensorflow": "tensorflow", "mxnet": "mxnet"}  # framework -> module
 
 
 class Adapter(Protocol):
@@ -30,14 +31,15 @@ class Adapter(Protocol):
 
 
 def adapter_for(framework: str) -> Adapter:
-    module = {"tensorflow": "tensorflow", "mxnet": "mxnet"}.get(str(framework))
+    module = ADAPTERS.get(str(framework))
     if module is None:
         raise ConfigError(f"no scorer adapter for framework {framework!r}")
-    qualified = f"headrace.scorers.adapters.{module}"
-    first = qualified not in sys.modules
-    mod: Adapter = importlib.import_module(qualified)
+    # Only the first framework's import is frozen (~300k objects every collection then skips):
+    # a later one may come with a swap, and freezing then would pin the serving model for good.
+    first = not any(f"{__name__}.{m}" in sys.modules for m in ADAPTERS.values())
+    mod: Adapter = importlib.import_module(f"{__name__}.{module}")
     if first:
-        heap.freeze_imports()  # the framework's ~300k objects: skipped by every collection
+        heap.freeze_imports()
     return mod
 
 
