@@ -317,9 +317,8 @@ class Worker:
         if not len(msgs):
             return
         topics = batch.topics
-        first = topics[int(msgs[0])]
-        same = topics.count(first) == len(topics)  # one topic: always, for a scorer
-        groups = [(first, np.ones(len(msgs), bool))] if same else [
+        only = batch.single_topic()
+        groups = [(only, np.ones(len(msgs), bool))] if only is not None else [
             (t, np.asarray([topics[i] == t for i in msgs.tolist()]))
             for t in sorted({topics[i] for i in msgs.tolist()})]
         sc = scores[mask]

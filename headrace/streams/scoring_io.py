@@ -103,19 +103,23 @@ class RawBatch:
             self.timestamps_ms[idx], [self.sources[i] for i in idx],
         )
 
+    def single_topic(self) -> str | None:
+        """The topic of every message, if they share one (always, for a scorer)."""
+        topics = self.topics
+        return topics[0] if topics and topics.count(topics[0]) == len(topics) else None
+
     def next_offsets(self) -> dict[tuple[str, int], int]:
         """(topic, partition) -> last offset + 1: what to commit once the batch is done."""
         out: dict[tuple[str, int], int] = {}
-        if not self.values:
-            return out
-        topics = self.topics
-        if topics.count(topics[0]) == len(topics):  # one topic (always, for a scorer): vectorised
+        topic = self.single_topic()
+        if topic is not None:  # vectorised
             order = np.lexsort((self.offsets, self.partitions))
             parts, offs = self.partitions[order], self.offsets[order]
             last = np.flatnonzero(np.r_[parts[1:] != parts[:-1], True])
-            return {(topics[0], p): o + 1
+            return {(topic, p): o + 1
                     for p, o in zip(parts[last].tolist(), offs[last].tolist(), strict=True)}
-        for t, p, o in zip(topics, self.partitions.tolist(), self.offsets.tolist(), strict=True):
+        for t, p, o in zip(self.topics, self.partitions.tolist(), self.offsets.tolist(),
+                           strict=True):
             if o + 1 > out.get((t, p), -1):
                 out[(t, p)] = o + 1
         return out

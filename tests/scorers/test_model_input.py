@@ -19,13 +19,11 @@ from headrace.scorers.models import load_model
 from headrace.scorers.worker import score_rows
 from headrace.streams.codecs import encode_json
 from headrace.streams.scoring_io import RawBatch
-from tests.scorers.conftest import FEATURES, publish_tf
+from tests.scorers.conftest import publish_tf, rows
 
 
 def _json_batch(n: int, seed: int = 0) -> RawBatch:
-    rng = np.random.default_rng(seed)
-    values = [encode_json({f: float(v) for f, v in zip(FEATURES, row, strict=True)})
-              for row in rng.normal(size=(n, len(FEATURES)))]
+    values = [encode_json(r) for r in rows(n, seed=seed)]
     return RawBatch(values, [b"k"] * n, ["data.t"] * n, np.zeros(n, np.int32),
                     np.arange(n, dtype=np.int64), np.zeros(n, np.int64), [None] * n)
 
