@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from headrace.store.signature import ModelInput, ModelOutput, default_outputs, tabular_inputs
 from headrace.streams.contracts import Framework, SafeName, Task
 
 MANIFEST = "manifest.json"
@@ -32,6 +33,10 @@ class Manifest(BaseModel):
     label: str
     classes: tuple[str, ...] = ()  # class names in output order; empty for a regressor
     input_dtype: str = "float32"
+    # The signature (store.signature); empty in versions written before it: see ``input_signature``.
+    inputs: tuple[ModelInput, ...] = ()
+    outputs: tuple[ModelOutput, ...] = ()
+    family: str = "mlp"
     files: dict[str, str] = Field(default_factory=dict)  # relative path -> sha256
     metrics: dict[str, float] = Field(default_factory=dict)
     confusion_matrix: list[list[int]] = Field(default_factory=list)
@@ -45,3 +50,10 @@ class Manifest(BaseModel):
     @property
     def num_outputs(self) -> int:
         return len(self.classes) if self.classes else 1
+
+    def input_signature(self) -> tuple[ModelInput, ...]:
+        """The inputs the scorer decodes into; a version without them is tabular."""
+        return self.inputs or tabular_inputs(self.features)
+
+    def output_signature(self) -> tuple[ModelOutput, ...]:
+        return self.outputs or default_outputs(self.task, self.classes)

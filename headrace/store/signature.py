@@ -1,0 +1,121 @@
+"""A model's signature: the inputs it takes and the outputs it gives, as the manifest states them.
+
+This is the contract between trainers (which write it) and scorers (which decode every batch into
+it). Preprocessing that lives inside the exported model (standardisation, rescaling, text
+vectorisation, category lookup) is listed so an operator can see it, but the scorer never applies
+it: it feeds raw values in the layout below.
+
+Layouts the scorer feeds, per row (the batch dimension comes first and is not in ``shape``):
+
+* ``numeric``  float32 ``(len(columns),)``: the record's fields named in ``columns``, in order.
+* ``category`` string ``()``: one string field; the model maps it (lookup / one-hot / embedding).
+* ``tensor``   ``dtype`` of ``shape``: a nested JSON array, or an Arrow fixed-size list / tensor.
+* ``image``    float32 ``(height, width, channels)``, channels last, pixel values 0..255, after
+  decoding (JPEG/PNG) and resizing to ``height`` x ``width``. Both frameworks take this layout;
+  an MXNet export transposes to channels first inside its graph.
+* ``text``     string ``()``: raw text. The model (TensorFlow) or the adapter from the files the
+  version ships (MXNet, ``vocabulary``) turns it into tokens; ``max_length`` caps the tokens.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from headrace.streams.contracts import Task
+
+
+class InputKind(StrEnum):
+    NUMERIC = "numeric"
+    CATEGORY = "category"
+    TENSOR = "tensor"
+    IMAGE = "image"
+    TEXT = "text"
+
+
+class OutputKind(StrEnum):
+    CLASSES = "classes"  # probabilities over ``classes``
+    VALUES = "values"  # regression values of ``shape``
+
+
+_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"
+
+
+class ModelInput(BaseModel):
+    """One input of the exported model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=_NAME)  # JSON key / Arrow column / the model's input name
+    kind: InputKind
+    dtype: str = "float32"  # float32 | int64 | uint8 | string
+    shape: tuple[int, ...] = ()  # per row, without the batch dimension
+    columns: tuple[str, ...] = ()  # numeric: the record fields, in model order
+    # image: what the model takes; the scorer decodes and resizes to it
+    height: int | None = Field(default=None, ge=1, le=16384)
+    width: int | None = Field(default=None, ge=1, le=16384)
+    channels: int | None = Field(default=None, ge=1, le=4)
+    # text: the token cap and, for MXNet, the vocabulary file in the version directory
+    max_length: int | None = Field(default=None, ge=1)
+    vocabulary: str | None = None
+    preprocessing: tuple[str, ...] = ()  # inside the model, e.g. ("standardize",)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelInput:
+        if self.kind == InputKind.NUMERIC:
+            if not self.columns:
+                raise ValueError(f"numeric input {self.name!r} names no columns")
+            if self.shape not in ((), (len(self.columns),)):
+                raise ValueError(f"numeric input {self.name!r}: shape must be "
+                                 f"({len(self.columns)},)")
+        if self.kind == InputKind.IMAGE and None in (self.height, self.width, self.channels):
+            raise ValueError(f"image input {self.name!r} needs height, width and channels")
+        if self.kind == InputKind.TENSOR and not self.shape:
+            raise ValueError(f"tensor input {self.name!r} needs a shape")
+        return self
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        """The per-row shape the scorer feeds."""
+        if self.kind == InputKind.NUMERIC:
+            return (len(self.columns),)
+        if self.kind == InputKind.IMAGE:
+            assert self.height and self.width and self.channels
+            return (self.height, self.width, self.channels)
+        return self.shape
+
+
+class ModelOutput(BaseModel):
+    """One output of the exported model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=_NAME)
+    kind: OutputKind
+    classes: tuple[str, ...] = ()  # CLASSES: names in output order
+    shape: tuple[int, ...] = (1,)  # VALUES: per row
+
+    @property
+    def width(self) -> int:
+        return len(self.classes) if self.kind == OutputKind.CLASSES else int(
+            max(1, _prod(self.shape)))
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def tabular_inputs(features: tuple[str, ...]) -> tuple[ModelInput, ...]:
+    """The signature of a model over flat numeric columns (every version before signatures)."""
+    return (ModelInput(name="features", kind=InputKind.NUMERIC, columns=features,
+                       shape=(len(features),)),)
+
+
+def default_outputs(task: Task, classes: tuple[str, ...]) -> tuple[ModelOutput, ...]:
+    if task == Task.CLASSIFIER:
+        return (ModelOutput(name="scores", kind=OutputKind.CLASSES, classes=classes),)
+    return (ModelOutput(name="value", kind=OutputKind.VALUES, shape=(1,)),)
