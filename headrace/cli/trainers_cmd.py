@@ -17,6 +17,7 @@ from headrace.core.errors import ConfigError, PermanentError
 from headrace.streams.contracts import JobEvent, JobEventKind
 from headrace.streams.control_topics import ControlTopics
 from headrace.trainers import api
+from headrace.trainers.executors.base import ExitCode
 
 console = Console()
 jobs_app = typer.Typer(help="Inspect training jobs (their status.json on the DFS).",
@@ -240,7 +241,11 @@ def job_run(ctx: typer.Context, job_id: str, topic_prefix: PrefixOpt = "") -> No
     from headrace.streams.connection import connection_for
     from headrace.trainers.running import run_job
 
-    s = _context.settings(ctx)
+    try:
+        s = _context.settings(ctx)
+    except ConfigError as exc:  # permanent: a retry would read the same settings
+        typer.echo(f"headrace job: {exc}", err=True)
+        raise typer.Exit(int(ExitCode.PERMANENT)) from None
     code = run_job(root=s.dfs_root, job_id=job_id,
                    conn=connection_for(s) if s.bootstrap else None,
                    topics=ControlTopics.with_prefix(topic_prefix))

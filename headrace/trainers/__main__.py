@@ -1,7 +1,8 @@
 """``python -m headrace.trainers run JOB_ID``: the job process (what executors start).
 
-Reads the settings from the environment once (``HEADRACE_BOOTSTRAP``, ``HEADRACE_DFS_ROOT``)
-and exits with the job's exit code (0 ok, 65 permanent, 75 retriable).
+Reads the settings from the environment once (``HEADRACE_BOOTSTRAP``, ``HEADRACE_DFS_ROOT``,
+the ``HEADRACE_MAX_*`` caps) and exits with the job's exit code (0 ok, 65 permanent, 75
+retriable). Invalid settings are permanent: a retry would read the same environment.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from headrace.core.errors import HeadraceError
+from headrace.core.errors import HeadraceError, RetriableError
 from headrace.core.settings import load_settings
 from headrace.streams.connection import connection_for
 from headrace.streams.control_topics import ControlTopics
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
                        topics=ControlTopics.with_prefix(args.topic_prefix))
     except HeadraceError as exc:
         print(f"headrace job: {exc}", file=sys.stderr)
-        return ExitCode.PERMANENT if exc.exit_code == 1 else ExitCode.RETRIABLE
+        return ExitCode.RETRIABLE if isinstance(exc, RetriableError) else ExitCode.PERMANENT
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ Steps (each attempt repeats them; every step is safe to repeat):
 7. If the gate passed: move ``production`` and publish ModelPublished; then status succeeded.
 
 Exit codes (:class:`headrace.trainers.executors.base.ExitCode`): 0 ok, 65 permanent (bad
-dataset, spec or gate file: never retried), 75 retriable (DFS, broker, lock held).
+dataset, spec, gate file or configuration: never retried), 75 retriable (DFS, broker, lock held).
 No framework is imported here: backends are loaded by name.
 """
 
@@ -107,7 +107,9 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
                 _run(ctx, publish_hook)
                 return ExitCode.OK
             except HeadraceError as exc:
-                code = ExitCode.PERMANENT if isinstance(exc, PermanentError) else ExitCode.RETRIABLE
+                # Only a transient fault is worth another attempt; a bad spec, dataset or
+                # configuration (Permanent or Fatal) fails the same way every time.
+                code = ExitCode.RETRIABLE if isinstance(exc, RetriableError) else ExitCode.PERMANENT
                 return _fail(ctx, str(exc), code)
             except OSError as exc:
                 return _fail(ctx, f"filesystem error: {exc}", ExitCode.RETRIABLE)

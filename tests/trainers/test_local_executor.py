@@ -5,16 +5,25 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from headrace.store.dfs import job_dir
 from headrace.streams.contracts import Framework
 from headrace.trainers import jobs
-from headrace.trainers.executors.base import Executor, ExitCode, JobOutcome, JobSpec
+from headrace.trainers.executors.base import (
+    Executor,
+    ExitCode,
+    JobOutcome,
+    JobSpec,
+    is_retriable,
+)
 from headrace.trainers.executors.local import LocalExecutor
 from headrace.trainers.running import LOCK
 from tests.trainers.conftest import TINY, request
@@ -81,3 +90,25 @@ def test_a_job_past_its_timeout_is_killed_and_given_up(dfs: Path, demo: str) -> 
     [outcome] = _run_until_done(ex)
     assert not outcome.succeeded
     assert outcome.reason == "timed out after 3s (gave up after 1 attempts)"
+
+
+def test_a_job_with_invalid_settings_fails_permanently_and_is_not_retried(
+        dfs: Path, demo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    jid, _ = jobs.create_request(dfs, request(demo, spec=TINY))
+    monkeypatch.setenv("HEADRACE_PARTITIONS", "0")  # the job process inherits it
+    ex = LocalExecutor(root=dfs, backoff_s=0.01, max_attempts=3,
+                       on_retry=lambda *a: pytest.fail(f"retried: {a}"))
+    ex.submit(_spec(jid))
+    [outcome] = _run_until_done(ex)
+    assert (outcome.succeeded, outcome.attempts, outcome.exit_code) == (
+        False, 1, ExitCode.PERMANENT)
+    assert "invalid settings: partitions" in outcome.reason
+    # Its CLI twin exits 65 too, and a bare usage error (2) is never retried either.
+    env = {**os.environ, "HEADRACE_DFS_ROOT": str(dfs), "HEADRACE_PARTITIONS": "0"}
+    cli = subprocess.run([sys.executable, "-c", "from headrace.cli import main; main()",
+                          "job", "run", jid], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == ExitCode.PERMANENT, cli.stderr
+    assert cli.stderr.strip().splitlines()[-1].startswith("headrace job: invalid settings")
+    assert not is_retriable(ExitCode.PERMANENT) and not is_retriable(ExitCode.USAGE)
+    assert is_retriable(ExitCode.RETRIABLE) and is_retriable(1)

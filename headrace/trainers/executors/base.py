@@ -6,8 +6,9 @@ Contract (stable; the local and Kubernetes executors both implement it):
 * The process to run is :func:`job_command` -- it reads the request from the DFS, resumes from
   the last complete checkpoint, trains, evaluates, publishes and writes ``status.json``.
 * Its exit code says what happened (:class:`ExitCode`): ``0`` success, ``65`` permanent failure
-  (bad dataset or spec: never retried), ``75`` retriable failure (retry with backoff); any other
-  code (a crash, a signal, OOM kill) is treated as retriable.
+  (bad dataset, spec or configuration: never retried), ``2`` a usage or configuration error of
+  the command line (never retried either), ``75`` retriable failure (retry with backoff); any
+  other code (a crash, a signal, OOM kill) is treated as retriable.
 * ``poll()`` returns the jobs that *ended* since the last call (each exactly once), after the
   executor's own retries are spent. Progress and log lines are published by the job itself.
 * Optional callbacks an executor may offer (the local one does): ``on_start(job_id, attempt,
@@ -28,13 +29,18 @@ from headrace.streams.contracts import Framework, Resources
 
 class ExitCode(IntEnum):
     OK = 0
+    USAGE = 2  # the command line or its settings are invalid: a retry runs the same -- never
     PERMANENT = 65  # EX_DATAERR: bad dataset, bad spec, gate misconfiguration -- never retried
     RETRIABLE = 75  # EX_TEMPFAIL: DFS or broker hiccup -- retried with backoff
 
 
+PERMANENT_EXIT_CODES = (int(ExitCode.PERMANENT), int(ExitCode.USAGE))
+
+
 def is_retriable(code: int) -> bool:
-    """Anything but success and an explicit permanent failure may succeed on a new attempt."""
-    return code not in (ExitCode.OK, ExitCode.PERMANENT)
+    """Anything but success and a permanent failure (65, or 2 for a bad command line or
+    settings) may succeed on a new attempt."""
+    return code != ExitCode.OK and code not in PERMANENT_EXIT_CODES
 
 
 @dataclass(frozen=True)

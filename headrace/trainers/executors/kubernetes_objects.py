@@ -5,9 +5,9 @@ Gang scheduling: ``gang="volcano"`` adds a Volcano PodGroup with ``minMember = w
 points the pods at it (``schedulerName: volcano`` + the group-name annotation), so all workers
 are bound at once or none. ``gang="kueue"`` instead creates the Job suspended with a Kueue queue
 label; Kueue admits the whole Job against quota. Retry is exit-code based through a
-``podFailurePolicy``: exit codes in ``permanent_exit_codes`` (65, ``ExitCode.PERMANENT``) fail
-the Job at once, pod
-disruptions do not count, anything else retries up to ``max_retries`` and the trainer resumes
+``podFailurePolicy``: exit codes in ``permanent_exit_codes`` (65 and 2,
+``PERMANENT_EXIT_CODES``) fail the Job at once, pod disruptions do not count, anything else
+retries up to ``max_retries`` and the trainer resumes
 from its last complete checkpoint on the DFS.
 """
 
@@ -24,7 +24,7 @@ from kubernetes import client as k
 
 from headrace.core.errors import ValidationFailed
 from headrace.core.naming import check_name
-from headrace.trainers.executors.base import ExitCode, job_command
+from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, job_command
 
 TF_PORT = 2222
 CONTAINER = "trainer"
@@ -62,7 +62,7 @@ class TrainingJobSpec:
     gang: Literal["none", "volcano", "kueue"] = "volcano"
     queue: str | None = None
     max_retries: int = 3
-    permanent_exit_codes: tuple[int, ...] = (int(ExitCode.PERMANENT),)
+    permanent_exit_codes: tuple[int, ...] = PERMANENT_EXIT_CODES
     active_deadline_s: int | None = None
     ttl_after_finished_s: int = 86_400
     gpu_type_label: str = "nvidia.com/gpu.product"

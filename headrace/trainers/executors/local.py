@@ -21,6 +21,7 @@ from headrace.trainers.executors.base import (
     job_command,
 )
 
+ENTRYPOINT_ERROR = "headrace job: "  # what ``python -m headrace.trainers`` prefixes
 RetryHook = Callable[[str, int, str, float], None]  # job_id, next attempt, reason, delay_s
 StartHook = Callable[[str, int, int], None]  # job_id, attempt, pid
 
@@ -192,7 +193,8 @@ class LocalExecutor:
 
 
 def _last_error_line(path: Path) -> str:
-    """The job's last ERROR log line of this attempt (the job logs its reason there)."""
+    """The job's last ERROR log line of this attempt (the job logs its reason there), or the
+    entrypoint's one-line error (bad settings)."""
     try:
         with open(path, "rb") as f:
             f.seek(max(0, f.seek(0, 2) - 8192))
@@ -202,4 +204,6 @@ def _last_error_line(path: Path) -> str:
     for line in reversed(tail.splitlines()):
         if " ERROR " in line:
             return line.split(" ERROR ", 1)[1].strip()
+        if line.startswith(ENTRYPOINT_ERROR):  # the job's entrypoint failed before logging
+            return line.removeprefix(ENTRYPOINT_ERROR).strip()
     return ""
