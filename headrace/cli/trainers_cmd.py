@@ -18,6 +18,7 @@ from headrace.streams.contracts import JobEvent, JobEventKind
 from headrace.streams.control_topics import ControlTopics
 from headrace.trainers import api
 from headrace.trainers.executors.base import ExitCode
+from headrace.trainers.limits import RequestCaps
 
 console = Console()
 jobs_app = typer.Typer(help="Inspect training jobs (their status.json on the DFS).",
@@ -53,6 +54,10 @@ def train(
     label: Annotated[str, typer.Option(help="Label column.")] = "label",
     epochs: Annotated[int, typer.Option(min=1)] = 5,
     hidden: Annotated[str, typer.Option(help="Hidden layer sizes.")] = "64,64",
+    code: Annotated[str | None, typer.Option(
+        help="Your model code, NAME@HEX from `headrace code push`.")] = None,
+    entrypoint: Annotated[str, typer.Option(
+        help="With --code: the builder, package.module:function.")] = "model:build",
     wait: Annotated[bool, typer.Option("--wait/--no-wait",
                                        help="Follow the job until it ends.")] = True,
     idempotency_key: Annotated[str | None, typer.Option(
@@ -64,7 +69,12 @@ def train(
     failure, with the reason)."""
     request = api.build_request(model_name=name, framework=framework, dataset_uri=dataset,
                                 task=task, label=label, epochs=epochs, hidden=_hidden(hidden),
-                                idempotency_key=idempotency_key)
+                                idempotency_key=idempotency_key, code=code,
+                                entrypoint=entrypoint)
+    s = _context.settings(ctx)
+    # Refused here with one line (the control plane checks again): caps, and the code where
+    # this machine sees the DFS.
+    api.admit_request(request=request, root=s.dfs_root, caps=RequestCaps.from_settings(s))
     conn = _context.connection(ctx)
     topics = ControlTopics.with_prefix(topic_prefix)
     since = int(time.time() * 1000) - 5000
@@ -230,9 +240,11 @@ def control(
         limits[fw.strip()] = int(n)
     trig = load_triggers(triggers)
     with _context.connection_or_embedded(ctx) as conn:
-        run_control(root=_context.settings(ctx).dfs_root, conn=conn,
+        s = _context.settings(ctx)
+        run_control(root=s.dfs_root, conn=conn,
                     topics=ControlTopics.with_prefix(topic_prefix), triggers=trig,
-                    concurrency=limits, timeout_s=job_timeout, max_attempts=max_attempts)
+                    concurrency=limits, timeout_s=job_timeout, max_attempts=max_attempts,
+                    caps=RequestCaps.from_settings(s))
 
 
 @job_app.command("run")
@@ -248,7 +260,8 @@ def job_run(ctx: typer.Context, job_id: str, topic_prefix: PrefixOpt = "") -> No
         raise typer.Exit(int(ExitCode.PERMANENT)) from None
     code = run_job(root=s.dfs_root, job_id=job_id,
                    conn=connection_for(s) if s.bootstrap else None,
-                   topics=ControlTopics.with_prefix(topic_prefix))
+                   topics=ControlTopics.with_prefix(topic_prefix),
+                   caps=RequestCaps.from_settings(s))
     if code:
         raise typer.Exit(int(code))
 

@@ -42,6 +42,18 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(default=10.0, gt=0, le=600)
     client_rack: str | None = None
     embedded_port: int = Field(default=0, ge=0, le=65535)
+    # Operator caps on training requests: the control plane, `headrace train` and the trainer
+    # refuse a request over one, naming it (headrace.trainers.limits).
+    max_layers: int = Field(default=32, ge=1, le=100_000,
+                            description="Most hidden layers a request may ask for.")
+    max_parameters: int = Field(default=100_000_000, ge=1,
+                                description="Most trainable parameters of a built model.")
+    max_epochs: int = Field(default=1000, ge=1, le=10_000)
+    max_gpus: int = Field(default=8, ge=0, le=16_384,
+                          description="Most GPUs of one job (per worker x workers).")
+    max_workers: int = Field(default=16, ge=1, le=256)
+    max_dataset_bytes: int = Field(default=16 * 1024**3, ge=1,
+                                   description="Largest dataset (its files' total size).")
 
     @field_validator("streams", mode="before")
     @classmethod

@@ -31,6 +31,9 @@ def job_dir(root: Path, job_id: str) -> Path:
 def resolve_dataset(root: Path, uri: str) -> Path | str:
     """A DFS dataset URI to a local path under ``root``; object-store URIs pass through."""
     if "://" in uri and not uri.startswith("dfs://"):
+        if any(c in uri.split("://", 1)[1] for c in "?#@"):  # no endpoint override, no secrets
+            raise ValidationFailed(f"dataset URI {uri!r} must not carry a query, fragment or "
+                                   "credentials")
         return uri
     rel = uri.removeprefix("dfs://")
     if not rel or rel.startswith("/") or ".." in rel.split("/"):

@@ -38,6 +38,11 @@ def _check_dataset_uri(uri: str) -> str:
     if scheme and scheme != "dfs" and scheme not in OBJECT_STORE_SCHEMES:
         raise ValueError(f"unsupported dataset URI scheme {scheme!r}")
     path = uri.split("://", 1)[1] if scheme else uri
+    if scheme in OBJECT_STORE_SCHEMES and any(c in path for c in "?#@"):
+        # pyarrow reads options (endpoint_override, credentials) from a URI's query and
+        # user info: a request must not point the trainer at another endpoint.
+        raise ValueError("object-store dataset URI must not carry a query, fragment or "
+                         "credentials (no endpoint override)")
     if scheme in ("", "dfs"):
         if path.startswith("/") or "\\" in path:
             raise ValueError("dataset path must be relative to the DFS root")
@@ -86,11 +91,36 @@ class TriggerKind(StrEnum):
     EVENT = "event"
 
 
+CODE_REF_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}@[0-9a-f]{12,64}$"
+ENTRYPOINT_PATTERN = (r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,15}"
+                      r":[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class CodeRef(BaseModel):
+    """A model package registered with ``headrace code push``: ``NAME@<hex>`` (12 to 64 hex
+    of its sha256) and the ``module:function`` that builds the model. Never the code itself."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: str = Field(pattern=CODE_REF_PATTERN, max_length=128)
+    entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN, max_length=256)
+
+    @property
+    def name(self) -> str:
+        return self.code.split("@", 1)[0]
+
+    @property
+    def digest_prefix(self) -> str:
+        return self.code.split("@", 1)[1]
+
+
 class ModelSpec(BaseModel):
     """What to build and how to train it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # A model family by name, or a registered code package (CodeRef).
+    model: Annotated[str, Field(min_length=1, max_length=64)] | CodeRef = "mlp"
     task: Task = Task.CLASSIFIER
     label: str = Field(default="label", min_length=1, max_length=128)
     features: tuple[str, ...] | None = None  # None: every column but the label

@@ -27,10 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings()
         conn = connection_for(settings) if settings.bootstrap else None
+        from headrace.trainers.limits import RequestCaps
         from headrace.trainers.running import run_job
 
         return run_job(root=settings.dfs_root, job_id=args.job_id, conn=conn,
-                       topics=ControlTopics.with_prefix(args.topic_prefix))
+                       topics=ControlTopics.with_prefix(args.topic_prefix),
+                       caps=RequestCaps.from_settings(settings))
     except HeadraceError as exc:
         print(f"headrace job: {exc}", file=sys.stderr)
         return ExitCode.RETRIABLE if isinstance(exc, RetriableError) else ExitCode.PERMANENT

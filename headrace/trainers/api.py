@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from headrace.core.errors import PermanentError, RetriableError
 from headrace.store import versions
@@ -30,6 +31,8 @@ from headrace.streams.contracts import (
 from headrace.streams.control_io import EventSink, iter_records
 from headrace.streams.control_topics import ControlTopics
 from headrace.trainers import jobs, promotion
+from headrace.trainers.admission import admit
+from headrace.trainers.limits import RequestCaps
 
 TERMINAL = (JobEventKind.SUCCEEDED, JobEventKind.FAILED)
 
@@ -38,16 +41,28 @@ def build_request(*, model_name: str, framework: str, dataset_uri: str,
                   task: str = "classifier", label: str = "label", epochs: int = 5,
                   hidden: tuple[int, ...] = (64, 64), batch_size: int = 256,
                   learning_rate: float = 1e-3, idempotency_key: str | None = None,
-                  source: str = "cli") -> TrainRequested:
-    """A validated TrainRequested (raises ValidationFailed with one line)."""
+                  source: str = "cli", code: str | None = None,
+                  entrypoint: str = "model:build") -> TrainRequested:
+    """A validated TrainRequested (raises ValidationFailed with one line). ``code``: a
+    package from ``headrace code push`` (NAME@HEX) built by ``entrypoint``."""
+    spec: dict[str, Any] = {"task": task, "label": label, "epochs": epochs,
+                            "hidden": list(hidden), "batch_size": batch_size,
+                            "learning_rate": learning_rate}
+    if code is not None:
+        spec["model"] = {"code": code, "entrypoint": entrypoint}
     data = {
         "idempotency_key": idempotency_key or f"manual:{model_name}:{time.time_ns()}",
         "model_name": model_name, "framework": framework, "dataset_uri": dataset_uri,
-        "spec": {"task": task, "label": label, "epochs": epochs, "hidden": list(hidden),
-                 "batch_size": batch_size, "learning_rate": learning_rate},
+        "spec": spec,
         "trigger": Trigger(kind=TriggerKind.MANUAL, source=source).model_dump(),
     }
     return parse(TrainRequested, data)
+
+
+def admit_request(*, request: TrainRequested, root: Path, caps: RequestCaps) -> None:
+    """Refuse a request over a cap or naming bad code, before it is published. The code is
+    checked only where this machine sees the DFS (the control plane always checks)."""
+    admit(request, root=root, caps=caps, check_code=root.is_dir())
 
 
 def request_training(*, conn: KafkaConnection, request: TrainRequested,

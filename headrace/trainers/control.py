@@ -33,7 +33,9 @@ from headrace.streams.contracts import (
 from headrace.streams.control_io import EventSink
 from headrace.streams.control_topics import ControlTopics
 from headrace.trainers import jobs
+from headrace.trainers.admission import admit
 from headrace.trainers.executors.base import Executor, JobOutcome, JobSpec
+from headrace.trainers.limits import RequestCaps
 from headrace.trainers.triggers import Triggers, make_request
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ class ControlPlane:
     topics: ControlTopics = field(default_factory=ControlTopics)
     triggers: Triggers = field(default_factory=Triggers)
     now: Callable[[], datetime] = utcnow
+    caps: RequestCaps = field(default_factory=RequestCaps)
     _sink: EventSink | None = None
 
     @property
@@ -71,6 +74,10 @@ class ControlPlane:
             req = parse(TrainRequested, record.value or b"")
         except PermanentError as exc:
             raise exc.with_record(record, "parse") from None
+        try:  # caps and code: refused before any job exists (-> DLQ with the reason)
+            admit(req, root=self.root, caps=self.caps)
+        except PermanentError as exc:
+            raise exc.with_record(record, "admit") from None
         jid = jobs.job_id_for(req.idempotency_key)
         if table.get(jid) is not None:
             self._duplicate(jid, req, "already in the job table")

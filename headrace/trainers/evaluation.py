@@ -36,6 +36,21 @@ def evaluate(*, task: Task, outputs: np.ndarray, y: np.ndarray,
     return _regressor(outputs.reshape(-1), y.astype(np.float64))
 
 
+def baseline(*, task: Task, y_train: np.ndarray, y_val: np.ndarray,
+             classes: tuple[str, ...] = ()) -> Evaluation:
+    """The trivial model on the validation rows: the training split's majority class (a
+    classifier) or its mean (a regressor), predicted for every row."""
+    n = len(y_val)
+    if task == Task.CLASSIFIER:
+        k = len(classes)
+        majority = int(np.bincount(y_train.astype(np.int64), minlength=k).argmax())
+        probs = np.zeros((n, k), dtype=np.float32)
+        probs[:, majority] = 1.0
+        return _classifier(probs, y_val.astype(np.int64), classes)
+    mean = float(np.mean(y_train)) if len(y_train) else 0.0
+    return _regressor(np.full(n, mean), y_val.astype(np.float64))
+
+
 def _classifier(probs: np.ndarray, y: np.ndarray, classes: tuple[str, ...]) -> Evaluation:
     k = len(classes)
     pred = probs.argmax(axis=1)

@@ -19,6 +19,13 @@ Configuration: ``<dfs>/config/gates.yaml`` (one file for every model; snapshotte
 
 ``max_regression`` keys are metric names (direction known: loss/rmse/mae lower is better) or
 ``class_recall`` for every class's recall. No file: the default above.
+
+Every gate (with or without a file) also holds back a model that does not beat the trivial
+baseline on the validation rows -- the training split's majority class for a classifier, its
+mean for a regressor -- by a margin: ``accuracy`` at least 0.05 (absolute) above the
+majority-class accuracy, ``rmse`` at least 5% below the mean predictor's. A gate entry may
+lower it explicitly: ``baseline: {accuracy: 0.0, rmse: 0.0}`` (must at least match), or
+``baseline: null`` (no baseline rule). Each reason names its rule (``GateResult.held_by``).
 """
 
 from __future__ import annotations
@@ -43,8 +50,19 @@ class ConfusionLimit(BaseModel):
     max_fraction: float = Field(ge=0, le=1)
 
 
+class BaselineMargin(BaseModel):
+    """How much better than the trivial baseline a model must be."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    accuracy: float = Field(default=0.05, ge=-1, le=1)  # absolute, over majority-class accuracy
+    rmse: float = Field(default=0.05, ge=-1, lt=1)  # relative reduction of the mean's RMSE
+
+
 class Gate(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    baseline: BaselineMargin | None = Field(default_factory=BaselineMargin)
 
     min: dict[str, float] = Field(default_factory=dict)
     max: dict[str, float] = Field(default_factory=dict)
@@ -66,6 +84,9 @@ class GateResult(BaseModel):
     production_version: int | None = None
     production_metrics: dict[str, float] = Field(default_factory=dict)
     promote: bool = True
+    # The rules that held it back: baseline, min, max, class_recall, confusion, regression.
+    held_by: list[str] = Field(default_factory=list)
+    baseline_metrics: dict[str, float] = Field(default_factory=dict)
 
 
 def load_gates(root: Path, model: str) -> Gate:
@@ -83,19 +104,34 @@ def load_gates(root: Path, model: str) -> Gate:
 
 
 def check(gate: Gate, new: Evaluation, production: Evaluation | None = None,
-          production_version: int | None = None) -> GateResult:
+          production_version: int | None = None, *,
+          baseline: Evaluation | None = None) -> GateResult:
     reasons: list[str] = []
+    held: list[str] = []
+
+    def rule(name: str, start: int) -> None:
+        if len(reasons) > start and name not in held:
+            held.append(name)
+
     m = new.metrics
+    if gate.baseline is not None and baseline is not None:
+        reasons += _baseline(gate.baseline, new, baseline)
+        rule("baseline", 0)
+    n = len(reasons)
     for name, bound in gate.min.items():
         if name not in m:
             reasons.append(f"metric {name} is not computed for this model")
         elif m[name] < bound:
             reasons.append(f"{name} {m[name]:.4f} < min {bound:.4f}")
+    rule("min", n)
+    n = len(reasons)
     for name, bound in gate.max.items():
         if name not in m:
             reasons.append(f"metric {name} is not computed for this model")
         elif m[name] > bound:
             reasons.append(f"{name} {m[name]:.4f} > max {bound:.4f}")
+    rule("max", n)
+    n = len(reasons)
     recalls = {k.removeprefix("recall."): v for k, v in m.items() if k.startswith("recall.")}
     if gate.min_class_recall is not None:
         for cls, r in recalls.items():
@@ -106,6 +142,8 @@ def check(gate: Gate, new: Evaluation, production: Evaluation | None = None,
             reasons.append(f"class {cls} is not among the model's classes")
         elif recalls[cls] < bound:
             reasons.append(f"recall of class {cls} {recalls[cls]:.4f} < min {bound:.4f}")
+    rule("class_recall", n)
+    n = len(reasons)
     for lim in gate.max_confusion:
         frac = _cell_fraction(new, lim.true, lim.predicted)
         if frac is None:
@@ -113,11 +151,32 @@ def check(gate: Gate, new: Evaluation, production: Evaluation | None = None,
         elif frac > lim.max_fraction:
             reasons.append(f"{frac:.1%} of class {lim.true} predicted as {lim.predicted} "
                            f"> max {lim.max_fraction:.1%}")
+    rule("confusion", n)
+    n = len(reasons)
     if production is not None:
         reasons += _regressions(gate, new, production, production_version)
+    rule("regression", n)
     return GateResult(passed=not reasons, reasons=reasons, production_version=production_version,
                       production_metrics=production.metrics if production else {},
-                      promote=gate.promote)
+                      promote=gate.promote, held_by=held,
+                      baseline_metrics=baseline.metrics if baseline else {})
+
+
+def _baseline(margin: BaselineMargin, new: Evaluation, base: Evaluation) -> list[str]:
+    """The model must beat the trivial baseline on the same validation rows by the margin."""
+    m, b = new.metrics, base.metrics
+    if "accuracy" in b and "accuracy" in m:
+        need = b["accuracy"] + margin.accuracy
+        if m["accuracy"] < need:
+            return [f"baseline: accuracy {m['accuracy']:.4f} does not beat the majority-class "
+                    f"baseline {b['accuracy']:.4f} by {margin.accuracy:.4f} "
+                    f"(needs >= {need:.4f})"]
+    if "rmse" in b and "rmse" in m:
+        need = b["rmse"] * (1 - margin.rmse)
+        if m["rmse"] > need:
+            return [f"baseline: rmse {m['rmse']:.4f} does not beat the mean predictor's "
+                    f"{b['rmse']:.4f} by {margin.rmse:.0%} (needs <= {need:.4f})"]
+    return []
 
 
 def _regressions(gate: Gate, new: Evaluation, prod: Evaluation, version: int | None

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +42,14 @@ from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEvent, JobEventKind, JobState, Task, TrainRequested
 from headrace.streams.control_io import EventSink
 from headrace.streams.control_topics import ControlTopics
-from headrace.trainers import checkpoints, jobs
+from headrace.trainers import checkpoints, job_checks, jobs
 from headrace.trainers.backends import get_backend
 from headrace.trainers.backends.base import Backend, Model
 from headrace.trainers.datasets import Dataset, Split, load_dataset, split
-from headrace.trainers.evaluation import Evaluation, evaluate, render_confusion_png
+from headrace.trainers.evaluation import Evaluation, baseline, evaluate, render_confusion_png
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.gate import Gate, GateResult, check, load_gates
+from headrace.trainers.limits import RequestCaps
 from headrace.trainers.promotion import promote
 
 log = logging.getLogger("headrace.job")
@@ -63,6 +64,7 @@ class JobContext:
     sink: EventSink | None
     topics: ControlTopics
     attempt: int = 1
+    caps: RequestCaps = field(default_factory=RequestCaps)
 
     def event(self, kind: JobEventKind, *, wait: bool = True, **fields: Any) -> None:
         if self.sink is None:
@@ -89,7 +91,8 @@ class _EventLogHandler(logging.Handler):
 
 def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
             topics: ControlTopics = ControlTopics(),
-            publish_hook: versions.PublishHook | None = None) -> int:
+            publish_hook: versions.PublishHook | None = None,
+            caps: RequestCaps | None = None) -> int:
     """Run one job; return its exit code. Every failure ends as a one-line reason in
     ``status.json`` (and a LOG event); the control plane decides retry or FAILED."""
     _setup_logging()
@@ -99,7 +102,7 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
             sink = EventSink(conn) if conn is not None else None
             st = jobs.read_status(root, job_id)
             ctx = JobContext(root, job_id, request, sink, topics,
-                             attempt=(st.attempts if st else 0) + 1)
+                             attempt=(st.attempts if st else 0) + 1, caps=caps or RequestCaps())
             handler = _EventLogHandler(ctx)
             handler.setFormatter(logging.Formatter("%(message)s"))
             log.addHandler(handler)
@@ -182,12 +185,15 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
         result = GateResult.model_validate(existing.manifest.extra.get("gate", {"passed": False}))
         _finish(ctx, existing, result, t0)
         return
+    job_checks.before_dataset(root, req, ctx.caps)
     ds = load_dataset(root=root, uri=req.dataset_uri, spec=req.spec)
     sp = split(ds, validation_split=req.spec.validation_split, seed=req.spec.seed)
-    backend = get_backend(req.framework)
+    backend = get_backend(req.framework)  # the framework first: user code imports it
+    job_checks.load_code(root, req, ds)
     n_out = len(ds.classes) if req.spec.task == Task.CLASSIFIER else 1
     model = backend.create(spec=req.spec, n_features=len(ds.features), n_outputs=n_out,
                            seed=req.spec.seed)
+    job_checks.after_build(model, sp, ctx.caps)
     log.info("dataset %s: %d rows, %d features, %s; device %s", req.dataset_uri, ds.rows,
              len(ds.features), f"classes {list(ds.classes)}" if ds.classes else "regression",
              model.device)
@@ -292,7 +298,10 @@ def _gate(ctx: JobContext, gate: Gate, ev: Evaluation, ds: Dataset, sp: Split) -
         if prod_ev is not None:
             log.info("production v%d on the same validation rows: %s", prod.version,
                      _fmt(prod_ev.metrics))
-    result = check(gate, ev, prod_ev, prod_version)
+    base = baseline(task=ctx.request.spec.task, y_train=sp.y_train, y_val=sp.y_val,
+                    classes=ds.classes)
+    log.info("trivial baseline on the same validation rows: %s", _fmt(base.metrics))
+    result = check(gate, ev, prod_ev, prod_version, baseline=base)
     if result.passed:
         log.info("gate passed")
     else:
@@ -329,7 +338,9 @@ def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result:
         confusion_matrix=ev.confusion_matrix, dataset=ds.identity,
         trigger_event_id=req.event_id, job_id=ctx.job_id,
         extra={"gate": result.model_dump(), "spec": json.loads(req.spec.model_dump_json()),
-               "trigger": json.loads(req.trigger.model_dump_json())})
+               "trigger": json.loads(req.trigger.model_dump_json()),
+               **job_checks.manifest_extra(req)},
+        **job_checks.manifest_fields(req))
 
     def write_files(d: Path) -> None:
         model.export(d)

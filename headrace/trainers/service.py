@@ -13,6 +13,7 @@ from headrace.streams.control import ControlAppConfig, ControlHooks, run_control
 from headrace.streams.control_topics import ControlTopics
 from headrace.trainers.control import ControlPlane, Table, utcnow
 from headrace.trainers.executors.local import LocalExecutor
+from headrace.trainers.limits import RequestCaps
 from headrace.trainers.triggers import Triggers
 
 
@@ -21,7 +22,7 @@ def run_control(
     triggers: Triggers = Triggers(), app_id: str = "headrace-control",
     concurrency: dict[str, int] | None = None, timeout_s: float = 3600.0,
     max_attempts: int = 3, backoff_s: float = 1.0, now: Callable[[], datetime] = utcnow,
-    tick_s: float = 0.25,
+    tick_s: float = 0.25, caps: RequestCaps | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT; running jobs are stopped and resume on the next start."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -32,7 +33,7 @@ def run_control(
                              timeout_s=timeout_s, max_attempts=max_attempts,
                              backoff_s=backoff_s)
     plane = ControlPlane(root=root, conn=conn, executor=executor, topics=topics,
-                         triggers=triggers, now=now)
+                         triggers=triggers, now=now, caps=caps or RequestCaps())
     executor.on_retry = plane.on_retry
     executor.on_start = plane.on_start
     streams = tuple(sorted({r.stream for r in triggers.rules}))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.control_topics import ControlTopics
+from headrace.trainers.limits import RequestCaps
 from headrace.trainers.service import run_control
 from headrace.trainers.triggers import load_triggers
 
@@ -31,7 +32,8 @@ def main() -> None:
         topics=ControlTopics.with_prefix(cfg["prefix"]),
         triggers=load_triggers(Path(cfg["triggers"]) if cfg.get("triggers") else None),
         app_id=cfg.get("app_id", "headrace-control"), max_attempts=cfg.get("max_attempts", 3),
-        backoff_s=cfg.get("backoff_s", 0.2), now=now, tick_s=0.2)
+        backoff_s=cfg.get("backoff_s", 0.2), now=now, tick_s=0.2,
+        caps=RequestCaps(**cfg.get("caps", {})))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,9 @@ class Model(Protocol):
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Class probabilities [n, classes] or values [n, 1], float32."""
 
+    def parameter_count(self) -> int:
+        """Parameters of the built model (checked against HEADRACE_MAX_PARAMETERS)."""
+
     def save_checkpoint(self, path: Path) -> None:
         """Weights and optimiser state into the (existing, empty) directory ``path``."""
 

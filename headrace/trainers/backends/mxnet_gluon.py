@@ -16,8 +16,9 @@ import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
-from headrace.streams.contracts import Framework, ModelSpec, Task  # noqa: E402
+from headrace.streams.contracts import CodeRef, Framework, ModelSpec, Task  # noqa: E402
 from headrace.trainers.backends.base import batched  # noqa: E402
+from headrace.trainers.code_loading import CodeLoadError, resolve_builder  # noqa: E402
 
 EXPORT_PREFIX = "model"
 SYMBOL_FILE = "model-symbol.json"
@@ -50,11 +51,14 @@ class GluonModel:
         self.device = "gpu" if self.ctx.device_type == "gpu" else "cpu"
         self.task = spec.task
         self.n_features = n_features
-        body = gluon.nn.HybridSequential()
-        with body.name_scope():
-            for h in spec.hidden:
-                body.add(gluon.nn.Dense(h, activation=spec.activation, in_units=0))
-            body.add(gluon.nn.Dense(n_outputs if spec.task == Task.CLASSIFIER else 1))
+        if isinstance(spec.model, CodeRef):
+            body = _from_code(spec, n_outputs)
+        else:
+            body = gluon.nn.HybridSequential()
+            with body.name_scope():
+                for h in spec.hidden:
+                    body.add(gluon.nn.Dense(h, activation=spec.activation, in_units=0))
+                body.add(gluon.nn.Dense(n_outputs if spec.task == Task.CLASSIFIER else 1))
         body.initialize(mx.init.Xavier(), ctx=self.ctx)
         body(mx.nd.zeros((1, n_features), ctx=self.ctx))  # infer shapes
         body.hybridize()
@@ -86,6 +90,9 @@ class GluonModel:
     def predict(self, x: np.ndarray) -> np.ndarray:
         return batched(self._forward, x)
 
+    def parameter_count(self) -> int:
+        return int(sum(p.data().size for p in self.body.collect_params().values()))
+
     def save_checkpoint(self, path: Path) -> None:
         # Serialised in memory and written by Python, so a full disk is an OSError with its
         # errno (MXNet's own file writer reports only "FileStream.Write incomplete").
@@ -114,6 +121,16 @@ class GluonModel:
         head.hybridize()
         head(mx.nd.zeros((1, self.n_features), ctx=self.ctx))
         head.export(str(path / EXPORT_PREFIX), epoch=0)
+
+
+def _from_code(spec: ModelSpec, n_outputs: int) -> gluon.HybridBlock:
+    """The user's ``build`` (raw scores; softmax is added at export for a classifier)."""
+    code = resolve_builder(spec)
+    block = code.build(code.spec_for(spec, n_outputs), code.inputs)
+    if not isinstance(block, gluon.HybridBlock):
+        raise CodeLoadError(f"entrypoint {code.ref.entrypoint} returned "
+                            f"{type(block).__name__}, not a gluon.HybridBlock")
+    return block
 
 
 def _write(path: Path, data: bytes) -> None:

@@ -1,0 +1,131 @@
+"""Your own model code: the example package under examples/ is pushed to the DFS, trained in
+both frameworks, exported and reloaded; a tampered copy, unknown code and a bad entrypoint
+are refused with one line and no job process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from headrace.core.errors import ValidationFailed
+from headrace.store import code, versions
+from headrace.streams.contracts import CodeRef, ModelSpec
+from headrace.trainers import jobs
+from headrace.trainers.admission import admit
+from headrace.trainers.backends import get_backend
+from headrace.trainers.datasets import load_dataset, split
+from headrace.trainers.executors.base import ExitCode
+from headrace.trainers.limits import RequestCaps
+from headrace.trainers.running import run_job
+from tests.trainers.conftest import REPO, request
+
+EXAMPLE = REPO / "examples" / "model_code"
+ENTRY = {"tensorflow": "tabular_net.keras_model:build",
+         "mxnet": "tabular_net.gluon_model:build"}
+
+
+def _spec(ref: str, entrypoint: str) -> ModelSpec:
+    return ModelSpec(model=CodeRef(code=ref, entrypoint=entrypoint), epochs=3, batch_size=32,
+                     learning_rate=0.01)
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
+def test_the_example_package_trains_exports_and_reloads_with_the_same_predictions(
+        framework: str, dfs: Path, demo: str) -> None:
+    cv = code.push(dfs, EXAMPLE, "tabular-net")
+    assert cv.ref == f"tabular-net@{cv.digest[:12]}"
+    assert (dfs / "code" / "tabular-net" / cv.digest / "tabular_net" / "keras_model.py").is_file()
+    req = request(demo, framework=framework, spec=_spec(cv.ref, ENTRY[framework]))
+    jid, _ = jobs.create_request(dfs, req)
+    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.OK, jobs.read_status(dfs, jid)
+
+    mv = versions.resolve(dfs, "demo@production")
+    m = mv.manifest
+    assert m.code_version == cv.ref
+    assert m.extra["code"]["sha256"] == cv.digest
+    assert m.extra["code"]["entrypoint"] == ENTRY[framework]
+    assert m.extra["gate"]["passed"] and m.metrics["accuracy"] > 0.8
+    # Reloaded from the store, the export predicts what the in-training model did.
+    ds = load_dataset(root=dfs, uri=demo, spec=req.spec)
+    sp = split(ds, validation_split=req.spec.validation_split, seed=req.spec.seed)
+    probs = get_backend(framework).load_exported(mv.path, task=m.task,
+                                                 n_features=len(m.features)).predict(sp.x_val)
+    assert probs.shape == (len(sp.y_val), 3)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-4)
+    assert float((probs.argmax(1) == sp.y_val).mean()) == pytest.approx(m.metrics["accuracy"])
+    if framework == "tensorflow":  # the preprocess layer (learned on training rows) is inside
+        assert "standardize" in (mv.path / "model.keras").read_bytes().decode("latin-1")
+
+
+def test_a_byte_changed_on_the_dfs_after_push_is_refused_with_the_file_named(
+        dfs: Path, demo: str) -> None:
+    cv = code.push(dfs, EXAMPLE, "tabular-net")
+    target = cv.path / "tabular_net" / "config.py"
+    target.write_bytes(target.read_bytes().replace(b"32", b"33"))
+    req = request(demo, framework="mxnet", spec=_spec(cv.ref, ENTRY["mxnet"]))
+    reason = (f"code {cv.ref}: its files no longer match its sha256 "
+              "(changed tabular_net/config.py)")
+    with pytest.raises(code.CodeTampered, match=r"no longer match"):
+        admit(req, root=dfs, caps=RequestCaps())
+    jid, _ = jobs.create_request(dfs, req)  # the job checks again, itself
+    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.PERMANENT
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.reason == reason
+    assert versions.list_models(dfs) == []
+    # A planted file (bytecode next to the modules) is refused as well.
+    target.write_bytes(target.read_bytes().replace(b"33", b"32"))
+    code.verify(dfs, cv.ref)
+    (cv.path / "tabular_net" / "__pycache__").mkdir()
+    (cv.path / "tabular_net" / "__pycache__" / "config.cpython-311.pyc").write_bytes(b"x")
+    with pytest.raises(code.CodeTampered, match=r"added tabular_net/__pycache__/config"):
+        code.verify(dfs, cv.ref)
+
+
+@pytest.mark.parametrize(("ref", "entrypoint", "expected"), [
+    ("nobody@0123456789ab", "m:build",
+     "code nobody@0123456789ab is not registered (push it with `headrace code push`)"),
+    (None, "tabular_net.keras_model:train",
+     "entrypoint tabular_net.keras_model:train: tabular_net/keras_model.py defines no train"),
+    (None, "tabular_net.missing:build",
+     "entrypoint tabular_net.missing:build: code {ref} has no module tabular_net.missing"),
+])
+def test_unknown_code_or_a_missing_entrypoint_is_refused_before_a_job_exists(
+        dfs: Path, demo: str, ref: str | None, entrypoint: str, expected: str) -> None:
+    cv = code.push(dfs, EXAMPLE, "tabular-net")
+    req = request(demo, spec=_spec(ref or cv.ref, entrypoint))
+    with pytest.raises(ValidationFailed) as info:
+        admit(req, root=dfs, caps=RequestCaps())
+    assert str(info.value) == expected.format(ref=cv.ref)
+    # The job refuses the same on its own, in one line, without training anything.
+    jid, _ = jobs.create_request(dfs, req)
+    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.PERMANENT
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.reason == expected.format(ref=cv.ref)
+    assert not jobs.checkpoints_dir(dfs, jid).exists() or not any(
+        jobs.checkpoints_dir(dfs, jid).iterdir())
+
+
+def test_push_is_content_addressed_skips_bytecode_and_refuses_symlinks_leaving(
+        dfs: Path, tmp_path: Path) -> None:
+    src = tmp_path / "pkg"
+    shutil.copytree(EXAMPLE, src)
+    first = code.push(dfs, src, "tabular-net")
+    (src / "tabular_net" / "__pycache__").mkdir(exist_ok=True)
+    (src / "tabular_net" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"junk")
+    (src / ".git").mkdir()
+    assert code.push(dfs, src, "tabular-net") == first  # same bytes: same version
+    assert sorted(first.files) == ["tabular_net/__init__.py", "tabular_net/config.py",
+                                   "tabular_net/gluon_model.py", "tabular_net/keras_model.py"]
+    (src / "tabular_net" / "config.py").write_text("WIDTH = 16\n")
+    second = code.push(dfs, src, "tabular-net")
+    assert second.digest != first.digest
+    assert [c.ref for c in code.list_code(dfs)] == sorted([first.ref, second.ref],
+                                                          key=[first.ref, second.ref].index)
+    os.symlink(tmp_path / "secret.py", src / "tabular_net" / "leak.py")
+    (tmp_path / "secret.py").write_text("TOKEN = 1\n")
+    with pytest.raises(ValidationFailed, match=r"tabular_net/leak.py is a symlink leaving"):
+        code.push(dfs, src, "tabular-net")
