@@ -38,14 +38,15 @@ def evaluate(*, task: Task, outputs: np.ndarray, y: np.ndarray,
 
 def baseline(*, task: Task, y_train: np.ndarray, y_val: np.ndarray,
              classes: tuple[str, ...] = ()) -> Evaluation:
-    """The trivial model on the validation rows: the training split's majority class (a
-    classifier) or its mean (a regressor), predicted for every row."""
+    """The trivial model on the validation rows, learned from the training split: a
+    classifier's class frequencies (so it predicts the majority class) or a regressor's mean,
+    the same for every row."""
     n = len(y_val)
     if task == Task.CLASSIFIER:
         k = len(classes)
-        majority = int(np.bincount(y_train.astype(np.int64), minlength=k).argmax())
-        probs = np.zeros((n, k), dtype=np.float32)
-        probs[:, majority] = 1.0
+        counts = np.bincount(y_train.astype(np.int64), minlength=k).astype(np.float64)
+        priors = counts / max(1.0, counts.sum())
+        probs = np.tile(priors.astype(np.float32), (n, 1))
         return _classifier(probs, y_val.astype(np.int64), classes)
     mean = float(np.mean(y_train)) if len(y_train) else 0.0
     return _regressor(np.full(n, mean), y_val.astype(np.float64))

@@ -21,11 +21,14 @@ Configuration: ``<dfs>/config/gates.yaml`` (one file for every model; snapshotte
 ``class_recall`` for every class's recall. No file: the default above.
 
 Every gate (with or without a file) also holds back a model that does not beat the trivial
-baseline on the validation rows -- the training split's majority class for a classifier, its
-mean for a regressor -- by a margin: ``accuracy`` at least 0.05 (absolute) above the
-majority-class accuracy, ``rmse`` at least 5% below the mean predictor's. A gate entry may
-lower it explicitly: ``baseline: {accuracy: 0.0, rmse: 0.0}`` (must at least match), or
-``baseline: null`` (no baseline rule). Each reason names its rule (``GateResult.held_by``).
+baseline on the validation rows, computed from the training split: for a classifier the
+training class frequencies (their argmax is the majority class), for a regressor the training
+mean. Margins: ``accuracy`` at least 0.05 (absolute) above the majority-class accuracy and a
+log ``loss`` no higher than the class frequencies' (``loss: 0.0``, a relative reduction; this
+catches a model at chance level when the classes are balanced, where the majority class can
+score below 1/k), ``rmse`` at least 5% below the mean predictor's. A gate entry may lower them
+explicitly (``baseline: {accuracy: 0.0, rmse: 0.0, loss: -0.5}``) or drop the rule
+(``baseline: null``). Each reason names its rule (``GateResult.held_by``).
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class BaselineMargin(BaseModel):
 
     accuracy: float = Field(default=0.05, ge=-1, le=1)  # absolute, over majority-class accuracy
     rmse: float = Field(default=0.05, ge=-1, lt=1)  # relative reduction of the mean's RMSE
+    loss: float = Field(default=0.0, ge=-1, lt=1)  # relative reduction of the priors' log loss
 
 
 class Gate(BaseModel):
@@ -165,18 +169,23 @@ def check(gate: Gate, new: Evaluation, production: Evaluation | None = None,
 def _baseline(margin: BaselineMargin, new: Evaluation, base: Evaluation) -> list[str]:
     """The model must beat the trivial baseline on the same validation rows by the margin."""
     m, b = new.metrics, base.metrics
+    out: list[str] = []
     if "accuracy" in b and "accuracy" in m:
         need = b["accuracy"] + margin.accuracy
         if m["accuracy"] < need:
-            return [f"baseline: accuracy {m['accuracy']:.4f} does not beat the majority-class "
-                    f"baseline {b['accuracy']:.4f} by {margin.accuracy:.4f} "
-                    f"(needs >= {need:.4f})"]
-    if "rmse" in b and "rmse" in m:
+            out.append(f"baseline: accuracy {m['accuracy']:.4f} does not beat the "
+                       f"majority-class baseline {b['accuracy']:.4f} by {margin.accuracy:.4f} "
+                       f"(needs >= {need:.4f})")
+        need = b.get("loss", float("inf")) * (1 - margin.loss)
+        if m.get("loss", 0.0) > need:
+            out.append(f"baseline: loss {m['loss']:.4f} is not below the class-frequency "
+                       f"baseline's {b['loss']:.4f} (needs <= {need:.4f})")
+    elif "rmse" in b and "rmse" in m:
         need = b["rmse"] * (1 - margin.rmse)
         if m["rmse"] > need:
-            return [f"baseline: rmse {m['rmse']:.4f} does not beat the mean predictor's "
-                    f"{b['rmse']:.4f} by {margin.rmse:.0%} (needs <= {need:.4f})"]
-    return []
+            out.append(f"baseline: rmse {m['rmse']:.4f} does not beat the mean predictor's "
+                       f"{b['rmse']:.4f} by {margin.rmse:.0%} (needs <= {need:.4f})")
+    return out
 
 
 def _regressions(gate: Gate, new: Evaluation, prod: Evaluation, version: int | None

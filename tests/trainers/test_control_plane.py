@@ -13,7 +13,7 @@ import pytest
 
 from headrace.streams import dlq
 from headrace.streams.clients import KafkaConnection, make_producer, send_events
-from headrace.streams.contracts import JobEventKind, ModelPublished, TrainRequested
+from headrace.streams.contracts import JobEvent, JobEventKind, ModelPublished, TrainRequested
 from headrace.streams.control_io import iter_records, read_events
 from headrace.streams.control_topics import ControlTopics
 from headrace.trainers import jobs
@@ -159,3 +159,37 @@ def test_an_event_rule_requests_training_every_n_records(
     assert [(r.idempotency_key, r.trigger.kind, r.trigger.slot) for r in reqs] == [
         ("rule:fresh:1", "event", "1"), ("rule:fresh:2", "event", "2")]
     assert counters == {"fresh": {"count": 50, "window": 2}}
+
+
+def test_requests_over_a_cap_or_naming_bad_code_are_dead_lettered_and_start_nothing(
+        conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
+        start_control: Start) -> None:
+    from headrace.store import code
+    from headrace.streams.contracts import CodeRef, ModelSpec, Resources
+    from tests.trainers.conftest import REPO, TINY
+
+    cv = code.push(dfs, REPO / "examples" / "model_code", "tabular-net")
+    start_control()
+    refused = [
+        request(demo, key="layers", spec=TINY.model_copy(update={"hidden": (16384,) * 50})),
+        request(demo, key="gpus").model_copy(update={"resources": Resources(gpus=64)}),
+        request(demo, key="workers").model_copy(update={"resources": Resources(workers=256)}),
+        request(demo, key="unknown", spec=ModelSpec(model=CodeRef(
+            code="nobody@0123456789ab", entrypoint="m:build"))),
+        request(demo, key="entry", spec=ModelSpec(model=CodeRef(
+            code=cv.ref, entrypoint="tabular_net.keras_model:nope"))),
+    ]
+    send_events(conn, topics.train_requests, refused)
+    _wait(lambda: len(list(iter_records(conn, topics.train_requests_dlq, idle_s=0.5)))
+          >= len(refused), timeout=90)
+    letters = list(iter_records(conn, topics.train_requests_dlq, idle_s=0.5))
+    assert [h.header(dlq.DLQ_STAGE) for h in letters] == ["admit"] * len(refused)
+    assert [h.header(dlq.DLQ_ERROR_MESSAGE) for h in letters] == [
+        "spec.hidden: 50 hidden layers is over the cap HEADRACE_MAX_LAYERS=32",
+        "resources: 64 GPUs (64 per worker x 1) is over the cap HEADRACE_MAX_GPUS=8",
+        "resources.workers: 256 workers is over the cap HEADRACE_MAX_WORKERS=16",
+        "code nobody@0123456789ab is not registered (push it with `headrace code push`)",
+        "entrypoint tabular_net.keras_model:nope: tabular_net/keras_model.py defines no nope",
+    ]
+    assert not (dfs / "jobs").exists() or not any((dfs / "jobs").iterdir())
+    assert read_events(conn, topics.jobs, JobEvent, idle_s=0.5) == []

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEventKind, ModelPublished, ModelSpec
@@ -13,7 +15,7 @@ from headrace.streams.control_topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.evaluation import Evaluation
 from headrace.trainers.executors.base import ExitCode
-from headrace.trainers.gate import Gate, check
+from headrace.trainers.gate import Gate, check, load_gates
 from headrace.trainers.running import run_job
 from tests.trainers.conftest import request, wait_events
 
@@ -72,3 +74,63 @@ def test_thresholds_on_class_recall_and_confusion_cells() -> None:
     assert result.reasons == ["recall of class 1 0.6000 < min 0.7000",
                               "40.0% of class 1 predicted as 2 > max 30.0%"]
     assert check(Gate(min={"accuracy": 0.8}), ev).passed
+
+
+def _shuffled(dfs: Path) -> str:
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from headrace.trainers.datasets import make_demo
+
+    path = make_demo(out=dfs / "datasets" / "big.parquet", rows=2000, seed=4)
+    table = pq.read_table(path)
+    labels = np.random.default_rng(7).permutation(table.column("label").to_numpy())
+    pq.write_table(table.set_column(table.schema.get_field_index("label"), "label",
+                                    pa.array(labels)), dfs / "datasets" / "shuffled.parquet")
+    return "datasets/shuffled.parquet"
+
+
+def test_the_default_gate_holds_back_a_model_of_shuffled_labels_and_says_it_was_the_baseline(
+        dfs: Path, conn: KafkaConnection, topics: ControlTopics) -> None:
+    shuffled = _shuffled(dfs)
+    useless = _run(dfs, shuffled, conn, topics, GOOD)  # no gates file: the default gate
+    st = jobs.read_status(dfs, useless)
+    assert st is not None and st.version == 1 and st.promoted is False
+    # Balanced classes: the training majority scores only ~1/3 on these validation rows, so
+    # a chance-level model may pass the accuracy margin; its log loss gives it away.
+    assert st.gate_reasons and all(r.startswith("baseline: ") for r in st.gate_reasons)
+    assert any("class-frequency baseline" in r for r in st.gate_reasons), st.gate_reasons
+    reason = "; ".join(st.gate_reasons)
+    gate = versions.load_version(dfs, "demo", 1).manifest.extra["gate"]
+    assert gate["held_by"] == ["baseline"] and 0.25 < gate["baseline_metrics"]["accuracy"] < 0.4
+    assert versions.read_alias(dfs, "demo") is None
+    events = wait_events(conn, topics.jobs, lambda evs: any(
+        e.kind == "succeeded" and e.job_id == useless for e in evs))
+    [done] = [e for e in events if e.job_id == useless and e.kind == JobEventKind.SUCCEEDED]
+    assert done.reason == reason and "kept, not promoted: baseline:" in done.message
+
+    good = _run(dfs, "datasets/big.parquet", conn, topics, GOOD)  # the real labels
+    st = jobs.read_status(dfs, good)
+    assert st is not None and st.promoted is True and st.gate_reasons == []
+    assert versions.read_alias(dfs, "demo").version == 2  # type: ignore[union-attr]
+
+
+def test_the_baseline_rule_for_regressors_and_a_gates_file_that_lowers_it(dfs: Path) -> None:
+    base = Evaluation({"rmse": 2.0, "r2": 0.0})
+    near = Evaluation({"rmse": 1.95, "r2": 0.05})  # 2.5% better: not the default 5%
+    result = check(Gate(), near, baseline=base)
+    assert result.reasons == ["baseline: rmse 1.9500 does not beat the mean predictor's "
+                              "2.0000 by 5% (needs <= 1.9000)"]
+    assert result.held_by == ["baseline"]
+    assert check(Gate(), Evaluation({"rmse": 1.8}), baseline=base).passed
+    (dfs / "config").mkdir()
+    (dfs / "config" / "gates.yaml").write_text(
+        "default:\n  baseline: {rmse: 0.01}\nmodels:\n  free:\n    baseline: null\n"
+        "  demo:\n    min: {accuracy: 0.5}\n")
+    assert check(load_gates(dfs, "other"), near, baseline=base).passed
+    assert check(load_gates(dfs, "free"), Evaluation({"rmse": 3.0}), baseline=base).passed
+    # An entry that does not mention the baseline keeps the default margin.
+    demo = check(load_gates(dfs, "demo"), Evaluation({"accuracy": 0.52}),
+                 baseline=Evaluation({"accuracy": 0.5}))
+    assert demo.held_by == ["baseline"]
+    assert demo.reasons[0].endswith("by 0.0500 (needs >= 0.5500)")
