@@ -29,7 +29,11 @@ def push(ctx: typer.Context,
 @app.command("list")
 def list_(ctx: typer.Context) -> None:
     """Every stored code version: name, reference, files, size, push time."""
-    table = Table("name", "ref", "files", "size", "pushed at")
+    table = Table("name")
+    table.add_column("ref", no_wrap=True, min_width=25)
+    for col in ("files", "size", "pushed at (UTC)"):
+        table.add_column(col, no_wrap=True)
     for cv in code_store.list_code(_context.settings(ctx).dfs_root):
-        table.add_row(cv.name, cv.ref, str(len(cv.files)), f"{cv.size:,} B", cv.pushed_at[:19])
+        table.add_row(cv.name, cv.ref, str(len(cv.files)), f"{cv.size:,} B",
+                      cv.pushed_at[:16].replace("T", " "))
     console.print(table)

@@ -12,7 +12,15 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+)
 
 from headrace.core.errors import ValidationFailed
 from headrace.core.naming import check_name
@@ -114,13 +122,25 @@ class CodeRef(BaseModel):
         return self.code.split("@", 1)[1]
 
 
+def _model_kind(value: Any) -> str:
+    return "code" if isinstance(value, dict | CodeRef) else "family"
+
+
+# A tagged union: an error names only the branch the value took (a string or an object).
+ModelChoice = Annotated[
+    Annotated[str, Field(min_length=1, max_length=64), Tag("family")]
+    | Annotated[CodeRef, Tag("code")],
+    Discriminator(_model_kind),
+]
+
+
 class ModelSpec(BaseModel):
     """What to build and how to train it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     # A model family by name, or a registered code package (CodeRef).
-    model: Annotated[str, Field(min_length=1, max_length=64)] | CodeRef = "mlp"
+    model: ModelChoice = "mlp"
     task: Task = Task.CLASSIFIER
     label: str = Field(default="label", min_length=1, max_length=128)
     features: tuple[str, ...] | None = None  # None: every column but the label

@@ -129,3 +129,20 @@ def test_push_is_content_addressed_skips_bytecode_and_refuses_symlinks_leaving(
     (tmp_path / "secret.py").write_text("TOKEN = 1\n")
     with pytest.raises(ValidationFailed, match=r"tabular_net/leak.py is a symlink leaving"):
         code.push(dfs, src, "tabular-net")
+
+
+def test_headrace_code_push_prints_the_ref_and_code_list_shows_it(
+        dfs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from headrace.cli import main
+
+    assert main(["--dfs-root", str(dfs), "code", "push", str(EXAMPLE), "--name",
+                 "tabular-net"]) == 0
+    ref = capsys.readouterr().out.strip()
+    [stored] = code.list_code(dfs)
+    assert ref == stored.ref and ref.startswith("tabular-net@")
+    assert main(["--dfs-root", str(dfs), "code", "list"]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if "tabular-net" in line]
+    assert len(row) == 1 and ref in row[0] and f"{stored.size:,} B" in row[0]
+    assert main(["--dfs-root", str(dfs), "code", "push", str(EXAMPLE / "nope"), "--name",
+                 "x"]) == 1
+    assert capsys.readouterr().err.strip().endswith("nope is not a directory")
