@@ -117,7 +117,7 @@ def test_single_worker_job_retries_by_exit_code() -> None:
     s = job["spec"]
     assert s["backoffLimit"] == 3 and s["completionMode"] == "NonIndexed"
     assert s["podFailurePolicy"]["rules"][0] == {"action": "FailJob", "onExitCodes": {
-        "containerName": "trainer", "operator": "In", "values": [65]}}
+        "containerName": "trainer", "operator": "In", "values": [2, 65]}}  # usage, permanent
     pod = s["template"]["spec"]
     assert pod["restartPolicy"] == "Never" and "schedulerName" not in pod
     assert pod["containers"][0]["command"] == ["python", "-m", "headrace.trainers", "run", "job:1"]
