@@ -23,10 +23,12 @@ The backends call :func:`resolve_builder` in their ``create`` when ``spec.model`
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import importlib.machinery
 import importlib.util
 import re
+import shutil
 import sys
 import tempfile
 import types
@@ -117,6 +119,7 @@ def _import(version: code.CodeVersion, files: dict[str, bytes], module: str) -> 
     if pkg is None:
         # Only the verified bytes are imported: a private copy, not the DFS directory.
         where = Path(tempfile.mkdtemp(prefix=f"{ns}-"))
+        atexit.register(shutil.rmtree, where, True)
         for rel, data in files.items():
             (where / rel).parent.mkdir(parents=True, exist_ok=True)
             (where / rel).write_bytes(data)
