@@ -1,7 +1,19 @@
-"""What the root command hands to subcommands: settings read once, plus the Kafka to use."""
+"""What the root command hands to subcommands: settings read once, plus the Kafka to use.
+
+Two kinds of command find Kafka differently:
+
+* short client commands (``send``, ``tail``, ``topics``, ``train``, ``jobs``, ...) use the
+  configured cluster, else a running ``headrace broker`` found through the broker state file,
+  and say so in one line on stderr;
+* long-running commands (``demo``, ``up``, ``control``, ``score``, ``dashboard``) never attach
+  to a discovered broker: they use what the user named (``--bootstrap``/``HEADRACE_BOOTSTRAP``)
+  or start their own, and print first which broker and which DFS they use and why.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -9,8 +21,9 @@ from pathlib import Path
 
 import typer
 
+from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings, load_settings
-from headrace.streams.broker import discover
+from headrace.streams.broker import Discovered, find_running
 from headrace.streams.clients import KafkaConnection, check_reachable
 from headrace.streams.connection import connection_for, kafka
 
@@ -19,24 +32,110 @@ from headrace.streams.connection import connection_for, kafka
 class CliContext:
     bootstrap: str | None = None
     dfs_root: Path | None = None
-    _settings: Settings | None = field(default=None, repr=False)
+    _base: Settings | None = field(default=None, repr=False)
+    _client: Settings | None = field(default=None, repr=False)
+
+    @property
+    def base(self) -> Settings:
+        """Flags and environment only: no discovery."""
+        if self._base is None:
+            self._base = load_settings(bootstrap=self.bootstrap, dfs_root=self.dfs_root)
+        return self._base
 
     @property
     def settings(self) -> Settings:
-        if self._settings is None:
-            s = load_settings(bootstrap=self.bootstrap, dfs_root=self.dfs_root)
+        """For short client commands: a running ``headrace broker`` is the next best default."""
+        if self._client is None:
+            s = self.base
             if not s.bootstrap:
-                # A `headrace broker` running on this machine is the next best default.
-                found = discover()
+                found = find_running()
                 if found:
-                    s = s.with_overrides(bootstrap=found)
-            self._settings = s
-        return self._settings
+                    print(f"headrace: using the broker at {found.bootstrap}, {found.describe()}",
+                          file=sys.stderr)
+                    s = s.with_overrides(bootstrap=found.bootstrap)
+            self._client = s
+        return self._client
+
+    def broker_source(self) -> str | None:
+        """Where an explicitly named broker came from, or None."""
+        if self.bootstrap:
+            return "--bootstrap"
+        if os.environ.get("HEADRACE_BOOTSTRAP"):
+            return "HEADRACE_BOOTSTRAP"
+        return None
+
+    def dfs_source(self) -> str | None:
+        """Where an explicitly named DFS root came from, or None (the default)."""
+        if self.dfs_root is not None:
+            return "--dfs-root"
+        if os.environ.get("HEADRACE_DFS_ROOT"):
+            return "HEADRACE_DFS_ROOT"
+        return None
+
+
+def _root(ctx: typer.Context) -> CliContext:
+    return ctx.find_object(CliContext) or CliContext()
 
 
 def settings(ctx: typer.Context) -> Settings:
-    obj = ctx.find_object(CliContext)
-    return obj.settings if obj is not None else load_settings()
+    return _root(ctx).settings
+
+
+@dataclass(frozen=True)
+class Where:
+    """The broker and DFS a long-running command uses, and how it found them."""
+
+    settings: Settings
+    broker_line: str
+    dfs_line: str
+    ignored: Discovered | None = None
+    dfs_named: bool = False
+
+    def lines(self) -> list[str]:
+        out = [self.broker_line, self.dfs_line]
+        if self.ignored is not None:
+            out.append(f"note: not using the broker at {self.ignored.bootstrap} "
+                       f"({self.ignored.describe()}); `--bootstrap {self.ignored.bootstrap}` "
+                       "would")
+        return out
+
+
+def service(ctx: typer.Context, command: str, *, own_broker: bool,
+            scratch_dfs: bool = False, no_broker: str | None = None) -> Where:
+    """Settings for a long-running command, which never attaches to a discovered broker.
+
+    ``own_broker``: without a named one, the command starts its own (demo, up). Otherwise
+    (control, score) a discovered broker is refused with the flag that names it, since a
+    private broker nobody else can reach is never what the user meant then.
+    ``scratch_dfs``: without a named DFS root the command uses a temporary one (demo).
+    ``no_broker``: what the command does without a named broker, if not starting one.
+    """
+    root = _root(ctx)
+    s = root.base
+    found = find_running() if not s.bootstrap else None
+    source = root.broker_source()
+    if s.bootstrap:
+        broker_line = f"broker: {s.bootstrap} (from {source})"
+    elif found is not None and not own_broker:
+        raise ConfigError(
+            f"`headrace {command}` runs until stopped, so it does not attach to a broker it "
+            f"discovered: {found.describe()} listens on {found.bootstrap}; name it with "
+            f"`headrace --bootstrap {found.bootstrap} {command} ...` or "
+            f"`export HEADRACE_BOOTSTRAP={found.bootstrap}`")
+    elif no_broker is not None:
+        broker_line = f"broker: none ({no_broker})"
+    else:
+        broker_line = ("broker: an embedded one started by this command (no --bootstrap or "
+                       "HEADRACE_BOOTSTRAP given; memory only)")
+    dfs_from = root.dfs_source()
+    if dfs_from:
+        dfs_line = f"DFS: {s.dfs_root} (from {dfs_from})"
+    elif scratch_dfs:
+        dfs_line = ("DFS: a scratch directory, removed at the end (no --dfs-root or "
+                    "HEADRACE_DFS_ROOT given)")
+    else:
+        dfs_line = f"DFS: {s.dfs_root} (the default; --dfs-root or HEADRACE_DFS_ROOT changes it)"
+    return Where(s, broker_line, dfs_line, found if own_broker else None, bool(dfs_from))
 
 
 def connection(ctx: typer.Context) -> KafkaConnection:
@@ -52,8 +151,8 @@ def connection(ctx: typer.Context) -> KafkaConnection:
 
 
 @contextmanager
-def connection_or_embedded(ctx: typer.Context) -> Iterator[KafkaConnection]:
-    """The configured cluster, or an embedded broker for the duration of the command."""
-    with kafka(settings(ctx)) as conn:
+def service_connection(where: Where) -> Iterator[KafkaConnection]:
+    """The named cluster, or an embedded broker for the duration of the command."""
+    with kafka(where.settings) as conn:
         check_reachable(conn)
         yield conn

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Annotated
 
 import typer
@@ -179,7 +178,11 @@ def dashboard(
     """Serve the dashboard: jobs, models, scorers, dead letters."""
     from headrace.ops.dashboard import serve_forever
 
-    settings = _context.settings(ctx)
+    where = _context.service(ctx, "dashboard", own_broker=True, no_broker=(
+        "no --bootstrap or HEADRACE_BOOTSTRAP given: jobs and models from the DFS only"))
+    for line in where.lines():
+        out.print(line)
+    settings = where.settings
     conn = _context.connection(ctx) if settings.bootstrap else None
     serve_forever(settings=settings, conn=conn, host=host, port=port,
                   scorer_urls=list(scorer or ()), announce=lambda url: out.print(
@@ -195,8 +198,10 @@ def up(
     the dashboard. A status line per component; Ctrl-C stops everything."""
     from headrace.ops.stack import run_up
 
-    settings = _context.settings(ctx)
-    raise typer.Exit(run_up(settings=settings, dashboard_port=dashboard_port, console=out))
+    where = _context.service(ctx, "up", own_broker=True)
+    for line in where.lines():
+        out.print(line)
+    raise typer.Exit(run_up(settings=where.settings, dashboard_port=dashboard_port, console=out))
 
 
 def demo(
@@ -208,13 +213,11 @@ def demo(
     """The guided tour: train TF, score a stream live, train MXNet, watch the swap; exit 0."""
     from headrace.ops.demo import run_demo
 
-    settings = _context.settings(ctx)
-    root = ctx.find_object(_context.CliContext)
-    # The entrypoint may read the environment: a DFS root the user chose is kept, else a temp one.
-    explicit_dfs = (root is not None and root.dfs_root is not None) or bool(
-        os.environ.get("HEADRACE_DFS_ROOT"))
-    raise typer.Exit(run_demo(settings=settings, records=records, epochs=epochs, console=out,
-                      keep_dfs=explicit_dfs))
+    where = _context.service(ctx, "demo", own_broker=True, scratch_dfs=True)
+    for line in where.lines():
+        out.print(line)
+    raise typer.Exit(run_demo(settings=where.settings, records=records, epochs=epochs,
+                              console=out, keep_dfs=where.dfs_named))
 
 
 def register(app: typer.Typer) -> None:

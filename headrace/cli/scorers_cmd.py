@@ -47,7 +47,10 @@ def score(
         "(default 1; 0: none).", min=0, max=64)] = None,
 ) -> None:
     """Score a stream until SIGTERM: predictions.STREAM, bad input to data.STREAM.dlq."""
-    settings = _context.settings(ctx)
+    where = _context.service(ctx, "score", own_broker=False)
+    for line in where.lines():
+        print(line, file=sys.stderr, flush=True)
+    settings = where.settings
     scorer = load_scorer_settings(
         stream=stream, model=model, batch_size=batch_size, max_wait_ms=max_wait_ms,
         partitions=partitions, transactional=transactional, idempotent=idempotent,
@@ -57,7 +60,7 @@ def score(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     install_signal_handlers(stop, grace_s=scorer.grace_s)
-    with _context.connection_or_embedded(ctx) as conn:
+    with _context.service_connection(where) as conn:
         run(settings, scorer, stop, conn=conn)
 
 

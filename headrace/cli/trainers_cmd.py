@@ -238,13 +238,20 @@ def control(
         if not n.isdigit():
             raise ConfigError(f"--concurrency: {part!r} is not FRAMEWORK=N")
         limits[fw.strip()] = int(n)
+    where = _context.service(ctx, "control", own_broker=False)
+    for line in where.lines():
+        console.print(line, highlight=False)
     trig = load_triggers(triggers)
-    with _context.connection_or_embedded(ctx) as conn:
-        s = _context.settings(ctx)
-        run_control(root=s.dfs_root, conn=conn,
-                    topics=ControlTopics.with_prefix(topic_prefix), triggers=trig,
+    topics = ControlTopics.with_prefix(topic_prefix)
+    root = where.settings.dfs_root
+    with _context.service_connection(where) as conn:
+        console.print(
+            f"control plane: listening to {topics.train_requests} on {conn.bootstrap}; jobs run "
+            f"here as subprocesses ({concurrency}), their files under {root / 'jobs'}, models "
+            f"under {root / 'models'}; events on {topics.jobs}. Ctrl-C stops.", highlight=False)
+        run_control(root=root, conn=conn, topics=topics, triggers=trig,
                     concurrency=limits, timeout_s=job_timeout, max_attempts=max_attempts,
-                    caps=RequestCaps.from_settings(s))
+                    caps=RequestCaps.from_settings(where.settings))
 
 
 @job_app.command("run")

@@ -89,6 +89,8 @@ def run_demo(*, settings: Settings, records: int, epochs: int, console: Console,
     try:
         console.print("[bold]1/6[/] starting the broker and the control plane")
         conn = stack.start_broker()
+        kind = "embedded broker, memory only" if stack.broker else "the named Kafka"
+        console.print(f"  broker {conn.bootstrap} ({kind}); DFS {settings.dfs_root}")
         tour = Tour(conn, stack, console)
         stack.start_control()
         tour.stage = "make the demo dataset"

@@ -13,6 +13,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -168,14 +169,33 @@ def clear_state(*, path: Path | None = None) -> None:
     (path or state_path()).unlink(missing_ok=True)
 
 
-def discover(*, path: Path | None = None) -> str | None:
-    """The bootstrap of a running ``headrace broker`` on this machine, if there is one."""
+@dataclass(frozen=True)
+class Discovered:
+    """A running ``headrace broker`` found through the broker state file."""
+
+    bootstrap: str
+    pid: int
+    state_file: Path
+
+    def describe(self) -> str:
+        return f"the `headrace broker` (pid {self.pid}) recorded in {self.state_file}"
+
+
+def find_running(*, path: Path | None = None) -> Discovered | None:
+    """The running ``headrace broker`` on this machine, if there is one."""
     import json
 
     p = path or state_path()
     try:
         data = json.loads(p.read_text())
-        os.kill(int(data["pid"]), 0)
-        return str(data["bootstrap"])
+        pid = int(data["pid"])
+        os.kill(pid, 0)
+        return Discovered(str(data["bootstrap"]), pid, p)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def discover(*, path: Path | None = None) -> str | None:
+    """The bootstrap of a running ``headrace broker`` on this machine, if there is one."""
+    found = find_running(path=path)
+    return found.bootstrap if found else None

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from headrace.core.errors import ValidationFailed
 from headrace.trainers.evaluation import Evaluation, lower_is_better
@@ -51,6 +51,20 @@ class ConfusionLimit(BaseModel):
     true: str
     predicted: str
     max_fraction: float = Field(ge=0, le=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_written(cls, raw: Any) -> Any:
+        # YAML 1.1 reads an unquoted `true:` key as the boolean True, and `0` as a number:
+        # take them as the user meant them.
+        if isinstance(raw, dict):
+            raw = {("true" if k is True else k): (_label(v) if k in (True, "true", "predicted")
+                                                    else v) for k, v in raw.items()}
+        return raw
+
+
+def _label(value: Any) -> Any:
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
 class BaselineMargin(BaseModel):
@@ -76,6 +90,12 @@ class Gate(BaseModel):
     max_regression: dict[str, float] = Field(default_factory=dict)
     promote: bool = True
 
+    @field_validator("class_recall", mode="before")
+    @classmethod
+    def _class_names(cls, raw: Any) -> Any:
+        # Class names are strings; an unquoted `2:` key is read as a number.
+        return {_label(k): v for k, v in raw.items()} if isinstance(raw, dict) else raw
+
 
 DEFAULT_GATE = Gate(max_regression={"accuracy": 0.01})
 
@@ -98,13 +118,27 @@ def load_gates(root: Path, model: str) -> Gate:
     path = root / GATES_FILE
     if not path.exists():
         return DEFAULT_GATE
+    models: Any = {}
     try:
         doc: Any = yaml.safe_load(path.read_text()) or {}
         models = doc.get("models") or {}
         raw = models.get(model, doc.get("default"))
         return DEFAULT_GATE if raw is None else Gate.model_validate(raw)
-    except (yaml.YAMLError, ValidationError, AttributeError) as exc:
+    except ValidationError as exc:
+        where = f"models.{model}" if model in models else "default"
+        raise ValidationFailed(f"gates file {path}: {validation_errors(exc, where)}") from None
+    except (yaml.YAMLError, AttributeError) as exc:
         raise ValidationFailed(f"gates file {path}: {str(exc).splitlines()[0]}") from None
+
+
+def validation_errors(exc: ValidationError, prefix: str) -> str:
+    """Every error of ``exc``, one line each: ``N errors:`` then ``  at.path: message``."""
+    errors = exc.errors()
+    lines = [f"{len(errors)} error{'s' if len(errors) != 1 else ''}:"]
+    for e in errors:
+        loc = ".".join([prefix, *(str(p) for p in e["loc"])])
+        lines.append(f"  {loc}: {e['msg']}")
+    return "\n".join(lines)
 
 
 def check(gate: Gate, new: Evaluation, production: Evaluation | None = None,

@@ -134,7 +134,8 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
 
 
 def _fail(ctx: JobContext, reason: str, code: int) -> int:
-    reason = reason.strip().splitlines()[0] if reason.strip() else "failed"
+    # Keep every line: a bad gates file names each of its errors on a line of its own.
+    reason = "\n".join(reason.strip().splitlines()[:20]) if reason.strip() else "failed"
     log.error("attempt %d failed: %s", ctx.attempt, reason)
     _best_effort_status(ctx.root, ctx.job_id, reason=reason, exit_code=int(code))
     return code
@@ -357,6 +358,11 @@ def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result:
 
 def _finish(ctx: JobContext, mv: versions.ModelVersion, result: GateResult, t0: float) -> None:
     promoted = False
+    held = _held_back(ctx.root, mv) if result.passed and result.promote else None
+    if held is not None:
+        # A re-run of a finished job (or a late retry) must never move production backwards.
+        log.info("%s", held)
+        result = result.model_copy(update={"promote": False, "reasons": [held]})
     if result.passed and result.promote:
         current = versions.read_alias(ctx.root, mv.name)
         if current is None or current.version != mv.version:
@@ -379,6 +385,23 @@ def _finish(ctx: JobContext, mv: versions.ModelVersion, result: GateResult, t0: 
               metrics={k: float(v) for k, v in mv.manifest.metrics.items() if "." not in k},
               reason=None if promoted else "; ".join(result.reasons) or "promotion off")
     log.info("done in %.1fs: %s", time.time() - t0, msg)
+
+
+def _held_back(root: Path, mv: versions.ModelVersion) -> str | None:
+    """Why promoting ``mv`` now would move production backwards, or None if it would not."""
+    current = versions.read_alias(root, mv.name)
+    if current is None or current.version == mv.version:
+        return None
+    ref = f"{mv.name}:{mv.version}"
+    if current.version > mv.version:
+        why = f"production is at the newer {mv.name}:{current.version}"
+    elif any(p.version == mv.version for p in versions.alias_history(root, mv.name)):
+        why = (f"{ref} was production before and was moved away from; production is at "
+               f"{mv.name}:{current.version}")
+    else:
+        return None
+    return (f"{ref} not promoted: {why}; a re-run never moves production backwards "
+            f"(`headrace models promote {ref}` does it on purpose)")
 
 
 def _fmt(metrics: dict[str, float]) -> str:

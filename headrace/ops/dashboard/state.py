@@ -213,6 +213,10 @@ def scrape(url: str, *, timeout_s: float = 2.0) -> ScorerSample:
     buckets: list[tuple[float, float]] = []
     for fam in text_string_to_metric_families(text):
         name = fam.name
+        if name.endswith("_created"):
+            # The classic text format adds a `<counter>_created` gauge (a Unix time) per
+            # counter; `model_swaps_created{model=...}` is not the model's version.
+            continue
         for s in fam.samples:
             sname, labels, value = s.name, s.labels, float(s.value)
             if fam.type == "counter" and sname.endswith("_total"):
@@ -227,11 +231,10 @@ def scrape(url: str, *, timeout_s: float = 2.0) -> ScorerSample:
                     lag = (lag or 0.0) + value
                 elif "ready" in name:
                     ready = value
-                elif "model" in name and ("version" in labels or "model" in labels):
-                    model = f"{labels.get('model', labels.get('name', '?'))}:" \
-                            f"{labels.get('version', int(value))}"
-                elif "model_version" in name:
-                    model = str(int(value))
+                elif name.endswith("model_version"):
+                    # The gauge's value is the manifest version; the label names the model.
+                    who = labels.get("model", labels.get("name"))
+                    model = f"{who}:{int(value)}" if who else str(int(value))
             elif fam.type == "histogram" and "latency" in name and sname.endswith("_bucket"):
                 le = labels.get("le", "+Inf")
                 buckets.append((float("inf") if le == "+Inf" else float(le), value))
