@@ -102,6 +102,13 @@ class Where:
 
 def service(ctx: typer.Context, command: str, *, own_broker: bool,
             scratch_dfs: bool = False, no_broker: str | None = None) -> Where:
+    """Settings for a long-running command; see ``where``."""
+    return where(_root(ctx), command, own_broker=own_broker, scratch_dfs=scratch_dfs,
+                 no_broker=no_broker)
+
+
+def where(root: CliContext, command: str, *, own_broker: bool, scratch_dfs: bool = False,
+          no_broker: str | None = None) -> Where:
     """Settings for a long-running command, which never attaches to a discovered broker.
 
     ``own_broker``: without a named one, the command starts its own (demo, up). Otherwise
@@ -110,7 +117,6 @@ def service(ctx: typer.Context, command: str, *, own_broker: bool,
     ``scratch_dfs``: without a named DFS root the command uses a temporary one (demo).
     ``no_broker``: what the command does without a named broker, if not starting one.
     """
-    root = _root(ctx)
     s = root.base
     found = find_running() if not s.bootstrap else None
     source = root.broker_source()

@@ -13,12 +13,17 @@ from rich.console import Console
 from rich.table import Table
 
 from headrace.cli import _context
-from headrace.core.errors import ConfigError
+from headrace.core.errors import ConfigError, HeadraceError, ValidationFailed
 from headrace.streams import topics as topic_names
 from headrace.streams.broker import MEMORY_ONLY_NOTICE, EmbeddedBroker, clear_state, write_state
 from headrace.streams.clients import ensure_topics, list_topics
 from headrace.streams.connection import connection_for
-from headrace.streams.sending import read_records, send_table
+from headrace.streams.sending import (
+    bad_lines_message,
+    read_checked,
+    send_table,
+    write_side_file,
+)
 from headrace.streams.tailing import TailedMessage, tail
 
 out = Console(highlight=False, soft_wrap=True)
@@ -61,9 +66,15 @@ def broker(
 def topics(
     ctx: typer.Context,
     create: Annotated[bool, typer.Option("--create", help="Create missing topics.")] = False,
+    stream: Annotated[list[str] | None, typer.Option(
+        "--stream", help="A stream beyond HEADRACE_STREAMS (its data, predictions and dlq "
+        "topics); repeat.")] = None,
 ) -> None:
     """List the topic catalog and what the cluster holds; --create makes the missing ones."""
     settings = _context.settings(ctx)
+    if stream:
+        settings = settings.with_overrides(
+            streams=list(dict.fromkeys([*settings.streams, *stream])))
     conn = _context.connection(ctx)
     if create:
         made = ensure_topics(conn, topic_names.catalog(settings),
@@ -91,18 +102,64 @@ def send(
                                      "arrow: Arrow IPC batches.")] = "json",
     batch_rows: Annotated[int, typer.Option(help="Rows per Arrow message.", min=1)] = 10_000,
     key: Annotated[str | None, typer.Option(help="Column to use as the message key.")] = None,
+    skip_bad: Annotated[bool, typer.Option(
+        "--skip-bad", help="Send the good records; write the bad lines to NAME.bad.SUFFIX.")]
+        = False,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Type columns by this model's inputs (default: the stream's name).")]
+        = None,
 ) -> None:
     """Publish a file's records to data.<stream>."""
     if fmt not in ("json", "arrow"):
         raise typer.BadParameter("must be json or arrow", param_hint="--format")
     topic = topic_names.data_topic(stream)
-    table = read_records(file)  # validate the whole file before touching Kafka
+    settings = _context.settings(ctx)
+    numeric, strings = _model_columns(settings.dfs_root, model or stream)
+    got = read_checked(file, numeric=numeric, strings=strings)  # the whole file, before Kafka
+    if got.bad and not skip_bad:
+        raise ValidationFailed(bad_lines_message(file, got))
     conn = _context.connection(ctx)
-    ensure_topics(conn, [s for s in topic_names.catalog(
-        _context.settings(ctx).with_overrides(streams=[stream])) if s.name == topic])
-    result = send_table(conn, topic, table, fmt=fmt, key_column=key,  # type: ignore[arg-type]
+    existing = list_topics(conn)
+    if topic not in existing:
+        if stream not in settings.streams:
+            raise ValidationFailed(
+                f"unknown stream {stream}: {topic} does not exist on {conn.bootstrap} (streams "
+                f"there: {', '.join(_streams_in(existing)) or 'none'}); create it on purpose "
+                f"with `headrace topics --create --stream {stream}`")
+        ensure_topics(conn, [s for s in topic_names.catalog(
+            settings.with_overrides(streams=[stream])) if s.name == topic])
+    result = send_table(conn, topic, got.table, fmt=fmt, key_column=key,  # type: ignore[arg-type]
                         batch_rows=batch_rows)
     out.print(f"sent {result.rows} records in {result.messages} messages to {result.topic}")
+    if got.bad:
+        side = write_side_file(file, got)
+        err.print(f"skipped {len(got.bad)} bad records, written to {side}:", highlight=False)
+        for b in got.bad[:10]:
+            err.print(f"  {b.describe()}", highlight=False, markup=False)
+
+
+def _model_columns(root: Path, model: str) -> tuple[list[str], list[str]]:
+    """Columns the stream's production model takes as numbers and as strings, if it has one."""
+    from headrace.store.signature import InputKind
+    from headrace.store.versions import resolve
+
+    try:
+        mv = resolve(root, model)
+    except HeadraceError:
+        return [], []
+    numeric: list[str] = []
+    strings: list[str] = []
+    for inp in mv.manifest.input_signature():
+        if inp.kind == InputKind.NUMERIC:
+            numeric.extend(inp.columns)
+        elif inp.kind in (InputKind.CATEGORY, InputKind.TEXT):
+            strings.append(inp.name)
+    return numeric, strings
+
+
+def _streams_in(existing: dict[str, int]) -> list[str]:
+    return sorted(t[len("data."):] for t in existing
+                  if t.startswith("data.") and not t.endswith(".dlq"))
 
 
 def _print(msg: TailedMessage, as_json: bool) -> None:

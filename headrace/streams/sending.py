@@ -1,14 +1,20 @@
 """Publish a file of records (JSONL, CSV or Parquet) to a data stream.
 
 The whole file is read and validated before the first message is produced, so a malformed
-file sends nothing.
+file sends nothing -- unless the caller chooses to send the good records and set the bad ones
+aside (``headrace send --skip-bad``); either way each bad record is named by its line number.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.csv as pacsv
@@ -38,8 +44,67 @@ class SendResult:
     messages: int
 
 
+@dataclass(frozen=True)
+class BadLine:
+    """A record of the file that cannot be sent, with its line number and why."""
+
+    line: int  # 1-based line of the file (a CSV's header is line 1)
+    reason: str
+    text: str  # the line as written (CSV: re-written as one CSV row)
+
+    def describe(self) -> str:
+        return f"line {self.line}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class ReadRecords:
+    table: pa.Table
+    bad: tuple[BadLine, ...] = ()
+    header: str | None = None  # a CSV's header line, for the side file
+
+
 def read_records(path: Path) -> pa.Table:
-    """Read a JSONL, CSV or Parquet file into a table; raise ``ValidationFailed`` on bad input."""
+    """Read a JSONL, CSV or Parquet file into a table; raise ``ValidationFailed`` on bad input,
+    naming the file's line numbers of the bad records."""
+    got = read_checked(path)
+    if got.bad:
+        raise ValidationFailed(bad_lines_message(path, got))
+    return got.table
+
+
+def bad_lines_message(path: Path, got: ReadRecords, *, show: int = 10) -> str:
+    lines = [f"{path.name}: {len(got.bad)} bad record{'s' if len(got.bad) != 1 else ''} "
+             f"(nothing sent; --skip-bad sends the {got.table.num_rows} good ones and writes "
+             f"the bad lines to {side_file(path).name}):"]
+    lines += [f"  {b.describe()}" for b in got.bad[:show]]
+    if len(got.bad) > show:
+        lines.append(f"  ... and {len(got.bad) - show} more")
+    return "\n".join(lines)
+
+
+def side_file(path: Path) -> Path:
+    """Where ``--skip-bad`` writes the bad lines: next to the file, ``NAME.bad.SUFFIX``."""
+    return path.with_name(f"{path.stem}.bad{path.suffix}")
+
+
+def write_side_file(path: Path, got: ReadRecords) -> Path:
+    out = side_file(path)
+    with out.open("w", encoding="utf-8") as f:
+        if got.header is not None:
+            f.write(got.header + "\n")
+        for b in got.bad:
+            f.write(b.text.rstrip("\r\n") + "\n")
+    return out
+
+
+def read_checked(path: Path, *, numeric: Sequence[str] = (),
+                 strings: Sequence[str] = ()) -> ReadRecords:
+    """Read a file, setting aside the records that cannot be sent (with line numbers).
+
+    ``numeric`` / ``strings``: columns the model takes as numbers / strings (from its
+    signature). Other columns are typed by what most records hold; a record whose value does not
+    fit its column's type is bad, so one stray text cell never turns a number column to text.
+    """
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise ValidationFailed(
@@ -48,20 +113,142 @@ def read_records(path: Path) -> pa.Table:
         raise ValidationFailed(f"{path}: no such file")
     try:
         if kind == "jsonl":
-            _check_objects(path)
-            table = pajson.read_json(path)
+            got = _read_jsonl(path, numeric, strings)
         elif kind == "csv":
-            # An empty CSV cell is a missing value, as it is for numbers.
-            table = pacsv.read_csv(
-                path, convert_options=pacsv.ConvertOptions(strings_can_be_null=True))
+            got = _read_csv(path, numeric, strings)
         else:
-            table = pq.read_table(path)
-    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+            got = ReadRecords(pq.read_table(path))
+    except (pa.ArrowInvalid, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ValidationFailed(f"{path.name}: not valid {kind}: {first}") from None
-    if table.num_rows == 0:
+    if got.table.num_rows == 0 and not got.bad:
         raise ValidationFailed(f"{path.name}: holds no records")
-    return table
+    return got
+
+
+def _kind_of(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _read_jsonl(path: Path, numeric: Sequence[str], strings: Sequence[str]) -> ReadRecords:
+    _check_objects(path)
+    try:
+        table = pajson.read_json(path)
+        if _fits(table, numeric, strings):
+            return ReadRecords(table)
+    except pa.ArrowInvalid:
+        pass  # find the bad lines one by one
+    rows: list[tuple[int, str, dict[str, Any]]] = []
+    bad: list[BadLine] = []
+    with path.open(encoding="utf-8") as f:
+        for n, text in enumerate(f, start=1):
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                bad.append(BadLine(n, f"not JSON: {exc.msg} at column {exc.colno}", text))
+                continue
+            if not isinstance(obj, dict):
+                bad.append(BadLine(n, f"not a JSON object but {_kind_of(obj)}", text))
+                continue
+            rows.append((n, text, obj))
+    expected = _expected_kinds([r for _, _, r in rows], numeric, strings)
+    good: list[dict[str, Any]] = []
+    for n, text, obj in rows:
+        why = [f"field {k!r} is {_kind_of(v)}, expected {expected[k]}"
+               for k, v in obj.items() if v is not None and _kind_of(v) != expected.get(k)]
+        if why:
+            bad.append(BadLine(n, "; ".join(why), text))
+        else:
+            good.append(obj)
+    bad.sort(key=lambda b: b.line)
+    return ReadRecords(pa.Table.from_pylist(good), tuple(bad))
+
+
+def _expected_kinds(rows: Sequence[dict[str, Any]], numeric: Sequence[str],
+                    strings: Sequence[str]) -> dict[str, str]:
+    seen: dict[str, Counter[str]] = {}
+    for r in rows:
+        for k, v in r.items():
+            if v is not None:
+                seen.setdefault(k, Counter())[_kind_of(v)] += 1
+    out = {k: c.most_common(1)[0][0] for k, c in seen.items()}
+    out.update({k: "a number" for k in numeric})
+    out.update({k: "a string" for k in strings})
+    return out
+
+
+def _fits(table: pa.Table, numeric: Sequence[str], strings: Sequence[str]) -> bool:
+    names = set(table.column_names)
+    return all(pa.types.is_integer(table.schema.field(c).type)
+               or pa.types.is_floating(table.schema.field(c).type)
+               or pa.types.is_null(table.schema.field(c).type)
+               for c in numeric if c in names) and all(
+        pa.types.is_string(table.schema.field(c).type)
+        or pa.types.is_null(table.schema.field(c).type) for c in strings if c in names)
+
+
+def _read_csv(path: Path, numeric: Sequence[str], strings: Sequence[str]) -> ReadRecords:
+    # An empty CSV cell is a missing value, as it is for numbers.
+    opts = pacsv.ConvertOptions(strings_can_be_null=True,
+                                column_types={c: pa.string() for c in strings})
+    table = pacsv.read_csv(path, convert_options=opts)
+    suspect = [c for c in table.column_names
+               if pa.types.is_string(table.schema.field(c).type) and c not in strings
+               and (c in numeric or _mostly_numbers(table.column(c)))]
+    if not suspect:
+        return ReadRecords(table)
+    # A few text cells in a number column: those records are bad, the column stays numeric.
+    bad: list[BadLine] = []
+    keep: list[bool] = []
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader)
+        index = {name: i for i, name in enumerate(header)}
+        for row in reader:
+            why = [f"column {c!r}: {row[index[c]]!r} is not a number" for c in suspect
+                   if index[c] < len(row) and row[index[c]] != "" and not _number(row[index[c]])]
+            keep.append(not why)
+            if why:
+                bad.append(BadLine(reader.line_num, "; ".join(why), _csv_line(row)))
+    if len(keep) != table.num_rows:  # pyarrow and csv disagree on the rows: say so plainly
+        raise ValidationFailed(f"{path.name}: could not line up the CSV rows to find the bad "
+                               "ones; check quoting")
+    good = table.filter(pa.array(keep))
+    for c in suspect:
+        i = good.schema.get_field_index(c)
+        good = good.set_column(i, c, good.column(c).cast(pa.float64()))
+    return ReadRecords(good, tuple(bad), header=_csv_line(header))
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _mostly_numbers(col: pa.ChunkedArray) -> bool:
+    values = [v for v in col.to_pylist() if v not in (None, "")]
+    return bool(values) and sum(_number(v) for v in values) * 2 > len(values)
+
+
+def _csv_line(row: Sequence[str]) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow(row)
+    return buf.getvalue()
 
 
 def send_table(

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from headrace.cli import app
+from headrace.streams.broker import EmbeddedBroker
 
 
 def _commands() -> set[str]:
@@ -32,14 +35,34 @@ MISSING = NEEDED - _commands()
 @pytest.mark.slow
 @pytest.mark.skipif(bool(MISSING),
                     reason=f"needs the trainers'/scorers' commands {sorted(MISSING)}")
-def test_demo_exits_zero_with_a_summary(tmp_path: object) -> None:
+def test_demo_exits_zero_on_its_own_broker_beside_a_users_running_stack(tmp_path: Path) -> None:
+    # The user's stack, as the README suggests: `headrace broker` (recorded in the broker state
+    # file) and `headrace control` on it with the user's DFS. The demo must not touch either.
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
-    proc = subprocess.run(
-        [sys.executable, "-c", "import sys; from headrace.cli import main; sys.exit(main())",
-         "demo", "--records", "400", "--epochs", "2"],
-        env=env, capture_output=True, text=True, timeout=420, check=False)
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"))
+    users_dfs = tmp_path / "users-dfs"
+    cli = [sys.executable, "-c", "import sys; from headrace.cli import main; sys.exit(main())"]
+    with EmbeddedBroker() as users_broker:
+        state = tmp_path / "state" / "headrace" / "broker.json"
+        state.parent.mkdir(parents=True)
+        state.write_text(json.dumps({"bootstrap": users_broker.bootstrap, "pid": os.getpid()}))
+        control = subprocess.Popen(
+            [*cli, "--bootstrap", users_broker.bootstrap, "--dfs-root", str(users_dfs),
+             "control"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            proc = subprocess.run([*cli, "demo", "--records", "400", "--epochs", "2"],
+                                  env=env, capture_output=True, text=True, timeout=420,
+                                  check=False)
+        finally:
+            control.terminate()
+            control.wait(30)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
+    first = out.splitlines()[:3]
+    assert first[0].startswith("broker: an embedded one started by this command"), out[:500]
+    assert first[1].startswith("DFS: a scratch directory"), out[:500]
+    assert first[2].startswith(f"note: not using the broker at {users_broker.bootstrap}")
+    assert not (users_dfs / "models").exists() and not (users_dfs / "jobs").exists()
     assert "predictions out" in out and "model versions" in out
     assert "(tensorflow)" in out and "(mxnet)" in out
     # One prediction a record; the tally by version (what the demo's follower saw) counts none
