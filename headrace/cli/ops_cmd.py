@@ -97,7 +97,7 @@ def dlq_list(
     stream: Annotated[str, typer.Argument(help="Stream name.")],
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Dead letters grouped by error class and stage, with counts."""
+    """Dead letters grouped by reason, with counts."""
     from headrace.ops import deadletters
 
     settings = _context.settings(ctx)
@@ -107,12 +107,12 @@ def dlq_list(
     if as_json:
         out.print_json(json.dumps([g.__dict__ for g in groups]))
         return
-    table = Table(title=f"dead letters of {stream}: {len(letters)}")
-    for col in ("error class", "stage", "count", "redriven", "first", "message"):
-        table.add_column(col)
+    table = Table(title=f"dead letters of {stream}: {len(letters)}, {len(groups)} reasons")
+    for col in ("count", "reason", "error class", "stage", "redriven", "first"):
+        table.add_column(col, overflow="fold")
     for g in groups:
-        table.add_row(g.error_class, g.stage, str(g.count), str(g.redriven), g.first_ref,
-                      g.sample_message)
+        table.add_row(str(g.count), g.sample_message, g.error_class, g.stage, str(g.redriven),
+                      g.first_ref)
     out.print(table)
 
 
@@ -155,17 +155,25 @@ def dlq_redrive(
         "--error-class", help="Only letters of this error class.")] = None,
     offset: Annotated[list[str] | None, typer.Option(
         "--offset", help="Only this letter: N (partition 0) or P:N; repeat.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print what would move.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print what would move and which letters would fail again.")] = False,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Check letters against this model (default: the stream's name).")]
+        = None,
 ) -> None:
-    """Re-produce dead letters' original bytes to their source topic, each at most once."""
+    """Re-produce dead letters' original bytes to their source topic, each at most once; say
+    which would fail again with the production model."""
     from headrace.ops import deadletters
+    from headrace.ops.rechecking import recheck
 
     settings = _context.settings(ctx)
     conn = _context.connection(ctx)
     result = deadletters.redrive(conn, settings.dfs_root, stream, error_class=error_class,
                                  offsets=offset or (), dry_run=dry_run)
-    for line in result.lines():
-        out.print(line)
+    checks = recheck(settings.dfs_root, model or stream,
+                     [lt for it in result.items for lt in it.letters])
+    for line in result.lines(checks):
+        out.print(line, markup=False)
 
 
 def dashboard(

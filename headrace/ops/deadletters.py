@@ -1,4 +1,4 @@
-"""Dead letters of a stream: list them by error class and stage, show them, redrive them.
+"""Dead letters of a stream: list them grouped by reason, show them, redrive them.
 
 A redrive re-produces a letter's original bytes to its source topic (same partition when it
 still exists) with its original headers minus ``dlq.*``, plus ``redrive-id`` and
@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import time
 import uuid
 from collections import Counter
@@ -198,16 +199,25 @@ class Group:
     count: int
     redriven: int
     first_ref: str
-    sample_message: str
+    sample_message: str  # the reason, as the group's first letter states it
+
+
+_NUMBER = re.compile(r"\b\d+(?:\.\d+)?\b")
+
+
+def reason_key(message: str) -> str:
+    """A letter's reason with its standalone numbers (offsets, rows, values) blanked, so
+    letters that failed for the same reason group together and different reasons do not."""
+    return _NUMBER.sub("N", message.strip())[:200]
 
 
 def summarize(letters: Sequence[Letter], ledger: Ledger | None = None) -> list[Group]:
-    """Dead letters grouped by (error class, stage), biggest group first."""
-    counts: Counter[tuple[str, str]] = Counter()
-    done: Counter[tuple[str, str]] = Counter()
-    first: dict[tuple[str, str], Letter] = {}
+    """Dead letters grouped by reason (error class, stage, message), biggest group first."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    done: Counter[tuple[str, str, str]] = Counter()
+    first: dict[tuple[str, str, str], Letter] = {}
     for lt in letters:
-        k = (lt.error_class, lt.stage)
+        k = (lt.error_class, lt.stage, reason_key(lt.h(dlqh.DLQ_ERROR_MESSAGE) or ""))
         counts[k] += 1
         first.setdefault(k, lt)
         if ledger is not None and ledger.redriven(lt):
@@ -254,7 +264,9 @@ class RedriveResult:
     def letters(self) -> int:
         return sum(len(i.letters) for i in self.items)
 
-    def lines(self) -> list[str]:
+    def lines(self, checks: dict[str, str] | None = None) -> list[str]:
+        """What moved (or would); with ``checks`` (ref -> verdict, see ``ops.rechecking``),
+        which of the letters would fail again."""
         verb = "would redrive" if self.dry_run else "redrove"
         out = [f"{self.redrive_id}: {verb} {self.letters} dead letters "
                f"as {len(self.items)} records"]
@@ -262,6 +274,12 @@ class RedriveResult:
             where = f"{it.target}[{it.partition}]" if it.partition is not None else it.target
             refs = ", ".join(lt.ref for lt in it.letters)
             out.append(f"  {refs} ({it.letters[0].error_class}) -> {where}")
+            out += [f"    {lt.ref}: {checks[lt.ref]}" for lt in it.letters
+                    if checks and lt.ref in checks]
+        if checks:
+            again = sum(v.startswith("would fail again") for v in checks.values())
+            out.append(f"  {again} of {len(checks)} would fail again"
+                       + (" (fix the producer or the model first)" if again else ""))
         if self.skipped_already:
             out.append(f"  skipped {len(self.skipped_already)} already redriven: "
                        + ", ".join(self.skipped_already[:20]))

@@ -42,11 +42,12 @@ def stream(conn: KafkaConnection, settings: Settings) -> str:
     return name
 
 
-def test_list_groups_dead_letters_by_error_class_and_stage(conn: KafkaConnection,
-                                                           stream: str) -> None:
+def test_list_groups_dead_letters_by_reason(conn: KafkaConnection, stream: str) -> None:
     groups = deadletters.summarize(deadletters.read_letters(conn, stream))
-    assert [(g.error_class, g.stage, g.count) for g in groups] == [
-        ("ValidationFailed", "decode", 2), ("ValueError", "validate", 1)]
+    assert [(g.error_class, g.stage, g.count, g.sample_message) for g in groups] == [
+        ("ValidationFailed", "decode", 1, "undecodable JSON record"),
+        ("ValidationFailed", "decode", 1, "x: not a number"),
+        ("ValueError", "validate", 1, "NaN in features")]
 
 
 def test_show_previews_headers_and_payload(conn: KafkaConnection, stream: str) -> None:
