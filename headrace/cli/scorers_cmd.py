@@ -10,8 +10,10 @@ from typing import Annotated
 import typer
 
 from headrace.cli import _context
+from headrace.core.settings import Settings
 from headrace.scorers.running import install_signal_handlers, run
-from headrace.scorers.settings import load_scorer_settings
+from headrace.scorers.settings import ScorerSettings, load_scorer_settings
+from headrace.streams.clients import KafkaConnection
 
 
 def score(
@@ -61,7 +63,29 @@ def score(
     stop = threading.Event()
     install_signal_handlers(stop, grace_s=scorer.grace_s)
     with _context.service_connection(where) as conn:
+        for line in _waiting_for(conn, settings, scorer):
+            print(line, file=sys.stderr, flush=True)
         run(settings, scorer, stop, conn=conn)
+
+
+def _waiting_for(conn: KafkaConnection, settings: Settings, scorer: ScorerSettings) -> list[str]:
+    """What the scorer will wait for before it scores anything, in plain words."""
+    from headrace.store.versions import read_alias
+    from headrace.streams.clients import list_topics
+    from headrace.streams.topics import data_topic
+
+    name, alias, topic = scorer.model_name, scorer.alias, data_topic(scorer.stream)
+    lines = [f"scoring {topic} on {conn.bootstrap} with model {name}@{alias} from "
+             f"{settings.dfs_root / 'models' / name}"]
+    if read_alias(settings.dfs_root, name, alias) is None:
+        lines.append(f"waiting for model {name}: it has no {alias} version yet; scoring starts "
+                     f"when one is published (e.g. `headrace train {name} ...`; "
+                     "`headrace models list` shows what there is)")
+    if topic not in list_topics(conn):
+        lines.append(f"waiting for records: {topic} does not exist yet, so stream "
+                     f"{scorer.stream} is new here (a typo? `headrace topics` lists the "
+                     "streams)")
+    return lines
 
 
 def register(app: typer.Typer) -> None:

@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from headrace.core.ports import bind
 from headrace.scorers.metrics import ScorerMetrics
 
 
@@ -68,7 +69,8 @@ class ProbeServer:
             def log_message(self, format: str, *args: object) -> None:
                 return None
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server = bind(lambda: ThreadingHTTPServer((host, port), Handler), host=host,
+                            port=port, setting="--http-port or HEADRACE_SCORER_HTTP_PORT")
         self._server.daemon_threads = True
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, name="probes",

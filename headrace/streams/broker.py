@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from headrace.core.errors import FatalError, RetriableError
+from headrace.core.ports import bind
 
 MEMORY_ONLY_NOTICE = (
     "embedded broker (Tansu, memory storage): data is kept in memory only and is lost when it stops"
@@ -57,6 +58,14 @@ class EmbeddedBroker:
         return self._proc is not None and self._proc.poll() is None
 
     def start(self, *, timeout_s: float = 20.0) -> EmbeddedBroker:
+        if self.requested_port:
+            # Tansu only exits when its port is taken: say which port and what moves it.
+            def probe() -> None:
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", self.requested_port))
+
+            bind(probe, host="127.0.0.1", port=self.requested_port,
+                 setting="`headrace broker --port` or HEADRACE_EMBEDDED_PORT")
         attempts = 1 if self.requested_port else 5
         last: Exception | None = None
         for _ in range(attempts):

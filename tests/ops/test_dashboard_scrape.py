@@ -18,7 +18,7 @@ def metrics_url() -> Iterator[tuple[str, ScorerMetrics]]:
     m = ScorerMetrics(stream="demo", model="demo")
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        def do_GET(self) -> None:
             body = generate_latest(m.registry)
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4")

@@ -22,6 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from headrace.core.errors import HeadraceError, ValidationFailed
 from headrace.core.naming import check_name
+from headrace.core.ports import bind
 from headrace.ops.dashboard import state as st
 from headrace.store.versions import VersionNotFound
 
@@ -260,6 +261,8 @@ def make_handler(api: Api, files: dict[str, tuple[bytes, str]]) -> type[BaseHTTP
 
 
 def make_server(api: Api, *, host: str, port: int) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((host, port), make_handler(api, static_files()))
+    handler = make_handler(api, static_files())
+    server = bind(lambda: ThreadingHTTPServer((host, port), handler), host=host, port=port,
+                  setting="`headrace dashboard --port` or `headrace up --dashboard-port`")
     server.daemon_threads = True
     return server

@@ -1,0 +1,79 @@
+"""Typos and clashes say what is wrong: a scorer for a stream nobody feeds says what it waits
+for; a busy port names the port and the setting that moves it."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from headrace.cli import main
+
+CLI = [sys.executable, "-c", "import sys; from headrace.cli import main; sys.exit(main())"]
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("0.0.0.0", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
+
+
+def test_a_scorer_for_an_unknown_stream_says_what_it_waits_for(
+        broker: str, dfs: Path, private_state: Path) -> None:
+    proc = subprocess.Popen([*CLI, "--bootstrap", broker, "--dfs-root", str(dfs), "score",
+                             "nosuch", "--http-port", "0"],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+    seen: list[str] = []
+    try:
+        assert proc.stderr is not None
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any("waiting for records" in s for s in seen):
+            if sel.select(timeout=1):
+                line = proc.stderr.readline()
+                if not line:
+                    break
+                seen.append(line.strip())
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    text = "\n".join(seen)
+    assert f"broker: {broker} (from --bootstrap)" in seen, text
+    assert "waiting for model nosuch: it has no production version yet" in text
+    assert "waiting for records: data.nosuch does not exist yet" in text
+
+
+@pytest.mark.parametrize(("args", "setting"), [
+    (["dashboard", "--port", "{port}"], "`headrace dashboard --port`"),
+    (["broker", "--port", "{port}"], "`headrace broker --port` or HEADRACE_EMBEDDED_PORT"),
+])
+def test_a_busy_port_names_the_port_and_the_setting(
+        busy_port: int, dfs: Path, private_state: Path, capsys: pytest.CaptureFixture[str],
+        args: list[str], setting: str) -> None:
+    code = main(["--dfs-root", str(dfs), *[a.format(port=busy_port) for a in args]])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith(f"headrace: error: port {busy_port} on ") and setting in err[-1]
+    assert "Errno" not in err[-1]
+
+
+def test_a_scorer_on_a_busy_port_names_the_port_and_the_setting(
+        broker: str, dfs: Path, busy_port: int, private_state: Path) -> None:
+    proc = subprocess.run([*CLI, "--bootstrap", broker, "--dfs-root", str(dfs), "score",
+                           "demo", "--http-port", str(busy_port)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert last.startswith(f"headrace: error: port {busy_port} on ") and (
+        "--http-port or HEADRACE_SCORER_HTTP_PORT" in last)
