@@ -10,20 +10,42 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
+from typer.core import TyperGroup
 from typer.exceptions import Abort, Exit, TyperException
 
 from headrace import __version__
 from headrace.cli import _context, streams_cmd
 from headrace.core.errors import FatalError, HeadraceError, PermanentError, RetriableError
 
+
+class _HelpGroup(TyperGroup):
+    """Lists subcommands with their whole first sentence, wrapped to the terminal, instead of
+    click's default of cutting it at about 45 characters with "..."."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=400)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 app = typer.Typer(
     name="headrace",
+    cls=_HelpGroup,
     help="Event-driven ML pipeline on Kafka: triggered training, versioned models, "
     "streaming scoring.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: it re-wraps every paragraph to the terminal, so at 80 columns nothing
+    # is squeezed into a narrow box column or cut.
+    rich_markup_mode=None,
 )
 
 
@@ -68,6 +90,8 @@ def _register_optional() -> None:
 
 
 _register_optional()
+for _group in app.registered_groups:
+    _group.cls = _HelpGroup
 
 
 def main(argv: list[str] | None = None) -> int:

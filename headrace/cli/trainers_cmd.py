@@ -115,11 +115,23 @@ def _follow(*, conn: object, job_id: str, topics: ControlTopics, since_ms: int, 
 @jobs_app.command("list")
 def jobs_list(ctx: typer.Context) -> None:
     """Every job on the DFS, newest first."""
-    table = Table("job", "model", "framework", "state", "attempts", "created", "reason")
+    # Fits 80 columns: ids and times never wrap or shrink; the reason folds onto more lines.
+    table = Table(box=None, pad_edge=False, header_style="bold underline")
+    table.add_column("job", no_wrap=True, min_width=14)
+    table.add_column("model", overflow="fold")
+    table.add_column("fw", no_wrap=True)
+    table.add_column("state", no_wrap=True)
+    table.add_column("try", justify="right", no_wrap=True)
+    table.add_column("created (UTC)", no_wrap=True)
+    table.add_column("reason", overflow="fold", ratio=1)
     for st in api.list_jobs(root=_context.settings(ctx).dfs_root):
-        table.add_row(st.job_id, st.model_name, st.framework, st.state.value,
-                      str(st.attempts), st.created_at[:19], (st.reason or "")[:60])
+        table.add_row(st.job_id, st.model_name, _FW.get(st.framework, st.framework),
+                      st.state.value, str(st.attempts), st.created_at[5:16].replace("T", " "),
+                      (st.reason or "").splitlines()[0][:120] if st.reason else "")
     console.print(table)
+
+
+_FW = {"tensorflow": "tf", "mxnet": "mx"}
 
 
 @jobs_app.command("show")
