@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
-import click
 import typer
+from typer._click.core import Context as ClickContext
+from typer._click.formatting import HelpFormatter
 from typer.core import TyperGroup
 from typer.exceptions import Abort, Exit, TyperException
 
@@ -24,7 +25,7 @@ class _HelpGroup(TyperGroup):
     """Lists subcommands with their whole first sentence, wrapped to the terminal, instead of
     click's default of cutting it at about 45 characters with "..."."""
 
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+    def format_commands(self, ctx: ClickContext, formatter: HelpFormatter) -> None:
         rows = []
         for name in self.list_commands(ctx):
             cmd = self.get_command(ctx, name)
