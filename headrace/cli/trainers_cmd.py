@@ -252,7 +252,7 @@ def control(
         limits[fw.strip()] = int(n)
     where = _context.service(ctx, "control", own_broker=False)
     for line in where.lines():
-        console.print(line, highlight=False)
+        console.print(line, highlight=False, soft_wrap=True)
     trig = load_triggers(triggers)
     topics = ControlTopics.with_prefix(topic_prefix)
     root = where.settings.dfs_root
@@ -260,7 +260,8 @@ def control(
         console.print(
             f"control plane: listening to {topics.train_requests} on {conn.bootstrap}; jobs run "
             f"here as subprocesses ({concurrency}), their files under {root / 'jobs'}, models "
-            f"under {root / 'models'}; events on {topics.jobs}. Ctrl-C stops.", highlight=False)
+            f"under {root / 'models'}; events on {topics.jobs}. Ctrl-C stops.", highlight=False,
+            soft_wrap=True)
         run_control(root=root, conn=conn, topics=topics, triggers=trig,
                     concurrency=limits, timeout_s=job_timeout, max_attempts=max_attempts,
                     caps=RequestCaps.from_settings(where.settings))

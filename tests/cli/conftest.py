@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -31,3 +34,19 @@ def running_broker_recorded(private_state: Path) -> Callable[[str], Path]:
         return private_state
 
     return record
+
+
+def lines_until(stream: IO[str], done: Callable[[list[str]], bool], *,
+                timeout_s: float = 60.0) -> list[str]:
+    """Read a child's output lines until ``done(lines)`` or EOF or the timeout."""
+    sel = selectors.DefaultSelector()
+    sel.register(stream, selectors.EVENT_READ)
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not done(seen):
+        if sel.select(timeout=1):
+            line = stream.readline()
+            if not line:
+                break
+            seen.append(line.rstrip("\n"))
+    return seen

@@ -4,17 +4,16 @@ for; a busy port names the port and the setting that moves it."""
 from __future__ import annotations
 
 import os
-import selectors
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from headrace.cli import main
+from tests.cli.conftest import lines_until
 
 CLI = [sys.executable, "-c", "import sys; from headrace.cli import main; sys.exit(main())"]
 
@@ -33,18 +32,9 @@ def test_a_scorer_for_an_unknown_stream_says_what_it_waits_for(
                              "nosuch", "--http-port", "0"],
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
                             env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
-    seen: list[str] = []
     try:
         assert proc.stderr is not None
-        sel = selectors.DefaultSelector()
-        sel.register(proc.stderr, selectors.EVENT_READ)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any("waiting for records" in s for s in seen):
-            if sel.select(timeout=1):
-                line = proc.stderr.readline()
-                if not line:
-                    break
-                seen.append(line.strip())
+        seen = lines_until(proc.stderr, lambda ls: any("waiting for records" in s for s in ls))
     finally:
         proc.terminate()
         proc.wait(30)
@@ -77,3 +67,21 @@ def test_a_scorer_on_a_busy_port_names_the_port_and_the_setting(
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert last.startswith(f"headrace: error: port {busy_port} on ") and (
         "--http-port or HEADRACE_SCORER_HTTP_PORT" in last)
+
+
+def test_control_says_what_it_listens_to_and_where_jobs_go(
+        broker: str, dfs: Path, private_state: Path) -> None:
+    proc = subprocess.Popen([*CLI, "--bootstrap", broker, "--dfs-root", str(dfs), "control",
+                             "--topic-prefix", "tctl"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        seen = lines_until(proc.stdout, lambda ls: any("control plane:" in s for s in ls))
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    text = " ".join(seen)
+    assert f"broker: {broker} (from --bootstrap)" in seen
+    assert f"DFS: {dfs} (from --dfs-root)" in seen
+    assert f"listening to tctl.events.train-requests on {broker}" in text, text
+    assert f"under {dfs / 'jobs'}" in text and f"under {dfs / 'models'}" in text
