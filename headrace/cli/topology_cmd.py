@@ -10,6 +10,7 @@ from rich.console import Console
 
 from headrace.topology import running
 from headrace.topology.explaining import explain_lines, plan_table
+from headrace.topology.plan import Plan
 
 app = typer.Typer(
     name="topology",
@@ -37,8 +38,10 @@ def plan_cmd(
     """Plan scorer groups for a cluster and print them as a table."""
     result = running.run_plan(cluster_path=cluster, previous_path=previous,
                               values_out=values_out, manifests_dir=manifests, plan_out=plan_out)
+    stats = result.plan.stats
     if as_json:
         typer.echo(running.plan_json(result))
+        _fail_if_nothing_placed(result.plan)
         return
     console = Console()
     console.print(plan_table(result.plan))
@@ -46,6 +49,24 @@ def plan_cmd(
         console.print(f"{result.moved} partition(s) changed owner since the previous plan")
     for path in result.written:
         console.print(f"wrote {path}")
+    if 0 < stats.placed < stats.partitions:
+        console.print(f"{stats.partitions - stats.placed} of {stats.partitions} partitions not "
+                      "placed; `headrace topology explain` says why")
+    _fail_if_nothing_placed(result.plan)
+
+
+def _fail_if_nothing_placed(plan: Plan) -> None:
+    """A plan that places no partition is an error: say why, exit non-zero."""
+    stats = plan.stats
+    if stats.partitions == 0 or stats.placed > 0:
+        return
+    why = [f"[{e.reason}] {e.message}" for e in plan.explanations] or [
+        "no explanation recorded"]
+    typer.echo(f"headrace: error: the plan places 0 of {stats.partitions} partitions:",
+               err=True)
+    for line in why[:10]:
+        typer.echo(f"  {line}", err=True)
+    raise typer.Exit(1)
 
 
 @app.command("explain")
