@@ -1,0 +1,123 @@
+"""Run every command block of README.md's quick look and of docs/*.md's quick starts, as
+written, against the test session's broker and a fresh DFS.
+
+A runnable block is a fence tagged ``bash quick-start``. Each line is one command:
+
+* ``./dev CMD ...`` and ``headrace CMD ...`` run through the CLI's own ``main`` (in this
+  process), or as a child process when the line ends in ``&``;
+* ``headrace broker`` lines are skipped: the session broker stands in for it, and an
+  ``export HEADRACE_BOOTSTRAP=...`` points at it instead of the address in the docs;
+* ``control`` and ``train`` get a private ``--topic-prefix`` (the session broker is shared);
+* anything else (``printf``, ``cp``, ``mkdir``) runs in bash in the checkout.
+
+Every command must exit 0.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from headrace.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+BLOCK = re.compile(r"^```bash quick-start\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+CLI = [sys.executable, "-c", "import sys; from headrace.cli import main; sys.exit(main())"]
+PREFIXED = {"control", "train"}
+
+
+def quick_starts() -> list[tuple[str, str]]:
+    return [(f"{doc.name}#{i}", body) for doc in DOCS
+            for i, body in enumerate(BLOCK.findall(doc.read_text()), start=1)]
+
+
+class DocSession:
+    def __init__(self, broker: str, env: dict[str, str]) -> None:
+        self.broker = broker
+        self.env = env
+        self.prefix = "q" + uuid.uuid4().hex[:8]
+        self.background: list[subprocess.Popen[bytes]] = []
+
+    def run(self, line: str) -> None:
+        words = shlex.split(line, comments=True)
+        if not words:
+            return
+        background = words[-1] == "&"
+        words = [w for w in words if w != "&"]
+        if words[0] in ("./dev", "headrace"):
+            self._headrace(words[1:], background=background, line=line)
+        elif words[0] == "export":
+            for assignment in words[1:]:
+                name, _, value = assignment.partition("=")
+                self.env[name] = self.broker if name == "HEADRACE_BOOTSTRAP" else value
+        else:
+            proc = subprocess.run(["bash", "-c", line], cwd=REPO, env=self.env,
+                                  capture_output=True, text=True, timeout=60, check=False)
+            assert proc.returncode == 0, f"{line!r}: {proc.stderr}"
+
+    def _headrace(self, args: list[str], *, background: bool, line: str) -> None:
+        if args[:1] == ["broker"]:
+            return
+        args = [os.path.expandvars(a) for a in args]
+        if args[:1] and args[0] in PREFIXED:
+            args = [args[0], "--topic-prefix", self.prefix, *args[1:]]
+        if background:
+            self.background.append(subprocess.Popen(
+                [*CLI, *args], cwd=REPO, env=self.env, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL))
+            return
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(self.env)
+        cwd = os.getcwd()
+        os.chdir(REPO)
+        try:
+            code = main(args)
+        finally:
+            os.chdir(cwd)
+            os.environ.clear()
+            os.environ.update(saved)
+        assert code == 0, f"{line!r} exited {code}"
+
+    def stop(self) -> None:
+        for p in self.background:
+            p.terminate()
+        for p in self.background:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@pytest.fixture
+def doc_session(broker: str, dfs: Path, tmp_path: Path) -> Iterator[DocSession]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
+    env.update(HEADRACE_BOOTSTRAP=broker, HEADRACE_DFS_ROOT=str(dfs),
+               XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"),
+               TF_CPP_MIN_LOG_LEVEL="3", COLUMNS="100")
+    s = DocSession(broker, env)
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+def test_the_readme_and_every_doc_have_a_quick_start() -> None:
+    names = {n.split("#")[0] for n, _ in quick_starts()}
+    assert {"README.md", "training.md", "operations.md", "topology.md"} <= names, names
+
+
+@pytest.mark.parametrize(("where", "body"), quick_starts(), ids=[n for n, _ in quick_starts()])
+def test_a_quick_start_runs_as_written(doc_session: DocSession, where: str, body: str) -> None:
+    for line in body.splitlines():
+        doc_session.run(line)
