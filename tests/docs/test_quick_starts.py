@@ -117,7 +117,21 @@ def test_the_readme_and_every_doc_have_a_quick_start() -> None:
     assert {"README.md", "training.md", "operations.md", "topology.md"} <= names, names
 
 
-@pytest.mark.parametrize(("where", "body"), quick_starts(), ids=[n for n, _ in quick_starts()])
+def _params() -> list[object]:
+    # A block that trains a model takes ~30 s on 2 cores: slow, like the other training tests.
+    return [pytest.param(where, body, id=where,
+                         marks=[pytest.mark.slow] if "headrace train " in body else [])
+            for where, body in quick_starts()]
+
+
+@pytest.mark.parametrize(("where", "body"), _params())
 def test_a_quick_start_runs_as_written(doc_session: DocSession, where: str, body: str) -> None:
     for line in body.splitlines():
         doc_session.run(line)
+
+
+def test_user_docs_keep_benchmark_lab_notes_in_bench_results() -> None:
+    scoring = (REPO / "docs" / "scoring.md").read_text()
+    assert "bench/RESULTS.md" in scoring
+    assert "runs 1-5" not in scoring and "2026-" not in scoring
+    assert "runs 1-5" in (REPO / "bench" / "RESULTS.md").read_text()
