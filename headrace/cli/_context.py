@@ -78,7 +78,13 @@ def _root(ctx: typer.Context) -> CliContext:
 
 
 def settings(ctx: typer.Context) -> Settings:
+    """For short client commands: may use (and name) a discovered ``headrace broker``."""
     return _root(ctx).settings
+
+
+def base_settings(ctx: typer.Context) -> Settings:
+    """Flags and environment only, for commands that do not talk to Kafka."""
+    return _root(ctx).base
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def broker(
         "--create-topics/--no-create-topics", help="Create the topic catalog on start.")] = True,
 ) -> None:
     """Run the embedded broker in the foreground until Ctrl-C (data is kept in memory only)."""
-    settings = _context.settings(ctx)
+    settings = _context.base_settings(ctx)
     root = ctx.find_object(_context.CliContext)
     if root is not None and root.bootstrap:
         raise ConfigError("`headrace broker` starts its own broker; drop --bootstrap")

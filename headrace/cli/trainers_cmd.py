@@ -124,7 +124,7 @@ def jobs_list(ctx: typer.Context) -> None:
     table.add_column("try", justify="right", no_wrap=True)
     table.add_column("created (UTC)", no_wrap=True)
     table.add_column("reason", overflow="fold", ratio=1)
-    for st in api.list_jobs(root=_context.settings(ctx).dfs_root):
+    for st in api.list_jobs(root=_context.base_settings(ctx).dfs_root):
         table.add_row(st.job_id, st.model_name, _FW.get(st.framework, st.framework),
                       st.state.value, str(st.attempts), st.created_at[5:16].replace("T", " "),
                       (st.reason or "").splitlines()[0][:120] if st.reason else "")
@@ -137,7 +137,7 @@ _FW = {"tensorflow": "tf", "mxnet": "mx"}
 @jobs_app.command("show")
 def jobs_show(ctx: typer.Context, job_id: str) -> None:
     """A job's state, timestamps, reason, progress and result."""
-    st, req = api.show_job(root=_context.settings(ctx).dfs_root, job_id=job_id)
+    st, req = api.show_job(root=_context.base_settings(ctx).dfs_root, job_id=job_id)
     table = Table(show_header=False)
     rows = [("job", st.job_id), ("model", st.model_name), ("framework", st.framework),
             ("state", st.state.value), ("reason", st.reason or ""),
@@ -159,14 +159,15 @@ def jobs_show(ctx: typer.Context, job_id: str) -> None:
 def jobs_logs(ctx: typer.Context, job_id: str,
               follow: Annotated[bool, typer.Option("--follow", "-f")] = False) -> None:
     """The job's log file (every attempt); --follow until it ends."""
-    for line in api.job_log(root=_context.settings(ctx).dfs_root, job_id=job_id, follow=follow):
+    root = _context.base_settings(ctx).dfs_root
+    for line in api.job_log(root=root, job_id=job_id, follow=follow):
         typer.echo(line)
 
 
 @models_app.command("list")
 def models_list(ctx: typer.Context) -> None:
     table = Table("model", "versions", "production")
-    for m in api.list_models(root=_context.settings(ctx).dfs_root):
+    for m in api.list_models(root=_context.base_settings(ctx).dfs_root):
         table.add_row(m.name, ",".join(map(str, m.versions)), str(m.production or "-"))
     console.print(table)
 
@@ -175,7 +176,7 @@ def models_list(ctx: typer.Context) -> None:
 def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
         help="NAME (production, else latest) or NAME:VERSION")]) -> None:
     """Metrics and the confusion matrix as tables, and the image path."""
-    mv = api.show_model(root=_context.settings(ctx).dfs_root, ref=ref)
+    mv = api.show_model(root=_context.base_settings(ctx).dfs_root, ref=ref)
     m = mv.manifest
     console.print(f"[bold]{m.name}:{m.version}[/bold] {m.framework.value} {m.task.value} "
                   f"job {m.job_id} dataset {m.dataset.uri if m.dataset else '-'}")
@@ -200,7 +201,8 @@ def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
 @models_app.command("promote")
 def models_promote(ctx: typer.Context, ref: str, topic_prefix: PrefixOpt = "") -> None:
     """Point production at NAME:VERSION and publish ModelPublished."""
-    ev = api.promote_model(root=_context.settings(ctx).dfs_root, conn=_context.connection(ctx),
+    ev = api.promote_model(root=_context.base_settings(ctx).dfs_root,
+                           conn=_context.connection(ctx),
                            ref=ref, topics=ControlTopics.with_prefix(topic_prefix))
     console.print(f"{ev.model_name}:{ev.version} is production (was {ev.previous_version})")
 
@@ -208,7 +210,7 @@ def models_promote(ctx: typer.Context, ref: str, topic_prefix: PrefixOpt = "") -
 @models_app.command("rollback")
 def models_rollback(ctx: typer.Context, name: str, topic_prefix: PrefixOpt = "") -> None:
     """Point production back at its previous version and publish ModelPublished."""
-    ev = api.rollback_model(root=_context.settings(ctx).dfs_root,
+    ev = api.rollback_model(root=_context.base_settings(ctx).dfs_root,
                             conn=_context.connection(ctx), name=name,
                             topics=ControlTopics.with_prefix(topic_prefix))
     console.print(f"{ev.model_name} rolled back to {ev.version} (from {ev.previous_version})")
@@ -224,7 +226,7 @@ def datasets_make_demo(
     seed: int = 0,
 ) -> None:
     """32 float features f0..f31 and a label (3 classes, or a float for regressor)."""
-    path = api.make_demo_dataset(root=_context.settings(ctx).dfs_root, out=out, rows=rows,
+    path = api.make_demo_dataset(root=_context.base_settings(ctx).dfs_root, out=out, rows=rows,
                                  task=task, seed=seed)
     console.print(f"wrote {rows} rows to {path} (dataset URI: {out})")
 

@@ -58,3 +58,12 @@ def test_a_named_broker_and_dfs_are_used_and_say_where_they_came_from(
     assert w.settings.bootstrap == broker and w.dfs_named
     assert w.lines() == [f"broker: {broker} (from HEADRACE_BOOTSTRAP)",
                          f"DFS: {tmp_path / 'mine'} (from --dfs-root)"]
+
+
+def test_commands_that_only_read_the_dfs_say_nothing_about_a_discovered_broker(
+        broker: str, running_broker_recorded: Callable[[str], Path], dfs: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    running_broker_recorded(broker)
+    assert main(["--dfs-root", str(dfs), "jobs", "list"]) == 0
+    assert main(["--dfs-root", str(dfs), "models", "list"]) == 0
+    assert capsys.readouterr().err == ""
