@@ -108,6 +108,10 @@ def _screenshot(url: str, path: Path) -> None:
         wait.until(lambda d: "demo:" in d.find_element(By.ID, "model-title").text)
         wait.until(lambda d: "succeeded" in d.find_element(By.ID, "jobs").text)
         wait.until(lambda d: "ValidationFailed" in d.find_element(By.ID, "dlq").text)
+        wait.until(lambda d: "demo" in d.find_element(By.ID, "scorers").text)
+        # The whole page, all four panels: as tall as the document.
+        height = driver.execute_script("return document.documentElement.scrollHeight")
+        driver.set_window_size(1400, min(int(height) + 40, 4000))
         time.sleep(1.0)
         driver.save_screenshot(str(path))
     finally:
