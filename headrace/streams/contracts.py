@@ -152,6 +152,9 @@ class ModelSpec(BaseModel):
     validation_split: float = Field(default=0.2, gt=0, lt=1)
     seed: int = 0
     checkpoint_every_steps: int | None = Field(default=None, ge=1)
+    # Distributed training (with resources.workers > 1 or resources.servers > 0): auto is
+    # all-reduce for TensorFlow and parameter servers for MXNet.
+    strategy: Literal["auto", "allreduce", "parameter_server"] = "auto"
 
 
 class Resources(BaseModel):
@@ -161,6 +164,7 @@ class Resources(BaseModel):
     memory_gib: float = Field(default=2.0, gt=0, le=4096)
     gpus: int = Field(default=0, ge=0, le=64)
     workers: int = Field(default=1, ge=1, le=256)
+    servers: int = Field(default=0, ge=0, le=64)  # parameter servers (strategy parameter_server)
 
 
 class Trigger(BaseModel):
@@ -218,6 +222,7 @@ class JobEvent(Contract):
     metrics: dict[str, float] = Field(default_factory=dict)
     reason: str | None = Field(default=None, max_length=4096)
     request_id: str | None = None
+    worker: int | None = Field(default=None, ge=0)  # the gang member's index (0: the chief)
 
 
 class ModelAction(StrEnum):

@@ -1,19 +1,22 @@
 """``python -m headrace.trainers run JOB_ID``: the job process (what executors start).
 
 Reads the settings from the environment once (``HEADRACE_BOOTSTRAP``, ``HEADRACE_DFS_ROOT``,
-the ``HEADRACE_MAX_*`` caps) and exits with the job's exit code (0 ok, 65 permanent, 75
-retriable). Invalid settings are permanent: a retry would read the same environment.
+the ``HEADRACE_MAX_*`` caps, and for a gang member ``HEADRACE_GANG_ROLE``/``HEADRACE_WORKER_INDEX``
+...: see ``headrace.trainers.distributed.peers``) and exits with the job's exit code (0 ok, 65
+permanent, 75 retriable). Invalid settings are permanent: a retry would read the same environment.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from headrace.core.errors import HeadraceError, RetriableError
 from headrace.core.settings import load_settings
 from headrace.streams.connection import connection_for
 from headrace.streams.control_topics import ControlTopics
+from headrace.trainers.distributed.peers import GangMember
 from headrace.trainers.executors.base import ExitCode
 
 
@@ -23,8 +26,15 @@ def main(argv: list[str] | None = None) -> int:
     run = sub.add_parser("run", help="run one job from jobs/<JOB_ID>/request.json")
     run.add_argument("job_id")
     run.add_argument("--topic-prefix", default="")
+    sub.add_parser("ps-node", help="a parameter-server scheduler or server (DMLC_ROLE)")
     args = parser.parse_args(argv)
+    if args.cmd == "ps-node":
+        from headrace.trainers.backends import serve_parameter_server
+
+        serve_parameter_server()  # MXNet serves and exits on import for these roles
+        return ExitCode.OK
     try:
+        member = GangMember.from_env(os.environ)
         settings = load_settings()
         conn = connection_for(settings) if settings.bootstrap else None
         from headrace.trainers.limits import RequestCaps
@@ -32,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_job(root=settings.dfs_root, job_id=args.job_id, conn=conn,
                        topics=ControlTopics.with_prefix(args.topic_prefix),
-                       caps=RequestCaps.from_settings(settings))
+                       caps=RequestCaps.from_settings(settings), member=member)
     except HeadraceError as exc:
         print(f"headrace job: {exc}", file=sys.stderr)
         return ExitCode.RETRIABLE if isinstance(exc, RetriableError) else ExitCode.PERMANENT

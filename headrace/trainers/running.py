@@ -11,6 +11,11 @@ Steps (each attempt repeats them; every step is safe to repeat):
    version to the model store (manifest last, gate result inside).
 7. If the gate passed: move ``production`` and publish ModelPublished; then status succeeded.
 
+Distributed jobs (``headrace.trainers.distributed``): every worker of the gang runs these steps
+with its :class:`GangMember`; only the chief (worker 0) holds the job lock, writes status,
+checkpoints, evaluates and publishes; worker ``i`` holds ``.lock-w<i>``. All workers restore
+from the same complete checkpoint and log a checksum of their weights after training.
+
 Exit codes (:class:`headrace.trainers.executors.base.ExitCode`): 0 ok, 65 permanent (bad
 dataset, spec, gate file or configuration: never retried), 75 retriable (DFS, broker, lock held).
 No framework is imported here: backends are loaded by name.
@@ -43,9 +48,12 @@ from headrace.streams.contracts import JobEvent, JobEventKind, JobState, Task, T
 from headrace.streams.control_io import EventSink
 from headrace.streams.control_topics import ControlTopics
 from headrace.trainers import checkpoints, job_checks, jobs
-from headrace.trainers.backends import get_backend
-from headrace.trainers.backends.base import Backend, Model
+from headrace.trainers.backends import distributed_runtime, get_backend
+from headrace.trainers.backends.base import Backend, DistributedRuntime, Model
 from headrace.trainers.datasets import Dataset, Split, load_dataset, split
+from headrace.trainers.distributed.peers import GangMember
+from headrace.trainers.distributed.plan import plan_of
+from headrace.trainers.distributed.weights import LINE as CHECKSUM_LINE
 from headrace.trainers.evaluation import Evaluation, baseline, evaluate, render_confusion_png
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.gate import Gate, GateResult, check, load_gates
@@ -65,16 +73,20 @@ class JobContext:
     topics: ControlTopics
     attempt: int = 1
     caps: RequestCaps = field(default_factory=RequestCaps)
+    member: GangMember = field(default_factory=GangMember)
 
     def event(self, kind: JobEventKind, *, wait: bool = True, **fields: Any) -> None:
         if self.sink is None:
             return
+        if self.member.distributed:
+            fields["worker"] = self.member.index
         ev = JobEvent(job_id=self.job_id, kind=kind, model_name=self.request.model_name,
                       attempt=self.attempt, request_id=self.request.event_id, **fields)
         self.sink.send(self.topics.jobs, ev, key=self.job_id, wait=wait)
 
     def status(self, **changes: Any) -> None:
-        jobs.update_status(self.root, self.job_id, **changes)
+        if self.member.chief:  # status.json has one writer
+            jobs.update_status(self.root, self.job_id, **changes)
 
 
 class _EventLogHandler(logging.Handler):
@@ -92,17 +104,20 @@ class _EventLogHandler(logging.Handler):
 def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
             topics: ControlTopics = ControlTopics(),
             publish_hook: versions.PublishHook | None = None,
-            caps: RequestCaps | None = None) -> int:
-    """Run one job; return its exit code. Every failure ends as a one-line reason in
-    ``status.json`` (and a LOG event); the control plane decides retry or FAILED."""
+            caps: RequestCaps | None = None,
+            member: GangMember = GangMember()) -> int:
+    """Run one job (or this process's share of a distributed one); return its exit code.
+    Every failure ends as a one-line reason in ``status.json`` (and a LOG event); the control
+    plane decides retry or FAILED."""
     _setup_logging()
     try:
-        with _locked(root, job_id):
+        with _locked(root, job_id, member):
             request = jobs.read_request(root, job_id)
             sink = EventSink(conn) if conn is not None else None
             st = jobs.read_status(root, job_id)
-            ctx = JobContext(root, job_id, request, sink, topics,
-                             attempt=(st.attempts if st else 0) + 1, caps=caps or RequestCaps())
+            attempt = (st.attempts if st else 0) + (1 if member.chief else 0)
+            ctx = JobContext(root, job_id, request, sink, topics, attempt=max(1, attempt),
+                             caps=caps or RequestCaps(), member=member)
             handler = _EventLogHandler(ctx)
             handler.setFormatter(logging.Formatter("%(message)s"))
             log.addHandler(handler)
@@ -137,6 +152,8 @@ def _fail(ctx: JobContext, reason: str, code: int) -> int:
     # Keep every line: a bad gates file names each of its errors on a line of its own.
     reason = "\n".join(reason.strip().splitlines()[:20]) if reason.strip() else "failed"
     log.error("attempt %d failed: %s", ctx.attempt, reason)
+    if not ctx.member.chief:
+        return code
     _best_effort_status(ctx.root, ctx.job_id, reason=reason, exit_code=int(code))
     return code
 
@@ -155,17 +172,23 @@ def _setup_logging() -> None:
         log.propagate = False
 
 
+def lock_name(member: GangMember) -> str:
+    """The chief holds the job's lock (one attempt at a time); worker i holds its own."""
+    return LOCK if member.chief else f"{LOCK}-w{member.index}"
+
+
 @contextmanager
-def _locked(root: Path, job_id: str) -> Iterator[None]:
+def _locked(root: Path, job_id: str, member: GangMember = GangMember()) -> Iterator[None]:
     d = job_dir(root, job_id)
     if not d.is_dir():
         raise PermanentError(f"job {job_id} does not exist")
-    fd = os.open(d / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(d / lock_name(member), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RetriableError(f"job {job_id} is running elsewhere (lock held)") from None
+            who = "" if member.chief else f" (worker {member.index})"
+            raise RetriableError(f"job {job_id} is running elsewhere (lock held){who}") from None
         yield
     finally:
         os.close(fd)
@@ -174,27 +197,32 @@ def _locked(root: Path, job_id: str) -> Iterator[None]:
 def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
     req, root = ctx.request, ctx.root
     t0 = time.time()
+    plan = plan_of(req)  # ValidationFailed: a combination that cannot run (permanent)
+    m = ctx.member
+    if plan.distributed != m.distributed or (plan.distributed and plan.workers != m.workers):
+        raise PermanentError(f"job {ctx.job_id} needs {plan.workers} worker(s) "
+                             f"({plan.strategy}) but was started as worker {m.index} of "
+                             f"{m.workers} ({m.strategy}): its executor does not run this gang")
+    runtime = distributed_runtime(ctx.member)  # before the framework runs any op
     ctx.status(state=JobState.RUNNING, attempts=ctx.attempt, reason=None, exit_code=None,
                started_at=jobs.now_iso())
-    log.info("attempt %d running (pid %d)", ctx.attempt, os.getpid())
+    log.info("attempt %d running (pid %d)%s", ctx.attempt, os.getpid(),
+             f"; {plan.strategy} worker {ctx.member.index} of {plan.workers}"
+             if runtime is not None else "")
+    existing = _published_version(root, req.model_name, ctx.job_id)
+    if not ctx.member.chief:
+        if existing is None:
+            _train_worker(ctx, runtime, req)
+        return
     threading.Thread(target=_warm_plotting, daemon=True).start()
     gate = _gate_for(ctx)
-    existing = _published_version(root, req.model_name, ctx.job_id)
     if existing is not None:
         log.info("version %d of this job is already published; finishing its promotion",
                  existing.version)
         result = GateResult.model_validate(existing.manifest.extra.get("gate", {"passed": False}))
         _finish(ctx, existing, result, t0)
         return
-    job_checks.before_dataset(root, req, ctx.caps)
-    ds = load_dataset(root=root, uri=req.dataset_uri, spec=req.spec)
-    sp = split(ds, validation_split=req.spec.validation_split, seed=req.spec.seed)
-    backend = get_backend(req.framework)  # the framework first: user code imports it
-    job_checks.load_code(root, req, ds)
-    n_out = len(ds.classes) if req.spec.task == Task.CLASSIFIER else 1
-    model = backend.create(spec=req.spec, n_features=len(ds.features), n_outputs=n_out,
-                           seed=req.spec.seed)
-    job_checks.after_build(model, sp, ctx.caps)
+    ds, sp, model = _build(ctx, runtime, req)
     log.info("dataset %s: %d rows, %d features, %s; device %s", req.dataset_uri, ds.rows,
              len(ds.features), f"classes {list(ds.classes)}" if ds.classes else "regression",
              model.device)
@@ -203,8 +231,32 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
                   classes=ds.classes)
     log.info("validation: %s", _fmt(ev.metrics))
     result = _gate(ctx, gate, ev, ds, sp)
-    mv = _publish(ctx, model, ds, ev, result, publish_hook)
+    mv = _publish(ctx, model, ds, ev, result, publish_hook,
+                  plan.record() if plan.distributed else None)
     _finish(ctx, mv, result, t0)
+
+
+def _build(ctx: JobContext, runtime: DistributedRuntime | None, req: TrainRequested
+           ) -> tuple[Dataset, Split, Model]:
+    """Load and split the dataset, build the model (inside the distributed scope)."""
+    job_checks.before_dataset(ctx.root, req, ctx.caps)
+    ds = load_dataset(root=ctx.root, uri=req.dataset_uri, spec=req.spec)
+    sp = split(ds, validation_split=req.spec.validation_split, seed=req.spec.seed)
+    backend = get_backend(req.framework)  # the framework first: user code imports it
+    job_checks.load_code(ctx.root, req, ds)
+    n_out = len(ds.classes) if req.spec.task == Task.CLASSIFIER else 1
+    with runtime.scope() if runtime is not None else contextlib.nullcontext():
+        model = backend.create(spec=req.spec, n_features=len(ds.features), n_outputs=n_out,
+                               seed=req.spec.seed)
+    job_checks.after_build(model, sp, ctx.caps)
+    return ds, sp, model if runtime is None else runtime.wrap(model)
+
+
+def _train_worker(ctx: JobContext, runtime: DistributedRuntime | None,
+                  req: TrainRequested) -> None:
+    """A non-chief worker: train its shard in step with the gang, nothing else."""
+    _, sp, model = _build(ctx, runtime, req)
+    _train(ctx, model, sp)
 
 
 def _warm_plotting() -> None:
@@ -239,8 +291,10 @@ def _published_version(root: Path, name: str, job_id: str) -> versions.ModelVers
 
 def _train(ctx: JobContext, model: Model, sp: Split) -> None:
     spec = ctx.request.spec
+    chief = ctx.member.chief
     ckdir = jobs.checkpoints_dir(ctx.root, ctx.job_id)
-    checkpoints.sweep(ckdir)
+    if chief:
+        checkpoints.sweep(ckdir)
     step, epoch0, batch0 = 0, 0, 0
     found = checkpoints.latest(ckdir)
     if found is not None:
@@ -261,20 +315,25 @@ def _train(ctx: JobContext, model: Model, sp: Split) -> None:
             losses.append(loss)
             step += 1
             every = spec.checkpoint_every_steps
-            if every and step % every == 0 and b + 1 < n_batches:
+            if chief and every and step % every == 0 and b + 1 < n_batches:
                 checkpoints.save(ckdir, checkpoints.CheckpointState(step, epoch, b + 1, loss),
                                  model.save_checkpoint)
         # End of epoch: the checkpoint names the next epoch with no batch done.
-        checkpoints.save(ckdir, checkpoints.CheckpointState(step, epoch + 1, 0, loss),
-                         model.save_checkpoint)
+        if chief:
+            checkpoints.save(ckdir, checkpoints.CheckpointState(step, epoch + 1, 0, loss),
+                             model.save_checkpoint)
         val = evaluate(task=spec.task, outputs=model.predict(sp.x_val), y=sp.y_val,
                        classes=_classes_of(sp, spec.task, model))
         metrics = {"loss": float(np.mean(losses)) if losses else loss,
                    **{f"val_{k}": v for k, v in val.metrics.items() if "." not in k}}
         log.info("epoch %d/%d step %d: %s", epoch + 1, spec.epochs, step, _fmt(metrics))
         ctx.status(epoch=epoch + 1, step=step, metrics=metrics)
-        ctx.event(JobEventKind.PROGRESS, epoch=epoch + 1, step=step, metrics=metrics,
-                  message=f"epoch {epoch + 1}/{spec.epochs}")
+        if chief:
+            ctx.event(JobEventKind.PROGRESS, epoch=epoch + 1, step=step, metrics=metrics,
+                      message=f"epoch {epoch + 1}/{spec.epochs}")
+    if ctx.member.distributed:
+        log.info("%s %s at step %d", CHECKSUM_LINE,
+                 model.checksum(), step)  # type: ignore[attr-defined]
 
 
 def _classes_of(sp: Split, task: Task, model: Model) -> tuple[str, ...]:
@@ -331,7 +390,8 @@ def ctx_task(ds: Dataset) -> Task:
 
 
 def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result: GateResult,
-             hook: versions.PublishHook | None) -> versions.ModelVersion:
+             hook: versions.PublishHook | None,
+             gang: dict[str, object] | None = None) -> versions.ModelVersion:
     req = ctx.request
     manifest = Manifest(
         name=req.model_name, framework=req.framework, task=req.spec.task,
@@ -340,7 +400,8 @@ def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result:
         trigger_event_id=req.event_id, job_id=ctx.job_id,
         extra={"gate": result.model_dump(), "spec": json.loads(req.spec.model_dump_json()),
                "trigger": json.loads(req.trigger.model_dump_json()),
-               **job_checks.manifest_extra(req)},
+               **job_checks.manifest_extra(req),
+               **({"distributed": gang} if gang else {})},
         **job_checks.manifest_fields(req))
 
     def write_files(d: Path) -> None:

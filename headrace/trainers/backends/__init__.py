@@ -6,7 +6,8 @@ import importlib
 
 from headrace.core.errors import ValidationFailed
 from headrace.streams.contracts import Framework
-from headrace.trainers.backends.base import Backend
+from headrace.trainers.backends.base import Backend, DistributedRuntime
+from headrace.trainers.distributed.peers import GangMember
 
 _MODULES = {Framework.TENSORFLOW: "tensorflow_keras", Framework.MXNET: "mxnet_gluon"}
 
@@ -21,3 +22,20 @@ def get_backend(framework: Framework | str) -> Backend:
     module = importlib.import_module(f"headrace.trainers.backends.{_MODULES[fw]}")
     backend: Backend = module.BACKEND
     return backend
+
+
+def distributed_runtime(member: GangMember) -> DistributedRuntime | None:
+    """The worker's distributed runtime (all-reduce or parameter servers), or None for a
+    single-process job; the framework is imported only now."""
+    if not member.distributed:
+        return None
+    name = "tf_allreduce" if member.strategy == "allreduce" else "mxnet_ps"
+    module = importlib.import_module(f"headrace.trainers.backends.{name}")
+    runtime: DistributedRuntime = (module.AllReduceRuntime(member) if name == "tf_allreduce"
+                                   else module.ParameterServerRuntime(member))
+    return runtime
+
+
+def serve_parameter_server() -> None:
+    """Become the ``DMLC_ROLE`` scheduler or server: MXNet runs it on import, then exits."""
+    importlib.import_module("headrace.trainers.backends.mxnet_ps")

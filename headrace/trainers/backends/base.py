@@ -6,6 +6,7 @@ backend from :func:`headrace.trainers.backends.get_backend` and sees numpy array
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
@@ -63,3 +64,19 @@ def batched(fn: object, x: np.ndarray) -> np.ndarray:
             for i in range(0, len(x), PREDICT_BATCH)]
     return np.concatenate(outs, axis=0).astype(np.float32) if outs else np.zeros((0, 1),
                                                                                   np.float32)
+
+
+class DistributedModel(Model, Protocol):
+    def checksum(self) -> str:
+        """A digest of the weights (equal on every worker after a synchronous step)."""
+
+
+class DistributedRuntime(Protocol):
+    """A worker's distributed context (created before the framework runs any op)."""
+
+    def scope(self) -> AbstractContextManager[None]:
+        """Build the model inside it."""
+
+    def wrap(self, model: Model) -> DistributedModel:
+        """The model trained synchronously with its peers (``fit_batch`` takes the global
+        batch; each worker feeds its shard)."""

@@ -92,3 +92,8 @@ def job_command(job_id: str, *, python: str | None = None, topic_prefix: str = "
     """
     argv = [python or sys.executable, "-m", "headrace.trainers", "run", job_id]
     return argv + (["--topic-prefix", topic_prefix] if topic_prefix else [])
+
+
+def ps_node_command(*, python: str | None = None) -> list[str]:
+    """The argv of a parameter-server scheduler or server (its role from ``DMLC_ROLE``)."""
+    return [python or sys.executable, "-m", "headrace.trainers", "ps-node"]

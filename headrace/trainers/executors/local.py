@@ -1,5 +1,10 @@
 """The local executor: one subprocess per job, a concurrency limit per framework, a timeout,
-and retries with exponential backoff for retriable failures (see ``base.ExitCode``)."""
+and retries with exponential backoff for retriable failures (see ``base.ExitCode``).
+
+A distributed job (``resources.workers > 1`` or parameter servers) runs as a whole gang of
+local processes (:mod:`headrace.trainers.distributed.gang`); if one member dies the gang is
+stopped and the attempt counts as failed, so a retry restarts all of it from the last
+complete checkpoint."""
 
 from __future__ import annotations
 
@@ -12,13 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from headrace.core.errors import HeadraceError
 from headrace.trainers import jobs
+from headrace.trainers.distributed.gang import LocalGang, member_specs
+from headrace.trainers.distributed.plan import plan_of
 from headrace.trainers.executors.base import (
     ExitCode,
     JobOutcome,
     JobSpec,
     is_retriable,
     job_command,
+    ps_node_command,
 )
 
 ENTRYPOINT_ERROR = "headrace job: "  # what ``python -m headrace.trainers`` prefixes
@@ -31,7 +40,7 @@ class _Job:
     spec: JobSpec
     attempts: int = 0
     not_before: float = 0.0
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[bytes] | LocalGang | None = None
     log: IO[bytes] | None = None
     started: float = 0.0
     cancelled: bool = False
@@ -53,6 +62,7 @@ class LocalExecutor:
     on_retry: RetryHook | None = None
     on_start: StartHook | None = None
     grace_s: float = 5.0
+    cpus: int = field(default_factory=lambda: os.cpu_count() or 1)  # shared by a gang's workers
     _jobs: dict[str, _Job] = field(default_factory=dict)
 
     def submit(self, job: JobSpec) -> None:
@@ -132,13 +142,38 @@ class LocalExecutor:
         st.attempts += 1
         st.log.write(f"--- attempt {st.attempts} ---\n".encode())
         st.log.flush()
-        st.proc = subprocess.Popen(
-            job_command(jid, topic_prefix=self.topic_prefix), stdout=st.log,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True)  # its own group: a timeout kills the whole tree
+        gang = self._gang(jid, env, st.log)
+        if gang is not None:
+            st.proc = gang
+        else:
+            st.proc = subprocess.Popen(
+                job_command(jid, topic_prefix=self.topic_prefix), stdout=st.log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True)  # its own group: a timeout kills the whole tree
         st.started = now
         if self.on_start is not None:
             self.on_start(jid, st.attempts, st.proc.pid)
+
+    def _gang(self, jid: str, env: dict[str, str], log: IO[bytes]) -> LocalGang | None:
+        """The job's gang when its request asks for one (None: a single process, which also
+        reports a request that cannot be read or planned, with its one-line reason)."""
+        try:
+            plan = plan_of(jobs.read_request(self.root, jid))
+        except HeadraceError:
+            return None
+        if not plan.distributed:
+            return None
+        specs = member_specs(plan, worker_argv=job_command(jid, topic_prefix=self.topic_prefix),
+                             ps_argv=ps_node_command(), cpus=self.cpus)
+        return LocalGang(specs, base_env=env, log=log)
+
+    def pids_of(self, job_id: str) -> dict[str, int]:
+        """The running gang's pids by member tag (``w0``, ``w1``, ``s0``...); a single job's
+        process is ``w0``."""
+        st = self._jobs.get(job_id)
+        if st is None or st.proc is None:
+            return {}
+        return st.proc.pids() if isinstance(st.proc, LocalGang) else {"w0": st.proc.pid}
 
     def _reason(self, jid: str, code: int, timed_out: bool) -> str:
         if timed_out:
@@ -156,6 +191,9 @@ class LocalExecutor:
 
     def _terminate(self, st: _Job) -> None:
         assert st.proc is not None
+        if isinstance(st.proc, LocalGang):
+            st.proc.stop(self.grace_s)
+            return
         try:
             os.killpg(st.proc.pid, signal.SIGTERM)
             st.proc.wait(self.grace_s)

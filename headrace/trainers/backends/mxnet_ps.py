@@ -1,0 +1,113 @@
+"""MXNet parameter-server training: the ``dist_sync`` kvstore (ps-lite: scheduler, servers,
+workers, all configured by ``DMLC_*``).
+
+Importing this module with ``DMLC_ROLE=server`` or ``scheduler`` turns the process into that
+node (MXNet starts it on import and exits when the workers finish): that is
+``python -m headrace.trainers ps-node``.
+
+Workers push gradients to the servers, which sum them across workers; each worker pulls the sum
+and applies the same optimizer update (``update_on_kvstore=False``), so the optimizer state
+lives on the workers and the chief can checkpoint it (MXNet cannot save optimizer state kept on
+distributed servers). The loss is scaled by the *global* batch size, so the summed gradient is
+the mean over the global batch. Any ``HybridBlock`` works (the wrapped model's ``body``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy
+
+numpy.bool = bool  # type: ignore[attr-defined]  # MXNet 1.9 still uses the removed alias
+
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+
+from headrace.streams.contracts import Task  # noqa: E402
+from headrace.trainers.backends.mxnet_gluon import PARAMS_FILE, GluonModel  # noqa: E402
+from headrace.trainers.distributed.peers import GangMember  # noqa: E402
+from headrace.trainers.distributed.weights import checksum  # noqa: E402
+
+LOSS_KEY = 1_000_003  # a kvstore key beside the parameters' (0..n-1): the summed batch loss
+
+
+def exported_checksum(path: Path) -> str:
+    """The checksum of a published version's ``model-0000.params``."""
+    return checksum([v.asnumpy() for v in mx.nd.load(str(path / PARAMS_FILE)).values()])
+
+
+class ParameterServerRuntime:
+    def __init__(self, member: GangMember) -> None:
+        self.member = member
+        self.kv = mx.kv.create("dist_sync")
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        yield
+
+    def wrap(self, model: Any) -> PSModel:
+        if not isinstance(model, GluonModel):
+            raise TypeError(f"parameter servers need a Gluon model, not {type(model).__name__}")
+        return PSModel(model, self.kv, self.member)
+
+
+class PSModel:
+    def __init__(self, inner: GluonModel, kv: Any, member: GangMember) -> None:
+        self.inner = inner
+        self.device = inner.device
+        self.member = member
+        self.kv = kv
+        optimizer = inner.trainer._optimizer  # the one the model was built with
+        inner.trainer = gluon.Trainer(inner.body.collect_params(), optimizer, kvstore=kv,
+                                      update_on_kvstore=False)
+        # Every worker reaches this line once, in the same order: kvstore init is collective.
+        kv.init(LOSS_KEY, mx.nd.zeros((1,)))
+        self._loss_out = mx.nd.zeros((1,))
+
+    def fit_batch(self, x: np.ndarray, y: np.ndarray) -> float:
+        """One synchronous step on the global batch ``x``: this worker feeds its shard."""
+        m, inner = self.member, self.inner
+        xs, ys = x[m.index::m.workers], y[m.index::m.workers]
+        weight = 1.0
+        if len(xs) == 0:  # a tiny last batch: still take part in the push/pull, with zero weight
+            xs, ys, weight = x[:1], y[:1], 0.0
+        xb = mx.nd.array(xs, ctx=inner.ctx, dtype="float32")
+        yb = mx.nd.array(ys, ctx=inner.ctx, dtype="float32")
+        with autograd.record():
+            out = inner.body(xb)
+            if inner.task == Task.REGRESSOR:
+                out = out.reshape((-1,))
+            loss = inner.loss_fn(out, yb).sum() * (weight / len(x))
+        loss.backward()
+        inner.trainer.step(1)  # the gradient is already divided by the global batch
+        # Finish this step's pushes, pulls and updates before the next one is queued: with
+        # them in flight, workers were seen to end with different weights.
+        mx.nd.waitall()
+        self.kv.pushpull(LOSS_KEY, loss.reshape((1,)).as_in_context(mx.cpu()),
+                         out=self._loss_out)
+        value = float(self._loss_out.asscalar())
+        return value * 2 if inner.task == Task.REGRESSOR else value  # L2Loss is MSE/2
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return self.inner.predict(x)
+
+    def weights(self) -> list[np.ndarray]:
+        return [p.data().asnumpy() for p in self.inner.body.collect_params().values()]
+
+    def checksum(self) -> str:
+        return checksum(self.weights())
+
+    def save_checkpoint(self, path: Path) -> None:
+        self.inner.save_checkpoint(path)
+
+    def load_checkpoint(self, path: Path) -> None:
+        # Every worker loads the same checkpoint before the first step; the kvstore's first
+        # init then pushes these weights and every worker pulls them.
+        self.inner.load_checkpoint(path)
+
+    def export(self, path: Path) -> None:
+        self.inner.export(path)

@@ -1,0 +1,80 @@
+"""Which distributed strategy a request gets: one validated, framework-free decision.
+
+``auto`` is all-reduce for TensorFlow (MultiWorkerMirroredStrategy) and parameter servers for
+MXNet (the ``dist_sync`` kvstore). The other two combinations are refused with one line:
+
+* TensorFlow + ``parameter_server``: ``tf.distribute.ParameterServerStrategy`` does not run the
+  per-worker custom step (``strategy.run`` on every worker) that this trainer uses: its workers
+  only host ``tf.distribute.Server`` and the chief drives every step through a
+  ``ClusterCoordinator``, and Keras 3 does not support it (its variables are created through
+  ``ShardedVariable`` / the coordinator, which Keras 3 layers and optimizers do not handle).
+* MXNet + ``allreduce``: the PyPI MXNet build has no collective all-reduce across machines (no
+  Horovod / NCCL kvstore across hosts); its distributed training is the parameter server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from headrace.core.errors import ValidationFailed
+from headrace.streams.contracts import Framework, TrainRequested
+
+Kind = Literal["single", "allreduce", "parameter_server"]
+
+TF_PS_REFUSED = ("TensorFlow with strategy parameter_server is not supported: "
+                 "ParameterServerStrategy needs a coordinator-driven loop that Keras 3 does not "
+                 "support; use allreduce (or auto)")
+MX_ALLREDUCE_REFUSED = ("MXNet with strategy allreduce is not supported: MXNet trains "
+                        "distributed with parameter servers; use parameter_server (or auto)")
+
+
+@dataclass(frozen=True)
+class GangPlan:
+    """The resolved shape of a job: ``workers`` trainers, ``servers`` parameter servers (PS
+    only; a PS gang also has one scheduler)."""
+
+    kind: Kind
+    workers: int = 1
+    servers: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.kind != "single"
+
+    @property
+    def strategy(self) -> str:
+        return self.kind if self.distributed else "none"
+
+    def record(self) -> dict[str, object]:
+        """What the manifest and ``jobs show`` record."""
+        return {"strategy": self.strategy, "workers": self.workers, "servers": self.servers}
+
+
+def plan_for(*, framework: Framework | str, strategy: str, workers: int, servers: int,
+             batch_size: int | None = None) -> GangPlan:
+    """Resolve ``spec.strategy`` with ``resources.workers/servers``; ValidationFailed (one line)
+    for a combination that cannot run."""
+    fw = Framework(framework)
+    if strategy == "auto":
+        if workers == 1 and servers == 0:
+            return GangPlan("single")
+        strategy = "allreduce" if fw == Framework.TENSORFLOW else "parameter_server"
+    if fw == Framework.TENSORFLOW and strategy == "parameter_server":
+        raise ValidationFailed(TF_PS_REFUSED)
+    if fw == Framework.MXNET and strategy == "allreduce":
+        raise ValidationFailed(MX_ALLREDUCE_REFUSED)
+    if strategy == "allreduce" and servers:
+        raise ValidationFailed(f"strategy allreduce takes no parameter servers (servers={servers})")
+    if batch_size is not None and batch_size < workers:
+        raise ValidationFailed(f"batch_size {batch_size} is smaller than the {workers} workers "
+                               "it is split across")
+    if strategy == "parameter_server":
+        return GangPlan("parameter_server", workers, max(1, servers))
+    return GangPlan("allreduce", workers, 0)
+
+
+def plan_of(request: TrainRequested) -> GangPlan:
+    r = request.resources
+    return plan_for(framework=request.framework, strategy=request.spec.strategy,
+                    workers=r.workers, servers=r.servers, batch_size=request.spec.batch_size)
