@@ -1,0 +1,147 @@
+"""Distributed training with real processes on loopback: a TensorFlow all-reduce gang and an
+MXNet parameter-server gang end with identical weights on every worker, publish the chief's
+model, average the gradient (a 2-worker run's loss equals a 1-worker run's at the same global
+batch), and survive a worker killed with SIGKILL by restarting the whole gang from the last
+complete checkpoint."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from headrace.store import versions
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.contracts import (
+    Framework,
+    JobEvent,
+    JobEventKind,
+    ModelSpec,
+    Resources,
+    TrainRequested,
+)
+from headrace.streams.control_io import read_events
+from headrace.streams.control_topics import ControlTopics
+from headrace.trainers import checkpoints, jobs
+from headrace.trainers.distributed.weights import checksums_in_log
+from headrace.trainers.executors.base import JobOutcome, JobSpec
+from headrace.trainers.executors.local import LocalExecutor
+
+SPEC = ModelSpec(epochs=2, hidden=(16,), batch_size=32, learning_rate=0.01)
+EPOCH_LOSS = re.compile(r"^(?:\[(w\d+)\] )?.*epoch (\d+)/\d+ step \d+: loss=([0-9.]+)", re.M)
+
+
+def _submit(dfs: Path, demo: str, framework: str, *, workers: int, servers: int = 0,
+            spec: ModelSpec = SPEC, **executor: object) -> tuple[str, LocalExecutor]:
+    req = TrainRequested(idempotency_key=uuid.uuid4().hex, model_name=f"m{uuid.uuid4().hex[:6]}",
+                         framework=framework, dataset_uri=demo, spec=spec,
+                         resources=Resources(workers=workers, servers=servers))
+    jid, _ = jobs.create_request(dfs, req)
+    ex = LocalExecutor(root=dfs, **executor)  # type: ignore[arg-type]
+    ex.submit(JobSpec(job_id=jid, model_name=req.model_name, framework=Framework(framework),
+                      resources=req.resources))
+    return jid, ex
+
+
+def _until_done(ex: LocalExecutor, timeout: float = 240) -> list[JobOutcome]:
+    deadline = time.monotonic() + timeout
+    out: list[JobOutcome] = []
+    while ex.active() and time.monotonic() < deadline:
+        out += ex.poll()
+        time.sleep(0.1)
+    ex.close()
+    return out
+
+
+def _epoch_losses(log: str) -> dict[tuple[str, int], float]:
+    return {(w or "single", int(e)): float(v) for w, e, v in EPOCH_LOSS.findall(log)}
+
+
+def _exported_checksum(framework: str, path: Path) -> str:
+    if framework == "tensorflow":
+        from headrace.trainers.backends import tf_allreduce
+
+        return tf_allreduce.exported_checksum(path)
+    from headrace.trainers.backends import mxnet_ps
+
+    return mxnet_ps.exported_checksum(path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("framework", "servers"), [("tensorflow", 0), ("mxnet", 1)])
+def test_two_workers_end_identical_publish_the_chiefs_model_and_average_the_gradient(
+        dfs: Path, demo: str, framework: str, servers: int, broker: str, conn: KafkaConnection,
+        topics: ControlTopics) -> None:
+    jid, ex = _submit(dfs, demo, framework, workers=2, servers=servers, bootstrap=broker,
+                      topic_prefix=topics.prefix, max_attempts=1)
+    [outcome] = _until_done(ex)
+    log = jobs.log_path(dfs, jid).read_text()
+    assert outcome.succeeded, log[-3000:]
+
+    sums = checksums_in_log(log)
+    assert set(sums) == {"w0", "w1"} and sums["w0"] == sums["w1"]
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.version is not None
+    mv = versions.load_version(dfs, st.model_name, st.version)
+    assert _exported_checksum(framework, mv.path) == sums["w0"]
+    assert mv.manifest.extra["distributed"] == {
+        "strategy": "allreduce" if framework == "tensorflow" else "parameter_server",
+        "workers": 2, "servers": servers}
+    assert versions.list_versions(dfs, st.model_name) == [1]
+
+    # Every worker's log lines are in the job log, prefixed, and its events name the worker.
+    assert "[w1] " in log and "[w0] " in log
+    events = read_events(conn, topics.jobs, JobEvent, idle_s=0.5)
+    mine = [e for e in events if e.job_id == jid and e.kind == JobEventKind.LOG]
+    assert {e.worker for e in mine} == {0, 1}
+
+    # The same data, seed and global batch on one worker: the same losses.
+    single_jid, single = _submit(dfs, demo, framework, workers=1, max_attempts=1)
+    [single_outcome] = _until_done(single)
+    assert single_outcome.succeeded
+    one = _epoch_losses(jobs.log_path(dfs, single_jid).read_text())
+    two = _epoch_losses(log)
+    for epoch in (1, 2):
+        assert two[("w0", epoch)] == pytest.approx(one[("single", epoch)], rel=1e-3, abs=1e-4)
+        assert two[("w1", epoch)] == two[("w0", epoch)]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_epoch_restarts_the_gang_from_the_last_checkpoint(
+        dfs: Path, demo: str) -> None:
+    spec = SPEC.model_copy(update={"epochs": 30, "batch_size": 16,
+                                   "checkpoint_every_steps": 5})
+    jid, ex = _submit(dfs, demo, "tensorflow", workers=2, spec=spec, max_attempts=3,
+                      backoff_s=0.1)
+    ckdir = jobs.checkpoints_dir(dfs, jid)
+    deadline = time.monotonic() + 180
+    killed_at: int | None = None
+    while ex.active() and time.monotonic() < deadline:
+        ex.poll()
+        found = checkpoints.latest(ckdir)
+        pids = ex.pids_of(jid)
+        if found is not None and found[1].batch > 0 and "w1" in pids:  # mid-epoch
+            killed_at = found[1].step
+            os.kill(pids["w1"], signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    assert killed_at is not None, jobs.log_path(dfs, jid).read_text()[-2000:]
+    [outcome] = _until_done(ex)
+    log = jobs.log_path(dfs, jid).read_text()
+    assert outcome.succeeded and outcome.attempts == 2, log[-3000:]
+    attempt2 = log.split("--- attempt 2 ---")[1]
+    resumed = [int(s) for s in re.findall(r"\[w(?:0|1)\] .*resumed from checkpoint at step (\d+)",
+                                          attempt2)]
+    assert len(resumed) == 2 and resumed[0] == resumed[1] and resumed[0] >= killed_at
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.state.value == "succeeded" and st.attempts == 2
+    n_train = 240  # 300 rows, 20% validation
+    assert st.step == spec.epochs * -(-n_train // spec.batch_size)  # the step never went back
+    assert versions.list_versions(dfs, st.model_name) == [1]
+    sums = checksums_in_log(attempt2)
+    assert sums["w0"] == sums["w1"]
