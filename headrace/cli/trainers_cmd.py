@@ -63,6 +63,12 @@ def train(
     idempotency_key: Annotated[str | None, typer.Option(
         help="Same key, same job (default: a new key).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds to wait with --wait.")] = 3600.0,
+    workers: Annotated[int, typer.Option(min=1, help="Training processes (a gang).")] = 1,
+    servers: Annotated[int, typer.Option(
+        min=0, help="Parameter servers (strategy parameter_server).")] = 0,
+    strategy: Annotated[str, typer.Option(
+        help="auto (all-reduce for TensorFlow, parameter servers for MXNet), allreduce or "
+             "parameter_server.")] = "auto",
     topic_prefix: PrefixOpt = "",
 ) -> None:
     """Publish a TrainRequested; with --wait, show progress until the job ends (exit 1 on
@@ -70,7 +76,8 @@ def train(
     request = api.build_request(model_name=name, framework=framework, dataset_uri=dataset,
                                 task=task, label=label, epochs=epochs, hidden=_hidden(hidden),
                                 idempotency_key=idempotency_key, code=code,
-                                entrypoint=entrypoint)
+                                entrypoint=entrypoint, workers=workers, servers=servers,
+                                strategy=strategy)
     s = _context.settings(ctx)
     # Refused here with one line (the control plane checks again): caps, and the code where
     # this machine sees the DFS.
@@ -146,6 +153,9 @@ def jobs_show(ctx: typer.Context, job_id: str) -> None:
             ("created", st.created_at), ("started", st.started_at or ""),
             ("finished", st.finished_at or ""), ("epoch/step", f"{st.epoch} / {st.step}"),
             ("version", str(st.version or "")),
+            *(("distributed", f"{g['strategy']}: {g['workers']} workers"
+               + (f", {g['servers']} servers" if g["servers"] else ""))
+              for g in [api.gang_of(req)]),
             ("promoted", "" if st.promoted is None else str(st.promoted)),
             ("gate", "; ".join(st.gate_reasons) or ("passed" if st.version else ""))]
     for k, v in rows:

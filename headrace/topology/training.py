@@ -42,7 +42,8 @@ def spec_for_request(
     r = request.resources
     return TrainingJobSpec(
         job_id=job_id, model_name=request.model_name, framework=request.framework.value,
-        image=deploy.image, namespace=deploy.namespace, workers=r.workers,
+        image=deploy.image, namespace=deploy.namespace, workers=r.workers, servers=r.servers,
+        strategy=request.spec.strategy,
         gpus_per_worker=r.gpus, gpu_type=gpu_type if r.gpus else None,
         cpu=f"{int(r.cpu * 1000)}m", memory=f"{int(r.memory_gib * 1024)}Mi",
         dfs_claim=deploy.dfs_claim, dfs_root=deploy.dfs_root, kafka_secret=deploy.kafka_secret,

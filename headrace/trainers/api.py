@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headrace.core.errors import PermanentError, RetriableError
+from headrace.core.errors import PermanentError, RetriableError, ValidationFailed
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection, ensure_topics, send_events
 from headrace.streams.contracts import (
@@ -32,6 +32,7 @@ from headrace.streams.control_io import EventSink, iter_records
 from headrace.streams.control_topics import ControlTopics
 from headrace.trainers import jobs, promotion
 from headrace.trainers.admission import admit
+from headrace.trainers.distributed.plan import plan_of
 from headrace.trainers.limits import RequestCaps
 
 TERMINAL = (JobEventKind.SUCCEEDED, JobEventKind.FAILED)
@@ -42,21 +43,35 @@ def build_request(*, model_name: str, framework: str, dataset_uri: str,
                   hidden: tuple[int, ...] = (64, 64), batch_size: int = 256,
                   learning_rate: float = 1e-3, idempotency_key: str | None = None,
                   source: str = "cli", code: str | None = None,
-                  entrypoint: str = "model:build") -> TrainRequested:
-    """A validated TrainRequested (raises ValidationFailed with one line). ``code``: a
-    package from ``headrace code push`` (NAME@HEX) built by ``entrypoint``."""
+                  entrypoint: str = "model:build", workers: int = 1, servers: int = 0,
+                  strategy: str = "auto") -> TrainRequested:
+    """A validated TrainRequested (raises ValidationFailed with one line, also for a
+    distributed strategy the framework cannot run). ``code``: a package from ``headrace code
+    push`` (NAME@HEX) built by ``entrypoint``."""
     spec: dict[str, Any] = {"task": task, "label": label, "epochs": epochs,
                             "hidden": list(hidden), "batch_size": batch_size,
-                            "learning_rate": learning_rate}
+                            "learning_rate": learning_rate, "strategy": strategy}
     if code is not None:
         spec["model"] = {"code": code, "entrypoint": entrypoint}
     data = {
         "idempotency_key": idempotency_key or f"manual:{model_name}:{time.time_ns()}",
         "model_name": model_name, "framework": framework, "dataset_uri": dataset_uri,
         "spec": spec,
+        "resources": {"workers": workers, "servers": servers},
         "trigger": Trigger(kind=TriggerKind.MANUAL, source=source).model_dump(),
     }
-    return parse(TrainRequested, data)
+    request = parse(TrainRequested, data)
+    plan_of(request)
+    return request
+
+
+def gang_of(request: TrainRequested) -> dict[str, object]:
+    """The strategy and gang size a request runs with (what ``jobs show`` prints)."""
+    try:
+        return plan_of(request).record()
+    except ValidationFailed as exc:
+        return {"strategy": f"invalid: {exc}", "workers": request.resources.workers,
+                "servers": request.resources.servers}
 
 
 def admit_request(*, request: TrainRequested, root: Path, caps: RequestCaps) -> None:

@@ -100,7 +100,7 @@ class ControlPlane:
             return jid
         self.executor.submit(JobSpec(job_id=jid, model_name=req.model_name,
                                      framework=req.framework, resources=req.resources,
-                                     request_id=req.event_id))
+                                     request_id=req.event_id, strategy=req.spec.strategy))
         del status
         return jid
 
@@ -133,7 +133,7 @@ class ControlPlane:
                 log.info("resuming job %s", jid)
                 self.executor.submit(JobSpec(job_id=jid, model_name=req.model_name,
                                              framework=req.framework, resources=req.resources,
-                                             request_id=req.event_id))
+                                             request_id=req.event_id, strategy=req.spec.strategy))
 
     def on_tick(self, table: Table) -> None:
         for jid in self.executor.active():

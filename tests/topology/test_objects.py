@@ -171,9 +171,10 @@ def test_a_train_request_maps_onto_a_validated_job(make_cluster: Any, three_rack
     assert [o["kind"] for o in objs] == ["PodGroup", "Service", "Job"]
 
 
-def test_multi_worker_mxnet_is_refused() -> None:
-    with pytest.raises(ValidationFailed, match="TensorFlow only"):
-        TrainingJobSpec(job_id="j", model_name="m", framework="mxnet", image="i", workers=2)
+def test_multi_worker_mxnet_with_allreduce_is_refused_in_one_line() -> None:
+    with pytest.raises(ValidationFailed, match="MXNet with strategy allreduce is not supported"):
+        TrainingJobSpec(job_id="j", model_name="m", framework="mxnet", image="i", workers=2,
+                        strategy="allreduce")
 
 
 @pytest.mark.parametrize("broken", [

@@ -3,11 +3,13 @@
 ``auto`` is all-reduce for TensorFlow (MultiWorkerMirroredStrategy) and parameter servers for
 MXNet (the ``dist_sync`` kvstore). The other two combinations are refused with one line:
 
-* TensorFlow + ``parameter_server``: ``tf.distribute.ParameterServerStrategy`` does not run the
-  per-worker custom step (``strategy.run`` on every worker) that this trainer uses: its workers
-  only host ``tf.distribute.Server`` and the chief drives every step through a
-  ``ClusterCoordinator``, and Keras 3 does not support it (its variables are created through
-  ``ShardedVariable`` / the coordinator, which Keras 3 layers and optimizers do not handle).
+* TensorFlow + ``parameter_server``: ``tf.distribute.ParameterServerStrategy`` is a different
+  program, not another strategy for the same loop: the chief alone runs the training loop and
+  schedules each step onto workers through a ``ClusterCoordinator`` (the workers and parameter
+  servers only run ``tf.distribute.Server``), and the updates are asynchronous. Tried here
+  (``bench/try_tf_parameter_server.py``): one custom step scheduled that way ran on loopback, but
+  this trainer's per-worker synchronous loop (every worker calls ``strategy.run``, checkpoints
+  resume every worker) does not map onto it, so the combination is refused.
 * MXNet + ``allreduce``: the PyPI MXNet build has no collective all-reduce across machines (no
   Horovod / NCCL kvstore across hosts); its distributed training is the parameter server.
 """
@@ -23,8 +25,9 @@ from headrace.streams.contracts import Framework, TrainRequested
 Kind = Literal["single", "allreduce", "parameter_server"]
 
 TF_PS_REFUSED = ("TensorFlow with strategy parameter_server is not supported: "
-                 "ParameterServerStrategy needs a coordinator-driven loop that Keras 3 does not "
-                 "support; use allreduce (or auto)")
+                 "ParameterServerStrategy runs a chief-driven asynchronous loop "
+                 "(ClusterCoordinator), not this trainer's synchronous per-worker step; use "
+                 "allreduce (or auto)")
 MX_ALLREDUCE_REFUSED = ("MXNet with strategy allreduce is not supported: MXNet trains "
                         "distributed with parameter servers; use parameter_server (or auto)")
 

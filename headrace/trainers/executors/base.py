@@ -52,6 +52,7 @@ class JobSpec:
     framework: Framework
     resources: Resources = field(default_factory=Resources)
     request_id: str | None = None  # the TrainRequested event id
+    strategy: str = "auto"  # spec.strategy (distributed jobs)
 
 
 @dataclass(frozen=True)

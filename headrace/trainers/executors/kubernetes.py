@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from headrace.core.errors import ConfigError, FatalError, RetriableError
-from headrace.trainers.executors.base import JobOutcome, JobSpec
+from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, JobOutcome, JobSpec
 from headrace.trainers.executors.kubernetes_objects import (
     CONTAINER,
     TrainingJobSpec,
@@ -56,7 +56,8 @@ def job_spec_for(job: JobSpec, config: KubernetesExecutorConfig) -> TrainingJobS
     r = job.resources
     return TrainingJobSpec(
         job_id=job.job_id, model_name=job.model_name, framework=job.framework.value,
-        image=config.image, namespace=config.namespace, workers=r.workers,
+        image=config.image, namespace=config.namespace, workers=r.workers, servers=r.servers,
+        strategy=job.strategy,  # type: ignore[arg-type]
         gpus_per_worker=r.gpus, gpu_type=config.gpu_type if r.gpus else None,
         cpu=f"{int(r.cpu * 1000)}m", memory=f"{int(r.memory_gib * 1024)}Mi",
         dfs_claim=config.dfs_claim, dfs_root=config.dfs_root, kafka_secret=config.kafka_secret,
@@ -70,6 +71,7 @@ class _Tracked:
     spec: TrainingJobSpec
     state: str = "queued"
     failed: int = 0
+    restarts: int = 0  # gang restarts (a new Job per attempt)
     last_log: dict[str, str] = field(default_factory=dict)  # pod -> last timestamp mirrored
 
 
@@ -108,7 +110,7 @@ class KubernetesExecutor:
             self._create(lambda: self._custom.create_namespaced_custom_object(
                 group="scheduling.volcano.sh", version="v1beta1", namespace=ns,
                 plural="podgroups", body=pod_group(spec)))
-        if spec.workers > 1:
+        if spec.pods > 1:
             self._create(lambda: self._core.create_namespaced_service(ns, worker_service(spec)))
         return self._create(lambda: self._batch.create_namespaced_job(ns, training_job(spec)))
 
@@ -127,12 +129,12 @@ class KubernetesExecutor:
             return False
         spec = tracked.spec
         self._call(lambda: self._batch.delete_namespaced_job(
-            spec.name, spec.namespace, propagation_policy="Foreground"), missing_ok=True)
+            spec.job_name, spec.namespace, propagation_policy="Foreground"), missing_ok=True)
         if spec.gang_scheduled:
             self._call(lambda: self._custom.delete_namespaced_custom_object(
                 group="scheduling.volcano.sh", version="v1beta1", namespace=spec.namespace,
                 plural="podgroups", name=spec.name), missing_ok=True)
-        if spec.workers > 1:
+        if spec.pods > 1:
             self._call(lambda: self._core.delete_namespaced_service(spec.name, spec.namespace),
                        missing_ok=True)
         self._emit("failed", spec, "cancelled", reason="cancelled")
@@ -149,7 +151,8 @@ class KubernetesExecutor:
 
     def _poll_one(self, t: _Tracked) -> JobOutcome | None:
         spec = t.spec
-        job = self._call(lambda: self._batch.read_namespaced_job_status(spec.name, spec.namespace),
+        job = self._call(lambda: self._batch.read_namespaced_job_status(spec.job_name,
+                                                                         spec.namespace),
                          missing_ok=True)
         if job is None:
             self._emit("failed", spec, "kubernetes job disappeared", reason="deleted")
@@ -171,11 +174,31 @@ class KubernetesExecutor:
             if cond.type == "Complete":
                 self._emit("succeeded", spec, "kubernetes job complete", attempt=failed + 1)
                 return JobOutcome(spec.job_id, True, 0, failed + 1)
+            if cond.type == "Failed" and self._restart_gang(t):
+                return None
             if cond.type == "Failed":
                 why = f"{cond.reason or 'Failed'}: {cond.message or ''}".strip(": ")
                 self._emit("failed", spec, why, reason=why, attempt=max(failed, 1))
                 return JobOutcome(spec.job_id, False, _exit_code(self, spec), max(failed, 1), why)
         return None
+
+    def _restart_gang(self, t: _Tracked) -> bool:
+        """A failed gang Job (not a permanent exit) is recreated whole as the next attempt,
+        within ``max_retries``; its workers resume from the last complete checkpoint."""
+        spec = t.spec
+        if spec.pods == 1 or t.restarts >= spec.max_retries:
+            return False
+        if _exit_code(self, spec) in PERMANENT_EXIT_CODES:
+            return False
+        self._call(lambda: self._batch.delete_namespaced_job(
+            spec.job_name, spec.namespace, propagation_policy="Background"), missing_ok=True)
+        t.restarts += 1
+        t.spec = replace(spec, attempt=spec.attempt + 1)
+        new = t.spec
+        self._create(lambda: self._batch.create_namespaced_job(new.namespace, training_job(new)))
+        self._emit("retrying", new, f"gang member failed: restarting all {new.pods} pods as "
+                   f"{new.job_name} from the last checkpoint", attempt=new.attempt)
+        return True
 
     def _mirror_logs(self, t: _Tracked) -> None:
         spec = t.spec

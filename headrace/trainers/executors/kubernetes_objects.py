@@ -1,6 +1,12 @@
 """Kubernetes objects for training: a Job per training job, a gang for multi-worker jobs,
 a CronJob per schedule. Built with the official ``kubernetes.client`` models.
 
+Distributed jobs (``workers > 1`` or parameter servers) are one indexed Job with a pod per gang
+member and a headless Service for their DNS names (:mod:`kubernetes_gang`). A gang has no
+per-pod retry: ``backoffLimit: 0`` and a ``FailJob`` rule for disruptions, so any member's
+failure fails the whole Job and the executor restarts the gang as a new Job (attempt suffix
+``-a2``...), which resumes from the last complete checkpoint on the DFS.
+
 Gang scheduling: ``gang="volcano"`` adds a Volcano PodGroup with ``minMember = workers`` and
 points the pods at it (``schedulerName: volcano`` + the group-name annotation), so all workers
 are bound at once or none. ``gang="kueue"`` instead creates the Job suspended with a Kueue queue
@@ -14,9 +20,7 @@ from its last complete checkpoint on the DFS.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,9 +28,11 @@ from kubernetes import client as k
 
 from headrace.core.errors import ValidationFailed
 from headrace.core.naming import check_name
+from headrace.trainers.distributed.plan import GangPlan, plan_for
+from headrace.trainers.executors import kubernetes_gang as gang_pods
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, job_command
 
-TF_PORT = 2222
+TF_PORT = gang_pods.TF_PORT
 CONTAINER = "trainer"
 GPU = "nvidia.com/gpu"
 _JOB_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
@@ -51,6 +57,9 @@ class TrainingJobSpec:
     image: str
     namespace: str = "headrace"
     workers: int = 1
+    servers: int = 0
+    strategy: Literal["auto", "allreduce", "parameter_server"] = "auto"
+    attempt: int = 1  # a gang restart creates the Job anew as attempt 2, 3...
     gpus_per_worker: int = 1
     gpu_type: str | None = None
     cpu: str = "4"
@@ -74,8 +83,8 @@ class TrainingJobSpec:
         check_name(self.model_name, what="model name")
         if not 1 <= self.workers <= 256:
             raise ValidationFailed(f"workers must be 1-256, not {self.workers}")
-        if self.workers > 1 and self.framework != "tensorflow":
-            raise ValidationFailed("multi-worker training is supported for TensorFlow only")
+        plan_for(framework=self.framework, strategy=self.strategy, workers=self.workers,
+                 servers=self.servers)
         if self.max_retries < 0 or self.gpus_per_worker < 0:
             raise ValidationFailed("max_retries and gpus_per_worker must be >= 0")
 
@@ -84,8 +93,22 @@ class TrainingJobSpec:
         return k8s_name(self.job_id, prefix="train")
 
     @property
+    def job_name(self) -> str:
+        """The Job of this attempt (the Service, PodGroup and labels keep ``name``)."""
+        return self.name if self.attempt == 1 else f"{self.name}-a{self.attempt}"
+
+    @property
+    def plan(self) -> GangPlan:
+        return plan_for(framework=self.framework, strategy=self.strategy, workers=self.workers,
+                        servers=self.servers)
+
+    @property
+    def pods(self) -> int:
+        return gang_pods.pod_count(self.plan)
+
+    @property
     def gang_scheduled(self) -> bool:
-        return self.workers > 1 and self.gang == "volcano"
+        return self.pods > 1 and self.gang == "volcano"
 
 
 def _labels(spec: TrainingJobSpec) -> dict[str, str]:
@@ -97,21 +120,15 @@ def _labels(spec: TrainingJobSpec) -> dict[str, str]:
     }
 
 
-def tf_config(spec: TrainingJobSpec, index: int | str) -> str:
-    workers = [f"{spec.name}-{i}.{spec.name}:{TF_PORT}" for i in range(spec.workers)]
-    task = {"type": "worker", "index": "__INDEX__"}
-    text = json.dumps({"cluster": {"worker": workers}, "task": task}, separators=(",", ":"))
-    return text.replace('"__INDEX__"', str(index))
-
-
 def _command(spec: TrainingJobSpec) -> list[str]:
-    run = job_command(spec.job_id, python="python")
-    if spec.workers == 1:
-        return run
-    # Each indexed pod learns its rank from JOB_COMPLETION_INDEX (set by the Job controller).
-    cfg = tf_config(spec, "__RANK__").replace("__RANK__", "'\"$JOB_COMPLETION_INDEX\"'")
-    script = f"export TF_CONFIG='{cfg}'; exec {shlex.join(run)}"
-    return ["/bin/sh", "-c", script]
+    if spec.pods == 1:
+        return job_command(spec.job_id, python="python")
+    return gang_pods.entrypoint(spec.plan, job_id=spec.job_id, job_name=spec.job_name,
+                                service=spec.name)
+
+
+def _cores(cpu: str) -> int:
+    return max(1, int(cpu[:-1]) // 1000 if cpu.endswith("m") else int(float(cpu)))
 
 
 def _env(spec: TrainingJobSpec) -> list[k.V1EnvVar]:
@@ -124,6 +141,11 @@ def _env(spec: TrainingJobSpec) -> list[k.V1EnvVar]:
         for var, key in (("HEADRACE_BOOTSTRAP", "bootstrap"), ("HEADRACE_KAFKA_CONFIG", "config")):
             ref = k.V1SecretKeySelector(name=spec.kafka_secret, key=key, optional=False)
             env.append(k.V1EnvVar(name=var, value_from=k.V1EnvVarSource(secret_key_ref=ref)))
+    if spec.pods > 1:
+        shared = gang_pods.static_env(spec.plan, job_name=spec.job_name, service=spec.name,
+                                      cpus=_cores(spec.cpu))
+        env.extend(k.V1EnvVar(name=n, value=v) for n, v in shared.items()
+                   if n != "HEADRACE_WORKERS")
     env.extend(k.V1EnvVar(name=n, value=v) for n, v in spec.extra_env)
     return env
 
@@ -144,9 +166,8 @@ def _pod_spec(spec: TrainingJobSpec) -> k.V1PodSpec:
         affinity = k.V1Affinity(node_affinity=k.V1NodeAffinity(
             required_during_scheduling_ignored_during_execution=k.V1NodeSelector(
                 node_selector_terms=[term])))
-    ports = (
-        [k.V1ContainerPort(name="tf-worker", container_port=TF_PORT)] if spec.workers > 1 else None
-    )
+    ports = ([k.V1ContainerPort(name=n, container_port=p) for n, p in gang_pods.ports(spec.plan)]
+             if spec.pods > 1 else None)
     container = k.V1Container(
         name=CONTAINER, image=spec.image, command=_command(spec), env=_env(spec),
         resources=_resources(spec), ports=ports,
@@ -161,7 +182,7 @@ def _pod_spec(spec: TrainingJobSpec) -> k.V1PodSpec:
         restart_policy="Never",  # the Job controller retries; podFailurePolicy needs Never
         service_account_name=spec.service_account,
         scheduler_name="volcano" if spec.gang_scheduled else None,
-        subdomain=spec.name if spec.workers > 1 else None,
+        subdomain=spec.name if spec.pods > 1 else None,
         affinity=affinity, tolerations=tolerations, containers=[container],
         volumes=[k.V1Volume(
             name="dfs",
@@ -183,6 +204,9 @@ def training_job(spec: TrainingJobSpec) -> k.V1Job:
         on_pod_conditions=[k.V1PodFailurePolicyOnPodConditionsPattern(
             type="DisruptionTarget", status="True")],
     )]
+    if spec.pods > 1:  # a gang: any failure fails the Job; the executor restarts the gang
+        rules[0] = k.V1PodFailurePolicyRule(action="FailJob", on_pod_conditions=[
+            k.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")])
     if spec.permanent_exit_codes:
         rules.insert(0, k.V1PodFailurePolicyRule(
             action="FailJob",
@@ -192,12 +216,13 @@ def training_job(spec: TrainingJobSpec) -> k.V1Job:
         ))
     return k.V1Job(
         api_version="batch/v1", kind="Job",
-        metadata=k.V1ObjectMeta(name=spec.name, namespace=spec.namespace, labels=job_labels,
-                                annotations={"headrace.io/job-id": spec.job_id}),
+        metadata=k.V1ObjectMeta(name=spec.job_name, namespace=spec.namespace, labels=job_labels,
+                                annotations={"headrace.io/job-id": spec.job_id,
+                                             "headrace.io/attempt": str(spec.attempt)}),
         spec=k.V1JobSpec(
-            completions=spec.workers, parallelism=spec.workers,
-            completion_mode="Indexed" if spec.workers > 1 else "NonIndexed",
-            backoff_limit=spec.max_retries,
+            completions=spec.pods, parallelism=spec.pods,
+            completion_mode="Indexed" if spec.pods > 1 else "NonIndexed",
+            backoff_limit=0 if spec.pods > 1 else spec.max_retries,
             pod_failure_policy=k.V1PodFailurePolicy(rules=rules),
             active_deadline_seconds=spec.active_deadline_s,
             ttl_seconds_after_finished=spec.ttl_after_finished_s,
@@ -211,14 +236,15 @@ def training_job(spec: TrainingJobSpec) -> k.V1Job:
 
 
 def worker_service(spec: TrainingJobSpec) -> k.V1Service:
-    """Headless Service giving each indexed worker a stable DNS name for TF_CONFIG."""
+    """Headless Service giving each indexed pod a stable DNS name (TF_CONFIG, DMLC root)."""
     return k.V1Service(
         api_version="v1", kind="Service",
         metadata=k.V1ObjectMeta(name=spec.name, namespace=spec.namespace, labels=_labels(spec)),
         spec=k.V1ServiceSpec(
             cluster_ip="None", publish_not_ready_addresses=True,
             selector={"headrace.io/job": spec.name},
-            ports=[k.V1ServicePort(name="tf-worker", port=TF_PORT, target_port=TF_PORT)],
+            ports=[k.V1ServicePort(name=n, port=p, target_port=p)
+                   for n, p in gang_pods.ports(spec.plan)],
         ),
     )
 
@@ -228,7 +254,7 @@ def pod_group(spec: TrainingJobSpec) -> dict[str, Any]:
     min_res = {"cpu": spec.cpu, "memory": spec.memory}
     if spec.gpus_per_worker:
         min_res[GPU] = str(spec.gpus_per_worker * spec.workers)
-    body: dict[str, Any] = {"minMember": spec.workers, "minResources": min_res}
+    body: dict[str, Any] = {"minMember": spec.pods, "minResources": min_res}
     if spec.queue:
         body["queue"] = spec.queue
     return {
@@ -243,7 +269,7 @@ def training_objects(spec: TrainingJobSpec) -> list[Any]:
     objs: list[Any] = []
     if spec.gang_scheduled:
         objs.append(pod_group(spec))
-    if spec.workers > 1:
+    if spec.pods > 1:
         objs.append(worker_service(spec))
     objs.append(training_job(spec))
     return objs
