@@ -153,9 +153,7 @@ def jobs_show(ctx: typer.Context, job_id: str) -> None:
             ("created", st.created_at), ("started", st.started_at or ""),
             ("finished", st.finished_at or ""), ("epoch/step", f"{st.epoch} / {st.step}"),
             ("version", str(st.version or "")),
-            *(("distributed", f"{g['strategy']}: {g['workers']} workers"
-               + (f", {g['servers']} servers" if g["servers"] else ""))
-              for g in [api.gang_of(req)]),
+            ("distributed", _gang_line(api.gang_of(req))),
             ("promoted", "" if st.promoted is None else str(st.promoted)),
             ("gate", "; ".join(st.gate_reasons) or ("passed" if st.version else ""))]
     for k, v in rows:
@@ -163,6 +161,13 @@ def jobs_show(ctx: typer.Context, job_id: str) -> None:
     console.print(table)
     if st.state.value == "failed":
         raise typer.Exit(1)
+
+
+def _gang_line(g: dict[str, object]) -> str:
+    if g["strategy"] == "none":
+        return "no (one process)"
+    return f"{g['strategy']}: {g['workers']} workers" + (
+        f", {g['servers']} parameter servers" if g["servers"] else "")
 
 
 @jobs_app.command("logs")

@@ -83,3 +83,17 @@ def test_the_chief_holds_the_job_lock_and_each_worker_its_own(dfs: Path, demo: s
             _locked(dfs, jid, GangMember()).__enter__()  # a second chief: another attempt
         with pytest.raises(RetriableError, match=r"lock held\) \(worker 1\)"):
             _locked(dfs, jid, worker).__enter__()
+
+
+def test_jobs_show_records_the_strategy_and_gang_size(dfs: Path, demo: str) -> None:
+    from typer.testing import CliRunner
+
+    from headrace.cli import app
+
+    req = build_request(model_name="m", framework="mxnet", dataset_uri=demo, workers=2,
+                        servers=1, idempotency_key="gang-show")
+    jid, _ = jobs.create_request(dfs, req)
+    res = CliRunner().invoke(app, ["--dfs-root", str(dfs), "jobs", "show", jid],
+                             env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "parameter_server: 2 workers, 1 parameter servers" in res.output
