@@ -6,10 +6,16 @@ node (MXNet starts it on import and exits when the workers finish): that is
 ``python -m headrace.trainers ps-node``.
 
 Workers push gradients to the servers, which sum them across workers; each worker pulls the sum
-and applies the same optimizer update (``update_on_kvstore=False``), so the optimizer state
-lives on the workers and the chief can checkpoint it (MXNet cannot save optimizer state kept on
-distributed servers). The loss is scaled by the *global* batch size, so the summed gradient is
-the mean over the global batch. Any ``HybridBlock`` works (the wrapped model's ``body``).
+and applies the same optimizer update locally, so the optimizer state lives on the workers and
+the chief can checkpoint it (MXNet cannot save optimizer state kept on distributed servers). The
+loss is scaled by the *global* batch size, so the summed gradient is the mean over the global
+batch. Any ``HybridBlock`` works (the wrapped model's ``body``).
+
+The push and pull go through copies of the gradients, with the engine drained in between:
+``gluon.Trainer(kvstore=dist_sync, update_on_kvstore=False)`` pushes the gradient arrays
+zero-copy and pulls into the same arrays, and with MXNet's threaded engine the workers were
+seen to end with different weights (a small CNN, 2 workers; the same run under
+``MXNET_ENGINE_TYPE=NaiveEngine`` agreed).
 """
 
 from __future__ import annotations
@@ -62,11 +68,25 @@ class PSModel:
         self.member = member
         self.kv = kv
         optimizer = inner.trainer._optimizer  # the one the model was built with
-        inner.trainer = gluon.Trainer(inner.body.collect_params(), optimizer, kvstore=kv,
-                                      update_on_kvstore=False)
-        # Every worker reaches this line once, in the same order: kvstore init is collective.
-        kv.init(LOSS_KEY, mx.nd.zeros((1,)))
+        # Local updates only: the gradients are summed through the kvstore by fit_batch.
+        inner.trainer = gluon.Trainer(inner.body.collect_params(), optimizer, kvstore=None)
+        self.params = [p for p in inner.body.collect_params().values() if p.grad_req != "null"]
+        self.keys = list(range(len(self.params)))
+        self._send = [mx.nd.zeros(p.shape, ctx=mx.cpu()) for p in self.params]
+        self._recv = [mx.nd.zeros(p.shape, ctx=mx.cpu()) for p in self.params]
+        self._loss_in = mx.nd.zeros((1,))
         self._loss_out = mx.nd.zeros((1,))
+        # Every worker reaches this once, in the same order (kvstore init is collective): the
+        # servers keep the first worker's weights, and every worker starts from them.
+        kv.init(LOSS_KEY, self._loss_in)
+        for p, buf in zip(self.params, self._send, strict=True):
+            p.data().copyto(buf)  # a plain copy (MKL-DNN layouts cannot go to the kvstore)
+        mx.nd.waitall()
+        kv.init(self.keys, self._send)
+        kv.pull(self.keys, out=self._recv)
+        mx.nd.waitall()
+        for p, r in zip(self.params, self._recv, strict=True):
+            p.set_data(r.as_in_context(inner.ctx))
 
     def fit_batch(self, x: np.ndarray, y: np.ndarray) -> float:
         """One synchronous step on the global batch ``x``: this worker feeds its shard."""
@@ -83,12 +103,17 @@ class PSModel:
                 out = out.reshape((-1,))
             loss = inner.loss_fn(out, yb).sum() * (weight / len(x))
         loss.backward()
-        inner.trainer.step(1)  # the gradient is already divided by the global batch
-        # Finish this step's pushes, pulls and updates before the next one is queued: with
-        # them in flight, workers were seen to end with different weights.
+        for p, buf in zip(self.params, self._send, strict=True):
+            p.grad().copyto(buf)
+        loss.reshape((1,)).copyto(self._loss_in)
         mx.nd.waitall()
-        self.kv.pushpull(LOSS_KEY, loss.reshape((1,)).as_in_context(mx.cpu()),
-                         out=self._loss_out)
+        self.kv.push([*self.keys, LOSS_KEY], [*self._send, self._loss_in])
+        self.kv.pull([*self.keys, LOSS_KEY], out=[*self._recv, self._loss_out])
+        mx.nd.waitall()
+        for p, buf in zip(self.params, self._recv, strict=True):
+            buf.copyto(p.grad())
+        inner.trainer.update(1)  # the gradient is already divided by the global batch
+        mx.nd.waitall()
         value = float(self._loss_out.asscalar())
         return value * 2 if inner.task == Task.REGRESSOR else value  # L2Loss is MSE/2
 
