@@ -106,3 +106,19 @@ def test_a_failed_gang_job_is_recreated_whole_as_the_next_attempt() -> None:
     assert [k for k, _, _ in events][-1] == "retrying"
     [outcome] = ex.poll()  # attempt 2 fails too: the retry budget (1) is spent
     assert not outcome.succeeded
+
+
+def test_gang_pod_log_lines_are_mirrored_with_the_members_tag() -> None:
+    fake = FakeCluster()
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    ex = KubernetesExecutor(config=KubernetesExecutorConfig(image="img:1"), batch_api=fake,
+                            core_api=fake, custom_api=fake,
+                            on_event=lambda kind, message, **f: events.append((kind, message, f)))
+    ex.submit(JobSpec(job_id="job-l", model_name="churn", framework=Framework.MXNET,
+                      resources=Resources(workers=2, servers=1)))
+    fake.pods = [pod(f"train-job-l-{i}-abcde") for i in range(4)]
+    for i in range(4):
+        fake.logs[f"train-job-l-{i}-abcde"] = f"2024-01-01T00:00:01Z line {i}\n"
+    ex.poll()
+    assert [m for k, m, _ in events if k == "log"] == [
+        "[w0] line 0", "[w1] line 1", "[s0] line 2", "[sched] line 3"]

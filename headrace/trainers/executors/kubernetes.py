@@ -216,7 +216,8 @@ class KubernetesExecutor:
                 if since is not None and ts <= since:
                     continue
                 t.last_log[name] = ts
-                self._emit("log", spec, msg, pod=name, ts=ts)
+                tag = _member_tag(spec, name)
+                self._emit("log", spec, f"[{tag}] {msg}" if tag else msg, pod=name, ts=ts)
 
     def _log_reader(self, spec: TrainingJobSpec, pod: str, since: str | None) -> Callable[[], Any]:
         # After the first read only a recent window is fetched; timestamps drop the overlap.
@@ -259,6 +260,19 @@ class KubernetesExecutor:
             if status is None or status == 429 or int(status) >= 500:
                 raise RetriableError(f"kubernetes API unavailable: {_one_line(exc)}") from None
             raise FatalError(f"kubernetes API error {status}: {_one_line(exc)}") from None
+
+
+def _member_tag(spec: TrainingJobSpec, pod: str) -> str | None:
+    """``w1``, ``s0`` or ``sched`` for a gang's pod (``<job>-<index>-<suffix>``), else None."""
+    if spec.pods == 1 or not pod.startswith(f"{spec.job_name}-"):
+        return None
+    index = pod[len(spec.job_name) + 1:].split("-", 1)[0]
+    if not index.isdigit():
+        return None
+    i, plan = int(index), spec.plan
+    if i < plan.workers:
+        return f"w{i}"
+    return f"s{i - plan.workers}" if i < plan.workers + plan.servers else "sched"
 
 
 class _Conflict(Exception):
