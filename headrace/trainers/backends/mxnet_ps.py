@@ -120,6 +120,9 @@ class PSModel:
     def predict(self, x: np.ndarray) -> np.ndarray:
         return self.inner.predict(x)
 
+    def parameter_count(self) -> int:
+        return self.inner.parameter_count()
+
     def weights(self) -> list[np.ndarray]:
         return [p.data().asnumpy() for p in self.inner.body.collect_params().values()]
 

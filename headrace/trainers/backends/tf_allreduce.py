@@ -113,6 +113,9 @@ class AllReduceModel:
     def predict(self, x: np.ndarray) -> np.ndarray:
         return self.inner.predict(x)
 
+    def parameter_count(self) -> int:
+        return self.inner.parameter_count()
+
     def weights(self) -> list[np.ndarray]:
         return [np.asarray(w) for w in self.inner.model.get_weights()]
 
