@@ -248,17 +248,19 @@ def datasets_make_demo(
 
 def control(
     ctx: typer.Context,
-    triggers: Annotated[Path | None, typer.Option(help="Schedules and event rules (YAML).")]
-        = None,
-    concurrency: Annotated[str, typer.Option(help="Jobs at once per framework.")]
+    triggers: Annotated[Path | None, typer.Option(
+        help="Schedules and event rules (YAML; env HEADRACE_TRIGGERS).")] = None,
+    concurrency: Annotated[str, typer.Option(help="Jobs at once per framework (local).")]
         = "tensorflow=1,mxnet=1",
     job_timeout: Annotated[float, typer.Option(help="Seconds before a job is killed.")]
         = 3600.0,
     max_attempts: Annotated[int, typer.Option(min=1)] = 3,
     topic_prefix: PrefixOpt = "",
 ) -> None:
-    """Run the control plane and the local executor until SIGTERM / Ctrl-C."""
-    from headrace.trainers.service import run_control
+    """Run the control plane until SIGTERM / Ctrl-C. Jobs run as local subprocesses, or as
+    Kubernetes Jobs with HEADRACE_EXECUTOR=kubernetes (then never in this process)."""
+    from headrace.trainers.control_settings import load_control_settings
+    from headrace.trainers.service import prepare_executor, run_control
     from headrace.trainers.triggers import load_triggers
 
     limits: dict[str, int] = {}
@@ -268,20 +270,60 @@ def control(
             raise ConfigError(f"--concurrency: {part!r} is not FRAMEWORK=N")
         limits[fw.strip()] = int(n)
     where = _context.service(ctx, "control", own_broker=False)
+    s = where.settings
+    control_settings = load_control_settings(triggers=triggers)
+    if control_settings.executor == "kubernetes" and not s.bootstrap:
+        raise ConfigError("HEADRACE_BOOTSTRAP is not set: training pods cannot reach an "
+                          "embedded broker (required with HEADRACE_EXECUTOR=kubernetes)")
+    choice = prepare_executor(control_settings)  # no Kubernetes configuration: exit here
     for line in where.lines():
         console.print(line, highlight=False, soft_wrap=True)
-    trig = load_triggers(triggers)
+    trig = load_triggers(control_settings.triggers)
     topics = ControlTopics.with_prefix(topic_prefix)
-    root = where.settings.dfs_root
+    root = s.dfs_root
+    runs = (f"jobs run here as subprocesses ({concurrency})"
+            if control_settings.executor == "local" else
+            f"jobs run as Kubernetes Jobs in namespace {control_settings.k8s_namespace} "
+            f"(image {control_settings.k8s_image})")
     with _context.service_connection(where) as conn:
         console.print(
-            f"control plane: listening to {topics.train_requests} on {conn.bootstrap}; jobs run "
-            f"here as subprocesses ({concurrency}), their files under {root / 'jobs'}, models "
-            f"under {root / 'models'}; events on {topics.jobs}. Ctrl-C stops.", highlight=False,
-            soft_wrap=True)
+            f"control plane: listening to {topics.train_requests} on {conn.bootstrap}; {runs}, "
+            f"their files under {root / 'jobs'}, models under {root / 'models'}; events on "
+            f"{topics.jobs}. Ctrl-C stops.", highlight=False, soft_wrap=True)
         run_control(root=root, conn=conn, topics=topics, triggers=trig,
                     concurrency=limits, timeout_s=job_timeout, max_attempts=max_attempts,
-                    caps=RequestCaps.from_settings(where.settings))
+                    caps=RequestCaps.from_settings(s), choice=choice,
+                    kafka_password_file=s.kafka_password_file,
+                    replication_factor=s.replication_factor, topic_config=s.topic_config())
+
+
+schedule_app = typer.Typer(help="Cron schedules from the triggers file.", no_args_is_help=True)
+
+
+@schedule_app.command("fire")
+def schedule_fire(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Schedule name in the triggers file.")],
+    triggers: Annotated[Path | None, typer.Option(
+        help="Schedules and event rules (YAML; env HEADRACE_TRIGGERS).")] = None,
+    at: Annotated[str | None, typer.Option(
+        help="Fire the slot at this ISO time (default: now).")] = None,
+    topic_prefix: PrefixOpt = "",
+) -> None:
+    """Publish the schedule's TrainRequested for its current slot (what its CronJob runs).
+    The idempotency key is schedule:NAME:SLOT, the one the control plane's own scheduler uses,
+    so firing twice, or both firing, runs one job."""
+    from headrace.trainers.control_settings import load_control_settings
+    from headrace.trainers.triggers import load_triggers
+
+    path = load_control_settings(triggers=triggers).triggers
+    if path is None:
+        raise ConfigError("no triggers file: set HEADRACE_TRIGGERS or --triggers")
+    when = api.parse_time(at) if at else None
+    req = api.fire_schedule(conn=_context.connection(ctx), triggers=load_triggers(path),
+                            name=name, at=when, topics=ControlTopics.with_prefix(topic_prefix))
+    console.print(f"schedule {name} fired for slot {req.trigger.slot} as job "
+                  f"[bold]{api.job_id_of(req)}[/bold] (key {req.idempotency_key})")
 
 
 @job_app.command("run")
@@ -310,6 +352,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(models_app, name="models")
     app.add_typer(datasets_app, name="datasets")
     app.add_typer(job_app, name="job")
+    app.add_typer(schedule_app, name="schedule")
 
 
 __all__ = ["PermanentError", "register"]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import platformdirs
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from headrace.core.errors import ConfigError
@@ -39,6 +39,13 @@ class Settings(BaseSettings):
     streams: Annotated[tuple[str, ...], NoDecode] = ("demo",)
     partitions: int = Field(default=3, ge=1, le=10_000)
     replication_factor: int = Field(default=1, ge=1, le=7)
+    min_insync_replicas: int | None = Field(
+        default=None, ge=1, le=7,
+        description="min.insync.replicas of the topics Headrace creates; unset: the broker's.")
+    kafka_password_file: Path | None = Field(
+        default=None,
+        description="File holding the SASL password (a mounted Secret); read once at start-up "
+                    "into sasl.password, so the password is never in an env var.")
     request_timeout_s: float = Field(default=10.0, gt=0, le=600)
     client_rack: str | None = None
     embedded_port: int = Field(default=0, ge=0, le=65535)
@@ -55,6 +62,34 @@ class Settings(BaseSettings):
     max_dataset_bytes: int = Field(default=16 * 1024**3, ge=1,
                                    description="Largest dataset (its files' total size).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _read_password_file(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("kafka_password_file"):
+            return data
+        path = Path(str(data["kafka_password_file"]))
+        try:
+            password = path.read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as exc:
+            raise ValueError(f"kafka_password_file {path}: {exc.strerror or exc}") from None
+        if not password:
+            raise ValueError(f"kafka_password_file {path} is empty")
+        config = _kafka_config_dict(data.get("kafka_config") or {})
+        return {**data, "kafka_config": {**config, "sasl.password": password}}
+
+    @model_validator(mode="after")
+    def _insync_within_replication(self) -> Settings:
+        if self.min_insync_replicas and self.min_insync_replicas > self.replication_factor:
+            raise ValueError(f"min_insync_replicas ({self.min_insync_replicas}) exceeds "
+                             f"replication_factor ({self.replication_factor})")
+        return self
+
+    def topic_config(self) -> dict[str, str]:
+        """Broker-side config every topic Headrace creates gets (durability settings)."""
+        if self.min_insync_replicas is None:
+            return {}
+        return {"min.insync.replicas": str(self.min_insync_replicas)}
+
     @field_validator("streams", mode="before")
     @classmethod
     def _split_streams(cls, value: Any) -> Any:
@@ -65,11 +100,7 @@ class Settings(BaseSettings):
     @field_validator("kafka_config", mode="before")
     @classmethod
     def _parse_kafka_config(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            value = json.loads(value) if value.strip() else {}
-        if not isinstance(value, dict):
-            raise ValueError("kafka_config must be a JSON object")
-        return {str(k): str(v) for k, v in value.items()}
+        return _kafka_config_dict(value)
 
     @field_validator("dfs_root", mode="after")
     @classmethod
@@ -81,6 +112,14 @@ class Settings(BaseSettings):
         data = self.model_dump()
         data.update({k: v for k, v in overrides.items() if v is not None})
         return load_settings(**data)
+
+
+def _kafka_config_dict(value: Any) -> dict[str, str]:
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else {}
+    if not isinstance(value, dict):
+        raise ValueError("kafka_config must be a JSON object")
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def load_settings(**overrides: Any) -> Settings:

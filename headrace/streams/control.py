@@ -18,7 +18,9 @@ Embedded broker (Tansu) notes, found by the spike and kept as settings here:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -33,8 +35,11 @@ from mode import Worker
 
 from headrace.core.errors import HeadraceError, PermanentError, RecordRef
 from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.control_health import ControlHealth, HealthServer
 from headrace.streams.control_io import EventSink
 from headrace.streams.control_topics import ControlTopics
+from headrace.streams.faust_auth import faust_broker_settings
+from headrace.streams.topics import TopicSpec
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +61,8 @@ class ControlHooks:
     # Once, after the tables are recovered: resubmit jobs that were queued or running.
     on_ready: Callable[[Table], None] | None = None
     on_stop: Callable[[], None] | None = None
+    # A request that was dead-lettered (not a parse error): report it on its job.
+    on_request_failed: Callable[[RecordRef, HeadraceError], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,21 +73,55 @@ class ControlAppConfig:
     data_streams: tuple[str, ...] = ()
     tick_s: float = 0.25
     datadir: Path | None = None
+    replication_factor: int = 1
+    topic_config: dict[str, str] = field(default_factory=dict)  # e.g. min.insync.replicas
+    http_host: str = "0.0.0.0"
+    http_port: int | None = None  # /livez and /readyz; None: no server
+    liveness_s: float = 60.0
+    route_attempts: int = 4  # a retriable error is retried this often, then dead-lettered
+    route_backoff_s: float = 0.5
+
+    @property
+    def full_app_id(self) -> str:
+        return f"{self.topics.prefix}-{self.app_id}" if self.topics.prefix else self.app_id
 
 
-def build_app(cfg: ControlAppConfig, hooks: ControlHooks) -> faust.App:
+TABLES = ("jobs", "rule-counters")  # faust names their changelogs <app id>-<table>-changelog
+
+
+def topic_specs(cfg: ControlAppConfig) -> list[TopicSpec]:
+    """Every topic the app uses, created up front with the configured durability (faust would
+    create its changelogs itself, without min.insync.replicas)."""
+    compact = {"cleanup.policy": "compact"}
+    specs = cfg.topics.specs(data_streams=cfg.data_streams)
+    specs += [TopicSpec(f"{cfg.full_app_id}-{t}-changelog", 1, f"faust table {t}", compact)
+              for t in TABLES]
+    specs.append(TopicSpec(f"{cfg.full_app_id}-__assignor-__leader", 1, "faust leader"))
+    return [dataclasses.replace(s, config={**s.config, **cfg.topic_config}) for s in specs]
+
+
+def _kafka_session(app: faust.App) -> bool:
+    """Whether faust's aiokafka consumer has a group coordinator and a member id."""
+    thread = getattr(app.consumer, "_thread", None)
+    consumer = getattr(thread, "_consumer", None)
+    coordinator = getattr(consumer, "_coordinator", None)
+    return bool(coordinator is not None and getattr(coordinator, "coordinator_id", None)
+                is not None and getattr(coordinator, "member_id", ""))
+
+
+def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
+              health: ControlHealth | None = None) -> faust.App:
     """A faust app wired to ``hooks``; run it with :func:`run_control_app`."""
-    app_id = f"{cfg.topics.prefix}-{cfg.app_id}" if cfg.topics.prefix else cfg.app_id
     datadir = cfg.datadir or Path(tempfile.mkdtemp(prefix="headrace-control-"))
+    health = health or ControlHealth(liveness_s=cfg.liveness_s)
     app = faust.App(
-        app_id,
-        broker=f"kafka://{cfg.conn.bootstrap}",
-        broker_credentials=None,
+        cfg.full_app_id,
+        **faust_broker_settings(cfg.conn),
         store="memory://",
         datadir=str(datadir),
         web_enabled=False,
         topic_partitions=1,
-        topic_replication_factor=1,
+        topic_replication_factor=cfg.replication_factor,
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=6.0,
         broker_heartbeat_interval=1.0,
@@ -111,22 +152,46 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks) -> faust.App:
                 topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
                 value=msg.value, headers=tuple((k, v or b"") for k, v in (msg.headers or [])),
                 timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None)
+            health.busy_since = health.clock()
+            try:
+                await _route_one(record)
+            finally:
+                health.busy_since = None
+
+    async def _route_one(record: RecordRef) -> None:
+        # Permanent: dead-letter at once. Retriable (a DFS or broker hiccup): retry with
+        # backoff, then dead-letter with the reason -- a request is never dropped silently.
+        for attempt in range(1, cfg.route_attempts + 1):
             try:
                 hooks.on_request(record, jobs)
+                return
             except PermanentError as exc:
-                _sink().dead_letter(cfg.topics.train_requests_dlq, record, exc,
-                                    stage=exc.stage or "route")
-            except HeadraceError as exc:  # retriable here would block the partition: log it
-                log.error("train request at offset %s: %s", msg.offset, exc)
+                failed: HeadraceError = exc
+                break
+            except HeadraceError as exc:
+                failed = exc
+                if attempt == cfg.route_attempts:
+                    break
+                log.warning("train request at offset %s (attempt %d): %s", record.offset,
+                            attempt, exc)
+                await asyncio.sleep(cfg.route_backoff_s * 2 ** (attempt - 1))
+        _sink().dead_letter(cfg.topics.train_requests_dlq, record, failed,
+                            stage=failed.stage or "route")
+        if hooks.on_request_failed is not None and failed.stage != "parse":
+            try:
+                hooks.on_request_failed(record, failed)
+            except HeadraceError as exc:
+                log.error("reporting a failed request at offset %s: %s", record.offset, exc)
 
     state = {"ready": False}
 
     @app.timer(cfg.tick_s)
     async def tick() -> None:
+        health.tick(session=_kafka_session(app))
         if not state["ready"]:
             if not app.tables.recovery.completed.is_set():  # type: ignore[attr-defined]
                 return
-            state["ready"] = True
+            state["ready"] = health.recovered = True
             if hooks.on_ready is not None:
                 hooks.on_ready(jobs)
         try:
@@ -163,12 +228,22 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks) -> faust.App:
 
 def run_control_app(cfg: ControlAppConfig, hooks: ControlHooks) -> None:
     """Create the topics, run the app in the foreground until SIGTERM/SIGINT."""
-    ensure_topics(cfg.conn, cfg.topics.specs(data_streams=cfg.data_streams))
-    app = build_app(cfg, hooks)
+    faust_broker_settings(cfg.conn)  # a bad security setting fails here, before any topic
+    ensure_topics(cfg.conn, topic_specs(cfg), replication_factor=cfg.replication_factor)
+    health = ControlHealth(liveness_s=cfg.liveness_s)
+    server = (HealthServer(host=cfg.http_host, port=cfg.http_port, health=health).start()
+              if cfg.http_port is not None else None)
+    if server is not None:
+        log.info("control-plane probes on port %d (/livez, /readyz)", server.port)
+    app = build_app(cfg, hooks, health)
     worker = Worker(app, loglevel="warning", quiet=True, override_logging=False,
                     redirect_stdouts=False)
-    with contextlib.suppress(SystemExit):
-        worker.execute_from_commandline()
+    try:
+        with contextlib.suppress(SystemExit):
+            worker.execute_from_commandline()
+    finally:
+        if server is not None:
+            server.stop()
 
 
 def request_stop() -> None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from headrace.core.errors import PermanentError, RetriableError, ValidationFailed
+from headrace.core.errors import ConfigError, PermanentError, RetriableError, ValidationFailed
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection, ensure_topics, send_events
 from headrace.streams.contracts import (
@@ -34,6 +35,7 @@ from headrace.trainers import jobs, promotion
 from headrace.trainers.admission import admit
 from headrace.trainers.distributed.plan import plan_of
 from headrace.trainers.limits import RequestCaps
+from headrace.trainers.triggers import Triggers, find_schedule, schedule_request
 
 TERMINAL = (JobEventKind.SUCCEEDED, JobEventKind.FAILED)
 
@@ -78,6 +80,27 @@ def admit_request(*, request: TrainRequested, root: Path, caps: RequestCaps) -> 
     """Refuse a request over a cap or naming bad code, before it is published. The code is
     checked only where this machine sees the DFS (the control plane always checks)."""
     admit(request, root=root, caps=caps, check_code=root.is_dir())
+def fire_schedule(*, conn: KafkaConnection, triggers: Triggers, name: str,
+                  at: datetime | None = None, topics: ControlTopics = ControlTopics()
+                  ) -> TrainRequested:
+    """Publish schedule ``name``'s TrainRequested for the slot current at ``at`` (default now),
+    with the deterministic key ``schedule:<name>:<slot>``; return it."""
+    req = schedule_request(find_schedule(triggers, name), at or datetime.now(UTC))
+    request_training(conn=conn, request=req, topics=topics)
+    return req
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO 8601 time (naive means UTC); ``ConfigError`` with one line otherwise."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError(f"--at: {text!r} is not an ISO 8601 time") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def job_id_of(request: TrainRequested) -> str:
+    return jobs.job_id_for(request.idempotency_key)
 
 
 def request_training(*, conn: KafkaConnection, request: TrainRequested,

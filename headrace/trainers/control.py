@@ -36,7 +36,7 @@ from headrace.trainers import jobs
 from headrace.trainers.admission import admit
 from headrace.trainers.executors.base import Executor, JobOutcome, JobSpec
 from headrace.trainers.limits import RequestCaps
-from headrace.trainers.triggers import Triggers, make_request
+from headrace.trainers.triggers import Triggers, make_request, schedule_request, slot_key
 
 log = logging.getLogger(__name__)
 Table = MutableMapping[str, Any]
@@ -104,6 +104,21 @@ class ControlPlane:
         del status
         return jid
 
+    def on_request_failed(self, record: RecordRef, exc: HeadraceError) -> None:
+        """A request that could not be accepted (dead-lettered by the app): if it parses, its
+        job gets a FAILED event with the reason, so the requester sees why (never a silent
+        drop). A DFS that refuses the job directory (``Permission denied: '/dfs/jobs'``) ends
+        here."""
+        try:
+            req = parse(TrainRequested, record.value or b"")
+        except PermanentError:
+            return  # not a TrainRequested: the dead letter is all there is
+        jid = jobs.job_id_for(req.idempotency_key)
+        reason = (str(exc).strip().splitlines() or ["failed"])[0]
+        log.error("train request %s (job %s) not accepted: %s", req.event_id, jid, reason)
+        self._event(jid, req, JobEventKind.FAILED, reason=reason[:4096], attempt=1,
+                    message=f"not accepted: {reason}"[:16_384])
+
     def _precheck(self, req: TrainRequested) -> str | None:
         try:
             resolve_dataset(self.root, req.dataset_uri)
@@ -145,6 +160,21 @@ class ControlPlane:
                                   "started_at": st.started_at}
         for outcome in self.executor.poll():
             self._ended(outcome, table)
+
+    def on_executor_event(self, kind: str, message: str, *, job_id: str, **fields: Any) -> None:
+        """Lifecycle an executor reports itself (the Kubernetes one: pods started, a pod
+        failed and the Job retries). Queued and the end are published by this class (from
+        ``submit`` and ``poll``); log lines and progress by the job itself."""
+        if kind not in (JobEventKind.STARTED, JobEventKind.RETRYING):
+            return
+        try:
+            req = jobs.read_request(self.root, job_id)
+        except HeadraceError:
+            return
+        attempt = max(1, int(fields.get("attempt") or 1))
+        reason = message if kind == JobEventKind.RETRYING else None
+        self._event(job_id, req, JobEventKind(kind), attempt=attempt, message=message,
+                    reason=reason)
 
     def on_start(self, jid: str, attempt: int, pid: int) -> None:
         try:
@@ -197,15 +227,14 @@ class ControlPlane:
         fired: list[TrainRequested] = []
         now = self.now()
         for s in self.triggers.schedules:
-            slot = s.slot_at(now).strftime("%Y-%m-%dT%H:%M:%SZ")
+            slot = slot_key(s, now)
             row = table.get(s.name)
             if row is None:
                 table[s.name] = {"slot": slot, "fired": False}  # a new schedule: next slot
                 continue
             if row.get("slot", "") >= slot:
                 continue
-            req = make_request(s.request, key=f"schedule:{s.name}:{slot}",
-                               kind=TriggerKind.SCHEDULE, source=s.name, slot=slot)
+            req = schedule_request(s, now)
             self.sink.send(self.topics.train_requests, req, key=req.idempotency_key)
             table[s.name] = {"slot": slot, "fired": True, "event_id": req.event_id}
             log.info("schedule %s fired for slot %s", s.name, slot)

@@ -14,6 +14,7 @@ plane's faust table (changelog-backed) holds the same states for the router itse
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -93,8 +94,20 @@ def create_request(root: Path, request: TrainRequested) -> tuple[str, bool]:
             tmp.unlink(missing_ok=True)
         fsync_dir(d)
     except OSError as exc:
+        if is_permission_error(exc):
+            raise DfsNotWritable(f"job {jid}: cannot create its directory: {exc} (the DFS volume "
+                                 f"must be writable by uid {os.getuid()}: see fsGroup in "
+                                 "docs/topology.md)") from exc
         raise RetriableError(f"job {jid}: cannot create its directory: {exc}") from exc
     return jid, created
+
+
+class DfsNotWritable(PermanentError):
+    """The DFS refuses writes (owner, mode, read-only mount): a retry will not help."""
+
+
+def is_permission_error(exc: OSError) -> bool:
+    return exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def read_request(root: Path, job_id: str) -> TrainRequested:

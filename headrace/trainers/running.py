@@ -130,7 +130,11 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
                 code = ExitCode.RETRIABLE if isinstance(exc, RetriableError) else ExitCode.PERMANENT
                 return _fail(ctx, str(exc), code)
             except OSError as exc:
-                return _fail(ctx, f"filesystem error: {exc}", ExitCode.RETRIABLE)
+                # Not writable (owner/mode of the DFS volume, a read-only mount) does not heal
+                # on a retry: fail the job at once with the reason.
+                code = (ExitCode.PERMANENT if jobs.is_permission_error(exc)
+                        else ExitCode.RETRIABLE)
+                return _fail(ctx, f"filesystem error: {exc}", code)
             except Exception as exc:  # a framework error: keep the traceback in log.txt
                 log.exception("unexpected error")
                 line = (str(exc).strip().splitlines() or [""])[-1]

@@ -1,20 +1,110 @@
-"""``headrace control``: the control plane and the local executor in one foreground process."""
+"""``headrace control``: the control plane with its executor, in one foreground process.
+
+The executor is chosen by ``HEADRACE_EXECUTOR`` (:class:`ControlSettings`): ``local`` runs jobs
+as subprocesses; ``kubernetes`` creates one Job per training job and never trains here. The
+Kubernetes API is connected before anything else (:func:`prepare_executor`), so a missing
+configuration stops the process at start with one line, never a fallback to local training.
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-from headrace.core.errors import RecordRef
+from headrace.core.errors import ConfigError, RecordRef
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.control import ControlAppConfig, ControlHooks, run_control_app
 from headrace.streams.control_topics import ControlTopics
 from headrace.trainers.control import ControlPlane, Table, utcnow
+from headrace.trainers.control_settings import ControlSettings
+from headrace.trainers.executors.base import Executor
 from headrace.trainers.executors.local import LocalExecutor
 from headrace.trainers.limits import RequestCaps
 from headrace.trainers.triggers import Triggers
+
+
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """What :func:`prepare_executor` resolved: the settings and, for Kubernetes, the APIs."""
+
+    control: ControlSettings
+    kube: Any = None  # headrace.trainers.executors.kubernetes.KubeApis
+
+
+def prepare_executor(control: ControlSettings, *, kube: Any = None) -> ExecutorChoice:
+    """Connect to the Kubernetes API when the executor is ``kubernetes`` (``ConfigError`` if
+    there is no configuration). ``kube`` injects API objects (tests: a recording fake)."""
+    if control.executor != "kubernetes":
+        return ExecutorChoice(control)
+    if kube is None:
+        from headrace.trainers.executors.kubernetes import kube_apis
+
+        kube = kube_apis()
+    return ExecutorChoice(control, kube)
+
+
+def build_executor(
+    choice: ExecutorChoice, *, root: Path, conn: KafkaConnection, topics: ControlTopics,
+    on_event: Callable[..., None], concurrency: dict[str, int], timeout_s: float,
+    max_attempts: int, backoff_s: float, kafka_password_file: Path | None = None,
+) -> Executor:
+    control = choice.control
+    if control.executor == "local":
+        return LocalExecutor(root=root, bootstrap=conn.bootstrap, topic_prefix=topics.prefix,
+                             concurrency=concurrency, timeout_s=timeout_s,
+                             max_attempts=max_attempts, backoff_s=backoff_s)
+    from headrace.trainers.executors.kubernetes import (
+        KubernetesExecutor,
+        KubernetesExecutorConfig,
+    )
+
+    if choice.kube is None:
+        raise ConfigError("the Kubernetes executor was not prepared (no API connection)")
+    if topics.prefix:
+        raise ConfigError("topic prefixes are for tests; the Kubernetes executor has none")
+    image = control.k8s_image or ""
+    config = KubernetesExecutorConfig(
+        image=image, namespace=control.k8s_namespace, dfs_claim=control.k8s_dfs_claim,
+        dfs_root=str(root), kafka_secret=control.k8s_kafka_secret,
+        kafka_password_file=str(kafka_password_file) if kafka_password_file else None,
+        kafka_ca_secret=control.k8s_kafka_ca_secret,
+        service_account=control.k8s_service_account, gang=control.k8s_gang,
+        queue=control.k8s_queue, gpu_type=control.k8s_gpu_type,
+        max_retries=control.k8s_max_retries)
+    return KubernetesExecutor(config=config, batch_api=choice.kube.batch,
+                              core_api=choice.kube.core, custom_api=choice.kube.custom,
+                              on_event=on_event)
+
+
+def build_control_plane(
+    choice: ExecutorChoice, *, root: Path, conn: KafkaConnection,
+    topics: ControlTopics = ControlTopics(), triggers: Triggers = Triggers(),
+    concurrency: dict[str, int] | None = None, timeout_s: float = 3600.0,
+    max_attempts: int = 3, backoff_s: float = 1.0, now: Callable[[], datetime] = utcnow,
+    kafka_password_file: Path | None = None, caps: RequestCaps | None = None,
+) -> ControlPlane:
+    """The control plane with its executor wired both ways (events flow back to it)."""
+    planes: list[ControlPlane] = []
+
+    def on_event(kind: str, message: str, **fields: Any) -> None:
+        if planes:
+            planes[0].on_executor_event(kind, message, **fields)
+
+    executor = build_executor(
+        choice, root=root, conn=conn, topics=topics, on_event=on_event,
+        concurrency=concurrency or {"tensorflow": 1, "mxnet": 1}, timeout_s=timeout_s,
+        max_attempts=max_attempts, backoff_s=backoff_s, kafka_password_file=kafka_password_file)
+    plane = ControlPlane(root=root, conn=conn, executor=executor, topics=topics,
+                         triggers=triggers, now=now, caps=caps or RequestCaps())
+    planes.append(plane)
+    if isinstance(executor, LocalExecutor):
+        executor.on_retry = plane.on_retry
+        executor.on_start = plane.on_start
+    return plane
 
 
 def run_control(
@@ -23,19 +113,19 @@ def run_control(
     concurrency: dict[str, int] | None = None, timeout_s: float = 3600.0,
     max_attempts: int = 3, backoff_s: float = 1.0, now: Callable[[], datetime] = utcnow,
     tick_s: float = 0.25, caps: RequestCaps | None = None,
+    choice: ExecutorChoice | None = None, kafka_password_file: Path | None = None,
+    replication_factor: int = 1, topic_config: dict[str, str] | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT; running jobs are stopped and resume on the next start."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     for noisy in ("faust", "mode", "aiokafka"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    executor = LocalExecutor(root=root, bootstrap=conn.bootstrap, topic_prefix=topics.prefix,
-                             concurrency=concurrency or {"tensorflow": 1, "mxnet": 1},
-                             timeout_s=timeout_s, max_attempts=max_attempts,
-                             backoff_s=backoff_s)
-    plane = ControlPlane(root=root, conn=conn, executor=executor, topics=topics,
-                         triggers=triggers, now=now, caps=caps or RequestCaps())
-    executor.on_retry = plane.on_retry
-    executor.on_start = plane.on_start
+    # Embedded use (tests, the demo stack): local executor, probes on any free port.
+    choice = choice or ExecutorChoice(ControlSettings(executor="local", control_http_port=0))
+    plane = build_control_plane(
+        choice, root=root, conn=conn, topics=topics, triggers=triggers,
+        concurrency=concurrency, timeout_s=timeout_s, max_attempts=max_attempts,
+        backoff_s=backoff_s, now=now, kafka_password_file=kafka_password_file, caps=caps)
     streams = tuple(sorted({r.stream for r in triggers.rules}))
 
     def on_request(record: RecordRef, table: Table) -> None:
@@ -48,6 +138,11 @@ def run_control(
         on_data=plane.on_data if triggers.rules else None,
         on_ready=plane.on_ready,
         on_stop=plane.close,
+        on_request_failed=plane.on_request_failed,
     )
-    run_control_app(ControlAppConfig(conn=conn, topics=topics, app_id=app_id,
-                                     data_streams=streams, tick_s=tick_s), hooks)
+    control = choice.control
+    run_control_app(ControlAppConfig(
+        conn=conn, topics=topics, app_id=app_id, data_streams=streams, tick_s=tick_s,
+        replication_factor=replication_factor, topic_config=dict(topic_config or {}),
+        http_host=control.control_http_host, http_port=control.control_http_port,
+        liveness_s=control.control_liveness_s), hooks)

@@ -101,6 +101,30 @@ def _first(exc: Exception) -> str:
     return ""
 
 
+def slot_key(schedule: Schedule, now: datetime) -> str:
+    """The current slot of ``schedule`` as ISO text (part of the idempotency key)."""
+    return schedule.slot_at(now).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def schedule_request(schedule: Schedule, now: datetime) -> TrainRequested:
+    """The TrainRequested for the slot current at ``now``, keyed ``schedule:<name>:<slot>``.
+
+    The control plane's scheduler and ``headrace schedule fire`` (the CronJob) both build it
+    here, so the same slot is the same job whoever fires it.
+    """
+    slot = slot_key(schedule, now)
+    return make_request(schedule.request, key=f"schedule:{schedule.name}:{slot}",
+                        kind=TriggerKind.SCHEDULE, source=schedule.name, slot=slot)
+
+
+def find_schedule(triggers: Triggers, name: str) -> Schedule:
+    for s in triggers.schedules:
+        if s.name == name:
+            return s
+    known = ", ".join(s.name for s in triggers.schedules) or "none"
+    raise ConfigError(f"no schedule named {name!r} in the triggers file (known: {known})")
+
+
 def make_request(template: dict[str, Any], *, key: str, kind: TriggerKind, source: str,
                  slot: str | None = None) -> TrainRequested:
     data = {k: v for k, v in template.items() if k not in ("idempotency_key", "trigger")}

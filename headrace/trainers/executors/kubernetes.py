@@ -44,6 +44,8 @@ class KubernetesExecutorConfig:
     dfs_claim: str = "headrace-dfs"
     dfs_root: str = "/dfs"
     kafka_secret: str | None = "headrace-kafka"
+    kafka_password_file: str | None = None
+    kafka_ca_secret: str | None = None
     service_account: str = "headrace-trainer"
     gang: Literal["none", "volcano", "kueue"] = "volcano"
     queue: str | None = None
@@ -61,6 +63,7 @@ def job_spec_for(job: JobSpec, config: KubernetesExecutorConfig) -> TrainingJobS
         gpus_per_worker=r.gpus, gpu_type=config.gpu_type if r.gpus else None,
         cpu=f"{int(r.cpu * 1000)}m", memory=f"{int(r.memory_gib * 1024)}Mi",
         dfs_claim=config.dfs_claim, dfs_root=config.dfs_root, kafka_secret=config.kafka_secret,
+        kafka_password_file=config.kafka_password_file, kafka_ca_secret=config.kafka_ca_secret,
         service_account=config.service_account, gang=config.gang, queue=config.queue,
         max_retries=config.max_retries,
     )
@@ -297,30 +300,57 @@ def _exit_code(ex: KubernetesExecutor, spec: TrainingJobSpec) -> int | None:
     return max(codes)[1] if codes else None
 
 
-def from_kube_config(
-    *, config: KubernetesExecutorConfig, on_event: OnEvent | Callable[..., None],
-    context: str | None = None,
-) -> KubernetesExecutor:
-    """In-cluster config when running in a pod, else the kubeconfig; ``ConfigError`` if none."""
-    from kubernetes import client
-    from kubernetes import config as kube_config
+@dataclass(frozen=True)
+class KubeApis:
+    """The three API objects the executor uses (real ones from :func:`kube_apis`)."""
 
+    batch: Any
+    core: Any
+    custom: Any
+
+
+NO_KUBE_CONFIG = ("no Kubernetes configuration: not running in a pod (KUBERNETES_SERVICE_HOST "
+                  "is unset) and no kubeconfig (KUBECONFIG or ~/.kube/config)")
+
+
+def kube_apis(*, context: str | None = None) -> KubeApis:
+    """In-cluster config when running in a pod, else the kubeconfig; ``ConfigError`` naming
+    what is missing if neither exists (never a silent fallback to local training)."""
+    try:
+        from kubernetes import client
+        from kubernetes import config as kube_config
+    except ImportError:
+        raise ConfigError("the Kubernetes executor needs the kubernetes package "
+                          "(pip install 'headrace[kubernetes]')") from None
     try:
         kube_config.load_incluster_config()
     except kube_config.ConfigException:
         try:
             kube_config.load_kube_config(context=context)
         except (kube_config.ConfigException, FileNotFoundError, OSError) as exc:
-            raise ConfigError(f"no Kubernetes configuration: {_one_line(exc)}") from None
-    return KubernetesExecutor(
-        config=config, batch_api=client.BatchV1Api(), core_api=client.CoreV1Api(),
-        custom_api=client.CustomObjectsApi(), on_event=on_event,
-    )
+            detail = _one_line(exc)
+            if "no configuration found" in detail.lower() or isinstance(exc, FileNotFoundError):
+                raise ConfigError(NO_KUBE_CONFIG) from None
+            raise ConfigError(f"kubeconfig unusable: {detail}") from None
+    return KubeApis(batch=client.BatchV1Api(), core=client.CoreV1Api(),
+                    custom=client.CustomObjectsApi())
+
+
+def from_kube_config(
+    *, config: KubernetesExecutorConfig, on_event: OnEvent | Callable[..., None],
+    context: str | None = None,
+) -> KubernetesExecutor:
+    """An executor on the real API (see :func:`kube_apis`)."""
+    apis = kube_apis(context=context)
+    return KubernetesExecutor(config=config, batch_api=apis.batch, core_api=apis.core,
+                              custom_api=apis.custom, on_event=on_event)
 
 
 __all__ = [
+    "KubeApis",
     "KubernetesExecutor",
     "KubernetesExecutorConfig",
     "from_kube_config",
     "job_spec_for",
+    "kube_apis",
 ]

@@ -31,6 +31,14 @@ from headrace.core.naming import check_name
 from headrace.trainers.distributed.plan import GangPlan, plan_for
 from headrace.trainers.executors import kubernetes_gang as gang_pods
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, job_command
+from headrace.trainers.executors.kubernetes_security import (
+    container_security_context,
+    kafka_volumes,
+    pod_security_context,
+    tmp_env,
+    tmp_mount,
+    tmp_volume,
+)
 
 TF_PORT = gang_pods.TF_PORT
 CONTAINER = "trainer"
@@ -67,6 +75,8 @@ class TrainingJobSpec:
     dfs_claim: str = "headrace-dfs"
     dfs_root: str = "/dfs"
     kafka_secret: str | None = "headrace-kafka"
+    kafka_password_file: str | None = None  # mount the Secret's `password` key here
+    kafka_ca_secret: str | None = None
     service_account: str = "headrace-trainer"
     gang: Literal["none", "volcano", "kueue"] = "volcano"
     queue: str | None = None
@@ -141,11 +151,15 @@ def _env(spec: TrainingJobSpec) -> list[k.V1EnvVar]:
         for var, key in (("HEADRACE_BOOTSTRAP", "bootstrap"), ("HEADRACE_KAFKA_CONFIG", "config")):
             ref = k.V1SecretKeySelector(name=spec.kafka_secret, key=key, optional=False)
             env.append(k.V1EnvVar(name=var, value_from=k.V1EnvVarSource(secret_key_ref=ref)))
+        if spec.kafka_password_file:
+            env.append(k.V1EnvVar(name="HEADRACE_KAFKA_PASSWORD_FILE",
+                                  value=spec.kafka_password_file))
     if spec.pods > 1:
         shared = gang_pods.static_env(spec.plan, job_name=spec.job_name, service=spec.name,
                                       cpus=_cores(spec.cpu))
         env.extend(k.V1EnvVar(name=n, value=v) for n, v in shared.items()
                    if n != "HEADRACE_WORKERS")
+    env.extend(tmp_env())
     env.extend(k.V1EnvVar(name=n, value=v) for n, v in spec.extra_env)
     return env
 
@@ -168,11 +182,15 @@ def _pod_spec(spec: TrainingJobSpec) -> k.V1PodSpec:
                 node_selector_terms=[term])))
     ports = ([k.V1ContainerPort(name=n, container_port=p) for n, p in gang_pods.ports(spec.plan)]
              if spec.pods > 1 else None)
+    kafka_vols, kafka_mounts = kafka_volumes(
+        kafka_secret=spec.kafka_secret, password_file=spec.kafka_password_file,
+        ca_secret=spec.kafka_ca_secret)
     container = k.V1Container(
         name=CONTAINER, image=spec.image, command=_command(spec), env=_env(spec),
         resources=_resources(spec), ports=ports,
-        volume_mounts=[k.V1VolumeMount(name="dfs", mount_path=spec.dfs_root)],
-        security_context=k.V1SecurityContext(allow_privilege_escalation=False),
+        volume_mounts=[k.V1VolumeMount(name="dfs", mount_path=spec.dfs_root), tmp_mount(),
+                       *kafka_mounts],
+        security_context=container_security_context(),
     )
     tolerations = (
         [k.V1Toleration(key=GPU, operator="Exists", effect="NoSchedule")]
@@ -181,13 +199,16 @@ def _pod_spec(spec: TrainingJobSpec) -> k.V1PodSpec:
     return k.V1PodSpec(
         restart_policy="Never",  # the Job controller retries; podFailurePolicy needs Never
         service_account_name=spec.service_account,
+        # The trainer never calls the API server: no token in its pods.
+        automount_service_account_token=False,
+        security_context=pod_security_context(),
         scheduler_name="volcano" if spec.gang_scheduled else None,
         subdomain=spec.name if spec.pods > 1 else None,
         affinity=affinity, tolerations=tolerations, containers=[container],
         volumes=[k.V1Volume(
             name="dfs",
             persistent_volume_claim=k.V1PersistentVolumeClaimVolumeSource(claim_name=spec.dfs_claim),
-        )],
+        ), tmp_volume(), *kafka_vols],
     )
 
 
@@ -285,6 +306,9 @@ class ScheduleSpec:
     namespace: str = "headrace"
     timezone: str | None = None
     kafka_secret: str = "headrace-kafka"
+    kafka_password_file: str | None = None
+    kafka_ca_secret: str | None = None
+    service_account: str | None = None
     command: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -302,14 +326,26 @@ def schedule_cronjob(spec: ScheduleSpec) -> k.V1CronJob:
             secret_key_ref=k.V1SecretKeySelector(name=spec.kafka_secret, key=key)))
         for var, key in (("HEADRACE_BOOTSTRAP", "bootstrap"), ("HEADRACE_KAFKA_CONFIG", "config"))
     ]
+    if spec.kafka_password_file:
+        env.append(k.V1EnvVar(name="HEADRACE_KAFKA_PASSWORD_FILE", value=spec.kafka_password_file))
+    env.extend(tmp_env())
     command = list(spec.command) or ["headrace", "schedule", "fire", spec.name]
+    kafka_vols, kafka_mounts = kafka_volumes(
+        kafka_secret=spec.kafka_secret, password_file=spec.kafka_password_file,
+        ca_secret=spec.kafka_ca_secret)
     pod = k.V1PodSpec(
         restart_policy="OnFailure",
+        service_account_name=spec.service_account,
+        automount_service_account_token=False,
+        security_context=pod_security_context(),
         containers=[k.V1Container(
             name="fire", image=spec.image, command=command, env=env,
             resources=k.V1ResourceRequirements(requests={"cpu": "100m", "memory": "128Mi"},
                                                limits={"memory": "256Mi"}),
+            security_context=container_security_context(),
+            volume_mounts=[tmp_mount(), *kafka_mounts],
         )],
+        volumes=[tmp_volume(), *kafka_vols],
     )
     return k.V1CronJob(
         api_version="batch/v1", kind="CronJob",

@@ -1,0 +1,77 @@
+"""Control-plane settings: the executor, the Kubernetes objects it creates, the probes.
+
+Read once at the entrypoint (``headrace control``, ``headrace schedule fire``) from the
+environment, prefix ``HEADRACE_``; the Helm chart sets exactly these variables (a chart test
+renders it and compares both lists).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from headrace.core.errors import ConfigError
+
+
+class ControlSettings(BaseSettings):
+    """How the control plane runs jobs (``executor``) and what a Kubernetes Job gets."""
+
+    model_config = SettingsConfigDict(env_prefix="HEADRACE_", frozen=True, extra="forbid")
+
+    executor: Literal["local", "kubernetes"] = Field(
+        default="local",
+        description="local: jobs are subprocesses of the control plane; kubernetes: one Job each "
+                    "(the control plane never trains in its own process).")
+    triggers: Path | None = Field(default=None,
+                                  description="Schedules and event rules (YAML).")
+    control_http_port: int = Field(default=8081, ge=0, le=65535,
+                                   description="/livez and /readyz; 0: any free port.")
+    control_http_host: str = "0.0.0.0"
+    control_liveness_s: float = Field(
+        default=60.0, gt=0, le=3600,
+        description="/livez fails when the control loop has not ticked this long, or the Kafka "
+                    "consumer has had no group session this long.")
+    k8s_namespace: str = Field(default="headrace", description="Where training Jobs go.")
+    k8s_image: str | None = Field(default=None, description="The trainer image (required).")
+    k8s_dfs_claim: str = Field(default="headrace-dfs", description="The RWX DFS claim.")
+    k8s_kafka_secret: str | None = Field(
+        default="headrace-kafka",
+        description="Secret with `bootstrap`, `config` (and `password`) for the trainer pods.")
+    k8s_kafka_ca_secret: str | None = Field(
+        default=None, description="Secret with the Kafka CA (`ca.crt`), mounted in trainer pods.")
+    k8s_service_account: str = Field(
+        default="headrace-trainer", description="Trainer pods' ServiceAccount (no API token).")
+    k8s_gang: Literal["none", "volcano", "kueue"] = "none"
+    k8s_queue: str | None = Field(default=None, description="Volcano queue or Kueue LocalQueue.")
+    k8s_gpu_type: str | None = Field(default=None,
+                                     description="Node label value GPU training pods require.")
+    k8s_max_retries: int = Field(default=3, ge=0, le=100)
+
+    @field_validator("k8s_image", "k8s_kafka_secret", "k8s_kafka_ca_secret", "k8s_queue",
+                     "k8s_gpu_type", "triggers", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # Helm renders an unset value as "": treat it as not given.
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _kubernetes_needs_an_image(self) -> ControlSettings:
+        if self.executor == "kubernetes" and not self.k8s_image:
+            raise ValueError("HEADRACE_K8S_IMAGE is not set (the trainer image, required with "
+                             "HEADRACE_EXECUTOR=kubernetes)")
+        return self
+
+
+def load_control_settings(**overrides: Any) -> ControlSettings:
+    """Read the environment once, apply non-None overrides, validate; raise ``ConfigError``."""
+    try:
+        return ControlSettings(**{k: v for k, v in overrides.items() if v is not None})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        where = f"HEADRACE_{loc.upper()}: " if loc else ""
+        raise ConfigError(f"invalid control-plane settings: {where}{msg}") from None
