@@ -24,10 +24,18 @@ from kubernetes import client as k
 from headrace.streams.topics import data_topic, scorer_group
 from headrace.topology.cluster import Deploy
 from headrace.topology.plan import Plan, ScorerGroup
+from headrace.trainers.executors.kubernetes_security import (
+    container_security_context,
+    pod_security_context,
+    tmp_env,
+    tmp_mount,
+    tmp_volume,
+)
 
 GPU = "nvidia.com/gpu"
 SCORER_SA = "headrace-scorer"
 TRAINER_SA = "headrace-trainer"
+CONTROL_SA = "headrace-control"
 GRACE_MARGIN_S = 10  # time past the scorer's own budget for commit + close before SIGKILL
 
 
@@ -73,7 +81,7 @@ def _env(g: ScorerGroup, deploy: Deploy) -> list[k.V1EnvVar]:
         "HEADRACE_SCORER_MAX_WAIT_MS": str(deploy.max_wait_ms),
         "HEADRACE_SCORER_DECODE_PROCESSES": str(deploy.decode_processes),
     }
-    return secret + [k.V1EnvVar(name=n, value=v) for n, v in plain.items()]
+    return secret + [k.V1EnvVar(name=n, value=v) for n, v in plain.items()] + tmp_env()
 
 
 def _probe(path: str, *, period: int, failures: int) -> k.V1Probe:
@@ -86,11 +94,14 @@ def _pod_template(g: ScorerGroup, deploy: Deploy, command: list[str]) -> k.V1Pod
     lim: dict[str, str] = {"memory": f"{g.memory_mib}Mi"}
     if g.gpus:
         req[GPU] = lim[GPU] = str(g.gpus)
-    mounts = [k.V1VolumeMount(name="dfs", mount_path=deploy.dfs_root)]
+    # Scorers only read models: the DFS (and any data volume) is mounted read-only.
+    mounts = [k.V1VolumeMount(name="dfs", mount_path=deploy.dfs_root, read_only=True),
+              tmp_mount()]
     volumes = [k.V1Volume(name="dfs", persistent_volume_claim=k.V1PersistentVolumeClaimVolumeSource(
-        claim_name=deploy.dfs_claim))]
+        claim_name=deploy.dfs_claim)), tmp_volume()]
     if g.volume_claim:
-        mounts.append(k.V1VolumeMount(name="data", mount_path=f"/data/{g.volume}"))
+        mounts.append(k.V1VolumeMount(name="data", mount_path=f"/data/{g.volume}",
+                                      read_only=True))
         volumes.append(k.V1Volume(name="data", persistent_volume_claim=(
             k.V1PersistentVolumeClaimVolumeSource(claim_name=g.volume_claim))))
     terms = [k.V1NodeSelectorRequirement(key=r.key, operator=r.operator, values=list(r.values))
@@ -103,12 +114,14 @@ def _pod_template(g: ScorerGroup, deploy: Deploy, command: list[str]) -> k.V1Pod
         liveness_probe=_probe("/livez", period=10, failures=3),
         readiness_probe=_probe("/readyz", period=5, failures=2),
         volume_mounts=mounts,
-        security_context=k.V1SecurityContext(allow_privilege_escalation=False),
+        security_context=container_security_context(),
     )
     return k.V1PodTemplateSpec(
         metadata=k.V1ObjectMeta(labels=labels("scorer", stream=g.stream, group=g.name)),
         spec=k.V1PodSpec(
             service_account_name=SCORER_SA,
+            automount_service_account_token=False,
+            security_context=pod_security_context(),
             termination_grace_period_seconds=deploy.grace_s + GRACE_MARGIN_S,
             affinity=k.V1Affinity(node_affinity=k.V1NodeAffinity(
                 required_during_scheduling_ignored_during_execution=k.V1NodeSelector(
@@ -218,7 +231,8 @@ def scorer_objects(
 
 
 def executor_rbac(*, namespace: str, gang: bool) -> list[Any]:
-    """ServiceAccount + Role + RoleBinding letting the trainer executor run training Jobs."""
+    """The control plane's ServiceAccount + Role + RoleBinding (it creates and watches the
+    training Jobs), and the trainer pods' ServiceAccount, which gets no rights and no token."""
     rules = [
         k.V1PolicyRule(api_groups=["batch"], resources=["jobs"],
                        verbs=["create", "get", "list", "watch", "delete"]),
@@ -231,16 +245,20 @@ def executor_rbac(*, namespace: str, gang: bool) -> list[Any]:
     if gang:
         rules.append(k.V1PolicyRule(api_groups=["scheduling.volcano.sh"], resources=["podgroups"],
                                     verbs=["create", "get", "list", "delete"]))
-    meta = k.V1ObjectMeta(name=TRAINER_SA, namespace=namespace, labels=labels("trainer"))
+    meta = k.V1ObjectMeta(name=CONTROL_SA, namespace=namespace, labels=labels("control-plane"))
+    trainer = k.V1ObjectMeta(name=TRAINER_SA, namespace=namespace, labels=labels("trainer"))
     return [
-        k.V1ServiceAccount(api_version="v1", kind="ServiceAccount", metadata=meta),
+        k.V1ServiceAccount(api_version="v1", kind="ServiceAccount", metadata=trainer,
+                           automount_service_account_token=False),
+        k.V1ServiceAccount(api_version="v1", kind="ServiceAccount", metadata=meta,
+                           automount_service_account_token=False),
         k.V1Role(api_version="rbac.authorization.k8s.io/v1", kind="Role", metadata=meta,
                  rules=rules),
         k.V1RoleBinding(
             api_version="rbac.authorization.k8s.io/v1", kind="RoleBinding", metadata=meta,
             role_ref=k.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role",
-                                 name=TRAINER_SA),
-            subjects=[k.RbacV1Subject(kind="ServiceAccount", name=TRAINER_SA,
+                                 name=CONTROL_SA),
+            subjects=[k.RbacV1Subject(kind="ServiceAccount", name=CONTROL_SA,
                                       namespace=namespace)],
         ),
     ]

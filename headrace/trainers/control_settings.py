@@ -7,13 +7,17 @@ renders it and compares both lists).
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from headrace.core.errors import ConfigError
+
+_ENV_NAME = re.compile(r"^HEADRACE_[A-Z0-9_]{1,64}$")
 
 
 class ControlSettings(BaseSettings):
@@ -49,6 +53,21 @@ class ControlSettings(BaseSettings):
     k8s_gpu_type: str | None = Field(default=None,
                                      description="Node label value GPU training pods require.")
     k8s_max_retries: int = Field(default=3, ge=0, le=100)
+    k8s_trainer_env: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict,
+        description="Extra HEADRACE_* variables for trainer pods as JSON (the operator caps).")
+
+    @field_validator("k8s_trainer_env", mode="before")
+    @classmethod
+    def _trainer_env(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = json.loads(value) if value.strip() else {}
+        if not isinstance(value, dict):
+            raise ValueError("k8s_trainer_env must be a JSON object")
+        for name in value:
+            if not _ENV_NAME.fullmatch(str(name)):
+                raise ValueError(f"k8s_trainer_env: {name!r} is not a HEADRACE_* variable")
+        return {str(k): str(v) for k, v in value.items()}
 
     @field_validator("k8s_image", "k8s_kafka_secret", "k8s_kafka_ca_secret", "k8s_queue",
                      "k8s_gpu_type", "triggers", mode="before")
@@ -69,7 +88,9 @@ def load_control_settings(**overrides: Any) -> ControlSettings:
     """Read the environment once, apply non-None overrides, validate; raise ``ConfigError``."""
     try:
         return ControlSettings(**{k: v for k, v in overrides.items() if v is not None})
-    except ValidationError as exc:
+    except (ValidationError, json.JSONDecodeError) as exc:
+        if isinstance(exc, json.JSONDecodeError):
+            raise ConfigError(f"invalid control-plane settings: {exc}") from None
         err = exc.errors()[0]
         loc = ".".join(str(p) for p in err["loc"])
         msg = str(err["msg"]).removeprefix("Value error, ")

@@ -74,7 +74,8 @@ def build_executor(
         kafka_ca_secret=control.k8s_kafka_ca_secret,
         service_account=control.k8s_service_account, gang=control.k8s_gang,
         queue=control.k8s_queue, gpu_type=control.k8s_gpu_type,
-        max_retries=control.k8s_max_retries)
+        max_retries=control.k8s_max_retries,
+        trainer_env=tuple(sorted(control.k8s_trainer_env.items())))
     return KubernetesExecutor(config=config, batch_api=choice.kube.batch,
                               core_api=choice.kube.core, custom_api=choice.kube.custom,
                               on_event=on_event)

@@ -24,6 +24,11 @@ GROUP = {"name": "clicks-r1", "stream": "clicks", "partitions": [0, 1, 2, 3], "r
          "nodeAffinity": [{"key": "topology.headrace.io/rack", "operator": "In", "values": ["r1"]}]}
 
 
+SCHEDULE = {"name": "nightly", "cron": "0 2 * * *",
+            "request": {"model_name": "demo", "framework": "tensorflow",
+                        "dataset_uri": "datasets/demo.parquet", "spec": {"epochs": 3}}}
+
+
 def planner_values() -> dict[str, Any]:
     cluster = parse_cluster({
         "nodes": [gpu_node("a1", "r1", "z1", 2, "a100"), gpu_node("a2", "r2", "z1", 2, "a100"),
@@ -52,6 +57,16 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
              "kafka": {"bootstrap": "b:9093", "tls": {"enabled": True, "caSecret": "kafka-ca"},
                        "sasl": {"enabled": True, "username": "u", "password": "p"}}},
     "planner": planner_values(),
+    "kueue": {"trainer": {"gang": "kueue", "queue": "team-a", "gpuType": "h100"},
+              "limits": {"maxGpus": 8, "maxWorkers": 4}},
+    "existing-secret": {"kafka": {"existingSecret": "corp-kafka", "bootstrap": "",
+                                  "sasl": {"enabled": True, "mechanism": "SCRAM-SHA-256"},
+                                  "tls": {"enabled": True, "caSecret": "corp-ca"}},
+                        "keda": {"enabled": True}, "scorerGroups": [GROUP]},
+    "schedules": {"controlPlane": {"triggers": {"schedules": [SCHEDULE]}},
+                  "schedules": {"cronJobs": True},
+                  "limits": {"maxLayers": 16, "maxParameters": 10_000_000, "maxEpochs": 100,
+                             "maxGpus": 8, "maxWorkers": 4, "maxDatasetBytes": 10**11}},
 }
 
 
@@ -61,14 +76,15 @@ def chart() -> Any:
         yield c
 
 
+def render_docs(chart: Any, values: dict[str, Any]) -> list[dict[str, Any]]:
+    docs = chart.render(values, name="hr", namespace="ml")
+    return [d for path, text in sorted(docs.items()) if path.endswith(".yaml")
+            for d in yaml.safe_load_all(text) if d]
+
+
 @pytest.fixture(scope="module")
 def rendered(chart: Any) -> dict[str, list[dict[str, Any]]]:
-    out = {}
-    for name, values in VALUE_SETS.items():
-        docs = chart.render(values, name="hr", namespace="ml")
-        out[name] = [d for path, text in sorted(docs.items()) if path.endswith(".yaml")
-                     for d in yaml.safe_load_all(text) if d]
-    return out
+    return {name: render_docs(chart, values) for name, values in VALUE_SETS.items()}
 
 
 def kinds(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
@@ -90,25 +106,103 @@ def test_every_rendered_object_validates_strictly(rendered: Any, name: str) -> N
         validate_object(doc)
 
 
-def test_default_values_deploy_control_plane_pvc_secret_and_rbac(rendered: Any) -> None:
+def test_default_values_deploy_control_plane_pvc_secret_rbac_and_network_policies(
+        rendered: Any) -> None:
     docs = rendered["default"]
     assert sorted(d["kind"] for d in docs) == [
-        "Deployment", "PersistentVolumeClaim", "Role", "RoleBinding", "Secret", "ServiceAccount"]
+        "Deployment", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy",
+        "PersistentVolumeClaim", "Role", "RoleBinding", "Secret", "ServiceAccount",
+        "ServiceAccount"]
     pvc = kinds(docs, "PersistentVolumeClaim")[0]
     assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
     ctl = kinds(docs, "Deployment")[0]["spec"]["template"]["spec"]
     assert ctl["containers"][0]["command"] == ["headrace", "control"]
-    assert ctl["serviceAccountName"] == "hr-headrace-trainer"
+    # The control plane has its own identity; trainer pods get one with no rights or token.
+    assert ctl["serviceAccountName"] == "hr-headrace-control"
+    assert ctl["automountServiceAccountToken"] is True
+    accounts = {a["metadata"]["name"]: a for a in kinds(docs, "ServiceAccount")}
+    assert set(accounts) == {"hr-headrace-control", "hr-headrace-trainer"}
+    assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
+    [binding] = kinds(docs, "RoleBinding")
+    assert [s["name"] for s in binding["subjects"]] == ["hr-headrace-control"]
     role = kinds(docs, "Role")[0]
     assert {"apiGroups": ["batch"], "resources": ["jobs"],
             "verbs": ["create", "get", "list", "watch", "delete"]} in role["rules"]
+    assert "cronjobs" not in str(role["rules"])
     assert "scheduling.volcano.sh" not in str(role["rules"])
+    c = ctl["containers"][0]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "probes"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "probes"}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["HEADRACE_EXECUTOR"] == "kubernetes"
+    assert env["HEADRACE_K8S_SERVICE_ACCOUNT"] == "hr-headrace-trainer"
+    assert env["HEADRACE_CONTROL_HTTP_PORT"] == "8081"
+    assert env["HEADRACE_REPLICATION_FACTOR"] == "3"
+    assert env["HEADRACE_MIN_INSYNC_REPLICAS"] == "2"
+
+
+def test_network_policies_let_scorers_and_trainers_reach_dns_kafka_and_the_dfs_only(
+        chart: Any) -> None:
+    values = {"networkPolicy": {"dfs": [{"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}],
+                                         "ports": [{"port": 2049, "protocol": "TCP"}]}]}}
+    docs = render_docs(chart, values)
+    pols = {p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]: p["spec"]
+            for p in kinds(docs, "NetworkPolicy")}
+    assert set(pols) == {"scorer", "trainer", "schedule"}
+    for component, spec in pols.items():
+        assert spec["policyTypes"] == ["Ingress", "Egress"]
+        ports = [sorted(p["port"] for p in rule.get("ports", [])) for rule in spec["egress"]]
+        assert ports[:3] == [[53, 53], [9092, 9093], [2049]], component
+        extra = spec["egress"][3:]
+        # Trainers also reach each other (multi-worker jobs); nothing else goes anywhere.
+        assert extra == ([{"to": [{"podSelector": {"matchLabels": {
+            "app.kubernetes.io/name": "headrace", "app.kubernetes.io/component": "trainer"}}}]}]
+            if component == "trainer" else [])
+    assert pols["scorer"]["ingress"] == [{"ports": [{"port": 8080, "protocol": "TCP"}]}]
+    for d in docs:
+        validate_object(d)
+
+
+def test_sasl_password_is_only_in_the_secret_and_mounted_as_a_file(rendered: Any) -> None:
+    docs = rendered["keda"]
+    text = yaml.safe_dump_all(docs)
+    [secret] = kinds(docs, "Secret")
+    assert secret["stringData"]["password"] == "p"
+    assert text.count(": p\n") == 1  # the Secret's password key, nowhere else
+    assert "sasl.password" not in secret["stringData"]["config"]
+    for w in [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]:
+        pod = w["spec"]["template"]
+        assert pod["metadata"]["annotations"] == {"headrace.io/credentials-revision": "1"}
+        c = pod["spec"]["containers"][0]
+        env = {e["name"]: e for e in c["env"]}
+        assert env["HEADRACE_KAFKA_PASSWORD_FILE"]["value"] == "/etc/headrace/kafka-sasl/password"
+        assert {"name": "kafka-sasl", "mountPath": "/etc/headrace/kafka-sasl",
+                "readOnly": True} in c["volumeMounts"]
+        vol = next(v for v in pod["spec"]["volumes"] if v["name"] == "kafka-sasl")
+        assert vol["secret"]["items"] == [{"key": "password", "path": "password"}]
+
+
+def test_bumping_credentials_revision_rolls_pods(chart: Any) -> None:
+    [ctl] = kinds(render_docs(chart, {"kafka": {"credentialsRevision": "2024-06-rotation"}}),
+                  "Deployment")
+    assert ctl["spec"]["template"]["metadata"]["annotations"] == {
+        "headrace.io/credentials-revision": "2024-06-rotation"}
 
 
 def test_gang_training_grants_podgroups(rendered: Any) -> None:
     rules = kinds(rendered["gang-training"], "Role")[0]["rules"]
     assert {"apiGroups": ["scheduling.volcano.sh"], "resources": ["podgroups"],
             "verbs": ["create", "get", "list", "delete"]} in rules
+
+
+def test_scorers_mount_the_dfs_read_only_with_no_api_token(rendered: Any) -> None:
+    for name in ("cpu-only", "gpu-scorers", "keda", "planner"):
+        for w in [d for d in rendered[name] if d["kind"] in ("Deployment", "StatefulSet")
+                  and d["metadata"]["labels"]["app.kubernetes.io/component"] == "scorer"]:
+            pod = w["spec"]["template"]["spec"]
+            assert pod["automountServiceAccountToken"] is False
+            mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+            assert mounts["dfs"]["readOnly"] is True
 
 
 def test_gpu_scorers_get_gpu_limits_tolerations_affinity_and_a_long_grace(rendered: Any) -> None:
@@ -138,6 +232,8 @@ def test_cpu_only_scorers_ask_for_no_gpu(rendered: Any) -> None:
     assert {"name": "HEADRACE_SCORER_DEVICE", "value": "cpu"} in c["env"]
     assert {"name": "HEADRACE_SCORER_DECODE_PROCESSES", "value": "1"} in c["env"]
     assert kinds(rendered["cpu-only"], "Role") == []  # local executor: no Job RBAC
+    ctl = kinds(rendered["cpu-only"], "Deployment")[0]["spec"]["template"]["spec"]
+    assert ctl["automountServiceAccountToken"] is False
 
 
 def test_keda_scales_consumer_group_scorers_capped_by_partitions(rendered: Any) -> None:
@@ -148,15 +244,53 @@ def test_keda_scales_consumer_group_scorers_capped_by_partitions(rendered: Any) 
     assert all("replicas" not in d["spec"] for d in kinds(docs, "Deployment")
                if d["metadata"]["labels"].get("app.kubernetes.io/component") == "scorer")
     [auth] = kinds(docs, "TriggerAuthentication")
-    assert {r["parameter"] for r in auth["spec"]["secretTargetRef"]} == {
-        "sasl", "username", "password", "tls"}
+    refs = {r["parameter"]: (r["name"], r["key"]) for r in auth["spec"]["secretTargetRef"]}
+    assert refs == {"sasl": ("hr-headrace-kafka", "sasl"), "tls": ("hr-headrace-kafka", "tls"),
+                    "username": ("hr-headrace-kafka", "username"),
+                    "password": ("hr-headrace-kafka", "password"),
+                    "ca": ("kafka-ca", "ca.crt")}
     secret = kinds(docs, "Secret")[0]["stringData"]
+    # KEDA's mode names, not librdkafka's.
+    assert (secret["sasl"], secret["tls"]) == ("scram_sha512", "enable")
     import json
 
     cfg = json.loads(secret["config"])
     assert cfg["security.protocol"] == "SASL_SSL"
     assert cfg["ssl.ca.location"] == "/etc/headrace/kafka-tls/ca.crt"
+    assert cfg["sasl.mechanism"] == "SCRAM-SHA-512" and "sasl.password" not in cfg
     assert secret["bootstrap"] == "b:9093"
+
+
+def test_existing_secret_is_used_everywhere_and_nothing_is_created(rendered: Any) -> None:
+    docs = rendered["existing-secret"]
+    assert kinds(docs, "Secret") == []
+    [auth] = kinds(docs, "TriggerAuthentication")
+    assert {r["name"] for r in auth["spec"]["secretTargetRef"]} == {"corp-kafka", "corp-ca"}
+    for w in [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]:
+        pod = w["spec"]["template"]["spec"]
+        vol = next(v for v in pod["volumes"] if v["name"] == "kafka-sasl")
+        assert vol["secret"]["secretName"] == "corp-kafka"
+
+
+def test_schedules_render_a_cronjob_firing_each_with_the_triggers_file(rendered: Any) -> None:
+    docs = rendered["schedules"]
+    [cron] = kinds(docs, "CronJob")
+    assert cron["spec"]["schedule"] == "0 2 * * *"
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["command"] == ["headrace", "schedule", "fire", "nightly"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["HEADRACE_TRIGGERS"] == "/etc/headrace/triggers/triggers.yaml"
+    [cm] = kinds(docs, "ConfigMap")
+    assert yaml.safe_load(cm["data"]["triggers.yaml"])["schedules"] == [SCHEDULE]
+    ctl = kinds(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    cenv = {e["name"]: e.get("value") for e in ctl["env"]}
+    assert cenv["HEADRACE_MAX_LAYERS"] == "16" and cenv["HEADRACE_MAX_DATASET_BYTES"] == str(
+        10**11)
+    # The trainer pods the control plane creates get the same caps.
+    import json
+
+    assert json.loads(cenv["HEADRACE_K8S_TRAINER_ENV"])["HEADRACE_MAX_WORKERS"] == "4"
 
 
 def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any) -> None:
@@ -180,6 +314,9 @@ def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any)
     {"scorerGroups": [{k: v for k, v in GROUP.items() if k != "partitions"}]},
     {"scorerGroups": [{**GROUP, "partitionz": [1]}]},
     {"trainer": {"gang": "slurm"}},
+    {"kafka": {"sasl": {"mechanism": "OAUTHBEARER"}}},
+    {"limits": {"maxGpus": 0}},
+    {"image": {"digest": "latest"}},
     {"kafka": {"bootstrap": "", "existingSecret": ""}},
     {"dfs": {"root": "relative/path"}},
     {"replicaCount": 3},

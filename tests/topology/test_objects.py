@@ -54,7 +54,7 @@ def test_static_scorer_objects_validate_and_carry_the_plan(planned: Any) -> None
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert c["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert {"name": "dfs", "mountPath": "/dfs"} in c["volumeMounts"]
+    assert {"name": "dfs", "mountPath": "/dfs", "readOnly": True} in c["volumeMounts"]
     views = next(s for s in sts if s["metadata"]["labels"]["headrace.io/stream"] == "views")
     terms = views["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]

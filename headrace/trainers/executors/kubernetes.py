@@ -52,6 +52,7 @@ class KubernetesExecutorConfig:
     gpu_type: str | None = None
     max_retries: int = 3
     log_window_s: int = 60
+    trainer_env: tuple[tuple[str, str], ...] = ()  # extra env of every trainer pod
 
 
 def job_spec_for(job: JobSpec, config: KubernetesExecutorConfig) -> TrainingJobSpec:
@@ -65,7 +66,7 @@ def job_spec_for(job: JobSpec, config: KubernetesExecutorConfig) -> TrainingJobS
         dfs_claim=config.dfs_claim, dfs_root=config.dfs_root, kafka_secret=config.kafka_secret,
         kafka_password_file=config.kafka_password_file, kafka_ca_secret=config.kafka_ca_secret,
         service_account=config.service_account, gang=config.gang, queue=config.queue,
-        max_retries=config.max_retries,
+        max_retries=config.max_retries, extra_env=config.trainer_env,
     )
 
 

@@ -22,7 +22,11 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{- define "headrace.image" -}}
+{{- if .Values.image.digest -}}
+{{ printf "%s@%s" .Values.image.repository .Values.image.digest | quote }}
+{{- else -}}
 {{ printf "%s:%s" .Values.image.repository .Values.image.tag | quote }}
+{{- end -}}
 {{- end -}}
 
 {{- define "headrace.kafkaSecret" -}}
@@ -33,6 +37,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- .Values.dfs.existingClaim | default (printf "%s-dfs" (include "headrace.fullname" .)) -}}
 {{- end -}}
 
+{{- define "headrace.controlSA" -}}
+{{- printf "%s-control" (include "headrace.fullname" .) -}}
+{{- end -}}
+
 {{- define "headrace.trainerSA" -}}
 {{- printf "%s-trainer" (include "headrace.fullname" .) -}}
 {{- end -}}
@@ -41,7 +49,39 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-scorer" (include "headrace.fullname" .) -}}
 {{- end -}}
 
-{{/* Env shared by every Headrace container: Kafka from the Secret, the DFS root. */}}
+{{- define "headrace.passwordFile" -}}
+/etc/headrace/kafka-sasl/password
+{{- end -}}
+
+{{/* Pod Security "restricted": the same settings headrace.trainers.executors.kubernetes_security
+     builds for training Jobs. */}}
+{{- define "headrace.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .Values.security.uid }}
+runAsGroup: {{ .Values.security.gid }}
+fsGroup: {{ .Values.security.gid }}
+fsGroupChangePolicy: {{ .Values.security.fsGroupChangePolicy }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "headrace.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+privileged: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: [ALL]
+{{- end -}}
+
+{{/* Operators bump kafka.credentialsRevision to roll pods after a credentials change; nothing
+     derived from the password is ever put in a pod annotation. */}}
+{{- define "headrace.podAnnotations" -}}
+headrace.io/credentials-revision: {{ .Values.kafka.credentialsRevision | quote }}
+{{- end -}}
+
+{{/* Env shared by every Headrace container: Kafka from the Secret (the SASL password as a
+     file), the DFS root, and HOME/TMPDIR/caches on the /tmp emptyDir (read-only root). */}}
 {{- define "headrace.commonEnv" -}}
 - name: HEADRACE_BOOTSTRAP
   valueFrom:
@@ -53,14 +93,48 @@ app.kubernetes.io/component: {{ .component }}
     secretKeyRef:
       name: {{ include "headrace.kafkaSecret" . }}
       key: config
+{{- if .Values.kafka.sasl.enabled }}
+- name: HEADRACE_KAFKA_PASSWORD_FILE
+  value: {{ include "headrace.passwordFile" . | quote }}
+{{- end }}
 - name: HEADRACE_DFS_ROOT
   value: {{ .Values.dfs.root | quote }}
+- name: HEADRACE_REPLICATION_FACTOR
+  value: {{ .Values.kafka.replicationFactor | quote }}
+{{- with .Values.kafka.minInsyncReplicas }}
+- name: HEADRACE_MIN_INSYNC_REPLICAS
+  value: {{ . | quote }}
+{{- end }}
+- name: HOME
+  value: /tmp
+- name: TMPDIR
+  value: /tmp
+- name: XDG_CACHE_HOME
+  value: /tmp/.cache
+- name: MPLCONFIGDIR
+  value: /tmp/.matplotlib
+- name: KERAS_HOME
+  value: /tmp/.keras
+- name: MXNET_HOME
+  value: /tmp/.mxnet
 {{- end -}}
 
+{{/* Mounts; pass (dict "root" $ "dfsReadOnly" true) for pods that only read the DFS. */}}
 {{- define "headrace.mounts" -}}
+{{- $v := .root.Values -}}
 - name: dfs
-  mountPath: {{ .Values.dfs.root }}
-{{- if .Values.kafka.tls.caSecret }}
+  mountPath: {{ $v.dfs.root }}
+  {{- if .dfsReadOnly }}
+  readOnly: true
+  {{- end }}
+- name: tmp
+  mountPath: /tmp
+{{- if $v.kafka.sasl.enabled }}
+- name: kafka-sasl
+  mountPath: /etc/headrace/kafka-sasl
+  readOnly: true
+{{- end }}
+{{- if $v.kafka.tls.caSecret }}
 - name: kafka-tls
   mountPath: /etc/headrace/kafka-tls
   readOnly: true
@@ -71,14 +145,28 @@ app.kubernetes.io/component: {{ .component }}
 - name: dfs
   persistentVolumeClaim:
     claimName: {{ include "headrace.dfsClaim" . }}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.security.tmpSizeLimit }}
+{{- if .Values.kafka.sasl.enabled }}
+- name: kafka-sasl
+  secret:
+    secretName: {{ include "headrace.kafkaSecret" . }}
+    defaultMode: 0440
+    items:
+      - key: password
+        path: password
+{{- end }}
 {{- if .Values.kafka.tls.caSecret }}
 - name: kafka-tls
   secret:
     secretName: {{ .Values.kafka.tls.caSecret }}
+    defaultMode: 0444
 {{- end }}
 {{- end -}}
 
-{{/* librdkafka settings assembled from kafka.config + tls + sasl. */}}
+{{/* librdkafka settings assembled from kafka.config + tls + sasl. The password is not in
+     here: pods read it from the mounted file (HEADRACE_KAFKA_PASSWORD_FILE). */}}
 {{- define "headrace.kafkaConfig" -}}
 {{- $cfg := deepCopy .Values.kafka.config -}}
 {{- $tls := .Values.kafka.tls.enabled -}}
@@ -90,7 +178,39 @@ app.kubernetes.io/component: {{ .component }}
 {{- if $sasl }}
 {{- $_ := set $cfg "sasl.mechanism" .Values.kafka.sasl.mechanism -}}
 {{- $_ := set $cfg "sasl.username" .Values.kafka.sasl.username -}}
-{{- $_ := set $cfg "sasl.password" .Values.kafka.sasl.password -}}
 {{- end -}}
 {{- toJson $cfg -}}
+{{- end -}}
+
+{{/* KEDA's Kafka scaler names SASL modes in lower case with underscores. */}}
+{{- define "headrace.kedaSaslMode" -}}
+{{- $m := .Values.kafka.sasl.mechanism -}}
+{{- if not .Values.kafka.sasl.enabled }}none
+{{- else if eq $m "PLAIN" }}plaintext
+{{- else if eq $m "SCRAM-SHA-256" }}scram_sha256
+{{- else if eq $m "SCRAM-SHA-512" }}scram_sha512
+{{- else }}{{ fail (printf "kafka.sasl.mechanism %s has no KEDA mode" $m) }}
+{{- end -}}
+{{- end -}}
+
+{{/* Operator caps on training requests (read by the control plane and the trainer). */}}
+{{- define "headrace.limitsMap" -}}
+{{- $l := .Values.limits -}}
+{{- $m := dict -}}
+{{- range $key, $var := dict "maxLayers" "HEADRACE_MAX_LAYERS" "maxParameters" "HEADRACE_MAX_PARAMETERS" "maxEpochs" "HEADRACE_MAX_EPOCHS" "maxGpus" "HEADRACE_MAX_GPUS" "maxWorkers" "HEADRACE_MAX_WORKERS" "maxDatasetBytes" "HEADRACE_MAX_DATASET_BYTES" }}
+{{- $v := index $l $key -}}
+{{- if not (kindIs "invalid" $v) }}{{ $_ := set $m $var (printf "%v" (int64 $v)) }}{{ end -}}
+{{- end -}}
+{{- toJson $m -}}
+{{- end -}}
+
+{{- define "headrace.limitsJson" -}}
+{{- include "headrace.limitsMap" . -}}
+{{- end -}}
+
+{{- define "headrace.limitsEnv" -}}
+{{- range $var, $v := (include "headrace.limitsMap" . | fromJson) }}
+- name: {{ $var }}
+  value: {{ $v | quote }}
+{{- end }}
 {{- end -}}
