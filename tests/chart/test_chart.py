@@ -110,7 +110,7 @@ def test_default_values_deploy_control_plane_pvc_secret_rbac_and_network_policie
         rendered: Any) -> None:
     docs = rendered["default"]
     assert sorted(d["kind"] for d in docs) == [
-        "Deployment", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy",
+        "Deployment", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy",
         "PersistentVolumeClaim", "Role", "RoleBinding", "Secret", "ServiceAccount",
         "ServiceAccount"]
     pvc = kinds(docs, "PersistentVolumeClaim")[0]
@@ -148,16 +148,18 @@ def test_network_policies_let_scorers_and_trainers_reach_dns_kafka_and_the_dfs_o
     docs = render_docs(chart, values)
     pols = {p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]: p["spec"]
             for p in kinds(docs, "NetworkPolicy")}
-    assert set(pols) == {"scorer", "trainer", "schedule"}
+    assert set(pols) == {"scorer", "trainer", "schedule", "control-plane"}
     for component, spec in pols.items():
         assert spec["policyTypes"] == ["Ingress", "Egress"]
         ports = [sorted(p["port"] for p in rule.get("ports", [])) for rule in spec["egress"]]
         assert ports[:3] == [[53, 53], [9092, 9093], [2049]], component
         extra = spec["egress"][3:]
         # Trainers also reach each other (multi-worker jobs); nothing else goes anywhere.
-        assert extra == ([{"to": [{"podSelector": {"matchLabels": {
-            "app.kubernetes.io/name": "headrace", "app.kubernetes.io/component": "trainer"}}}]}]
-            if component == "trainer" else [])
+        peers = {"trainer": [{"to": [{"podSelector": {"matchLabels": {
+            "app.kubernetes.io/name": "headrace", "app.kubernetes.io/component": "trainer"}}}]}],
+            "control-plane": [{"ports": [{"port": 443, "protocol": "TCP"},
+                                         {"port": 6443, "protocol": "TCP"}]}]}
+        assert extra == peers.get(component, []), component
     assert pols["scorer"]["ingress"] == [{"ports": [{"port": 8080, "protocol": "TCP"}]}]
     for d in docs:
         validate_object(d)
