@@ -64,8 +64,6 @@ def build_executor(
 
     if choice.kube is None:
         raise ConfigError("the Kubernetes executor was not prepared (no API connection)")
-    if topics.prefix:
-        raise ConfigError("topic prefixes are for tests; the Kubernetes executor has none")
     image = control.k8s_image or ""
     config = KubernetesExecutorConfig(
         image=image, namespace=control.k8s_namespace, dfs_claim=control.k8s_dfs_claim,

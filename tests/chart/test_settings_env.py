@@ -1,0 +1,92 @@
+"""The chart's environment and the settings classes are one list: every ``HEADRACE_*`` variable
+the chart sets is a setting some role reads, and every control-plane setting is set by the
+chart (or listed below with the reason it is left at its default)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helm_python as helm
+import pytest
+from pydantic_settings import BaseSettings
+
+from headrace.core.settings import Settings
+from headrace.scorers.settings import ScorerSettings
+from headrace.topology.pod_security import pod_spec_of
+from headrace.trainers.control_settings import ControlSettings
+from tests.chart.test_chart import CHART, VALUE_SETS, render_docs
+
+# Operator caps (issue 19): the codegate helper implements these settings; the chart sets
+# them on the control plane and (through HEADRACE_K8S_TRAINER_ENV) on trainer pods.
+CAPS = {"HEADRACE_MAX_LAYERS", "HEADRACE_MAX_PARAMETERS", "HEADRACE_MAX_EPOCHS",
+        "HEADRACE_MAX_GPUS", "HEADRACE_MAX_WORKERS", "HEADRACE_MAX_DATASET_BYTES"}
+# Control-plane settings the chart leaves at their defaults, and why.
+NOT_IN_CHART = {
+    "HEADRACE_CONTROL_HTTP_HOST": "0.0.0.0, what a pod needs for its probes",
+}
+EVERYTHING: dict[str, Any] = {
+    **VALUE_SETS["schedules"],
+    "kafka": {"sasl": {"enabled": True, "username": "u", "password": "p"},
+              "tls": {"enabled": True, "caSecret": "ca"}},
+    "scorerGroups": VALUE_SETS["gpu-scorers"]["scorerGroups"],
+}
+
+
+def env_names(cls: type[BaseSettings]) -> set[str]:
+    prefix = str(cls.model_config.get("env_prefix", ""))
+    return {f"{prefix}{name}".upper() for name in cls.model_fields}
+
+
+def chart_env(values: dict[str, Any]) -> dict[str, set[str]]:
+    """component -> the HEADRACE_* variables its containers get."""
+    with helm.Chart.load(CHART) as chart:
+        docs = render_docs(chart, values)
+    out: dict[str, set[str]] = {}
+    for d in docs:
+        pod = pod_spec_of(d)
+        if pod is None:
+            continue
+        component = d["metadata"]["labels"]["app.kubernetes.io/component"]
+        names = {e["name"] for c in pod["containers"] for e in c.get("env", [])}
+        out.setdefault(component, set()).update(n for n in names if n.startswith("HEADRACE_"))
+    return out
+
+
+KNOWN = env_names(Settings) | env_names(ControlSettings) | env_names(ScorerSettings) | CAPS
+
+
+@pytest.mark.parametrize("name", ["default", "everything"])
+def test_every_variable_the_chart_sets_is_a_known_setting(name: str) -> None:
+    env = chart_env(EVERYTHING if name == "everything" else VALUE_SETS[name])
+    for component, names in env.items():
+        assert names - KNOWN == set(), component
+
+
+def test_every_control_plane_setting_is_set_by_the_chart() -> None:
+    env = chart_env(EVERYTHING)
+    assert set(env) == {"control-plane", "scorer", "schedule"}
+    missing = env_names(ControlSettings) - env["control-plane"] - set(NOT_IN_CHART)
+    assert missing == set()
+    # Kafka, durability and the DFS come from the shared settings on every pod.
+    shared = {"HEADRACE_BOOTSTRAP", "HEADRACE_KAFKA_CONFIG", "HEADRACE_KAFKA_PASSWORD_FILE",
+              "HEADRACE_DFS_ROOT", "HEADRACE_REPLICATION_FACTOR", "HEADRACE_MIN_INSYNC_REPLICAS"}
+    for component, names in env.items():
+        assert shared <= names, component
+    assert env["control-plane"] >= CAPS
+
+
+def test_the_chart_control_plane_env_loads_as_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The values the chart renders validate as ControlSettings (``""`` reads as unset)."""
+    with helm.Chart.load(CHART) as chart:
+        docs = render_docs(chart, EVERYTHING)
+    ctl = next(d for d in docs if d["kind"] == "Deployment"
+               and d["metadata"]["labels"]["app.kubernetes.io/component"] == "control-plane")
+    for e in ctl["spec"]["template"]["spec"]["containers"][0]["env"]:
+        if e["name"].startswith("HEADRACE_") and "value" in e:
+            monkeypatch.setenv(e["name"], e["value"])
+    monkeypatch.setenv("HEADRACE_K8S_NAMESPACE", "ml")  # from the downward API in a pod
+    s = ControlSettings()
+    assert s.executor == "kubernetes" and s.k8s_image == "ghcr.io/headrace/headrace:0.1.0"
+    assert s.k8s_queue is None and s.k8s_kafka_ca_secret == "ca"
+    assert s.k8s_trainer_env["HEADRACE_MAX_GPUS"] == "8"
+    assert s.triggers is not None and s.triggers.name == "triggers.yaml"
