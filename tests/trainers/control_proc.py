@@ -28,7 +28,8 @@ def main() -> None:
         return datetime.now(UTC)
 
     run_control(
-        root=Path(cfg["root"]), conn=KafkaConnection(cfg["bootstrap"], timeout_s=15.0),
+        root=Path(cfg["root"]),
+        conn=KafkaConnection(cfg["bootstrap"], extra=cfg.get("kafka_config", {}), timeout_s=15.0),
         topics=ControlTopics.with_prefix(cfg["prefix"]),
         triggers=load_triggers(Path(cfg["triggers"]) if cfg.get("triggers") else None),
         app_id=cfg.get("app_id", "headrace-control"), max_attempts=cfg.get("max_attempts", 3),
