@@ -38,7 +38,7 @@ from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.control_health import ControlHealth, HealthServer
 from headrace.streams.control_io import EventSink
 from headrace.streams.control_topics import ControlTopics
-from headrace.streams.faust_auth import faust_broker_settings
+from headrace.streams.faust_kafka import ControlApp, faust_broker_settings
 from headrace.streams.topics import TopicSpec
 
 log = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
     """A faust app wired to ``hooks``; run it with :func:`run_control_app`."""
     datadir = cfg.datadir or Path(tempfile.mkdtemp(prefix="headrace-control-"))
     health = health or ControlHealth(liveness_s=cfg.liveness_s)
-    app = faust.App(
+    app = ControlApp(
         cfg.full_app_id,
         **faust_broker_settings(cfg.conn),
         store="memory://",

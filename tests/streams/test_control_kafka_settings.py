@@ -12,6 +12,7 @@ PLAINTEXT client config consumes train requests from the real broker and answers
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import shutil
@@ -36,7 +37,7 @@ from headrace.streams.contracts import JobEventKind
 from headrace.streams.control import ControlAppConfig, ControlHooks, build_app, topic_specs
 from headrace.streams.control_health import ControlHealth
 from headrace.streams.control_topics import ControlTopics
-from headrace.streams.faust_auth import broker_credentials
+from headrace.streams.faust_kafka import broker_credentials
 from headrace.trainers import jobs
 from tests.trainers.conftest import REPO, job_env, request, stop, wait_events
 
@@ -81,10 +82,25 @@ def test_sasl_ssl_scram_config_becomes_the_faust_apps_credentials(
     assert [c["subject"] for c in context.get_ca_certs()] == [
         ((("commonName", "headrace-test-ca"),),)]
     assert context.check_hostname is True
+    # client.rack reaches faust's aiokafka consumer too (faust has no setting for it).
+    assert app.conf.headrace_client_rack == "r1"
     # Every topic it creates (its changelogs included) gets the durability settings.
     specs = topic_specs(cfg)
     assert {s.name for s in specs} >= {"events.train-requests", "headrace-control-jobs-changelog"}
     assert all(s.config["min.insync.replicas"] == "2" for s in specs)
+
+
+def test_client_rack_reaches_the_aiokafka_consumer_faust_builds(tmp_path: Path) -> None:
+    conn = KafkaConnection("127.0.0.1:9", client_rack="rack-7")
+    app = build_app(ControlAppConfig(conn=conn, datadir=tmp_path), HOOKS)
+
+    async def build() -> str | None:
+        consumer = app.consumer._thread._create_consumer(asyncio.get_running_loop())
+        rack = consumer._client_rack
+        await consumer.stop()
+        return rack
+
+    assert asyncio.run(build()) == "rack-7"
 
 
 @pytest.mark.parametrize(("config", "protocol", "mechanism", "tls"), [

@@ -9,17 +9,19 @@ Supported: ``security.protocol`` PLAINTEXT | SSL | SASL_PLAINTEXT | SASL_SSL;
 (GSSAPI, OAUTHBEARER, PEM strings inline) is refused at start with one line rather than
 connecting without it.
 
-``client.rack`` is not passed on: faust 0.15 does not hand it to its aiokafka consumer. The
-control plane reads a few events a second, so nearest-replica fetching does not matter there;
-its confluent-kafka clients (events, topics) do get it.
+``client.rack`` (``HEADRACE_CLIENT_RACK`` or in the config): faust 0.15 has no setting for
+it, so :class:`ControlApp` uses a transport whose aiokafka consumer gets ``client_rack``
+before it starts (fetch from the nearest replica, KIP-392), like the confluent-kafka clients.
 """
 
 from __future__ import annotations
 
 import ssl
-from typing import Any
+from typing import Any, ClassVar
 
 import faust
+from faust.transport import drivers
+from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from headrace.core.errors import ConfigError
 from headrace.streams.clients import KafkaConnection
@@ -88,5 +90,44 @@ def ssl_context(cfg: dict[str, str]) -> ssl.SSLContext:
 
 
 def faust_broker_settings(conn: KafkaConnection) -> dict[str, Any]:
-    """The keyword arguments of ``faust.App`` that say where Kafka is and how to log in."""
-    return {"broker": broker_urls(conn), "broker_credentials": broker_credentials(conn)}
+    """The keyword arguments of :class:`ControlApp` that say where Kafka is, how to log in,
+    and which rack the consumer is in."""
+    return {"broker": broker_urls(conn), "broker_credentials": broker_credentials(conn),
+            "client_rack": client_rack(conn)}
+
+
+def client_rack(conn: KafkaConnection) -> str | None:
+    return conn.extra.get("client.rack") or conn.client_rack
+
+
+class _RackConsumerThread(faust_aiokafka.AIOKafkaConsumerThread):
+    rack: ClassVar[str | None] = None
+
+    def _create_consumer(self, loop: Any) -> Any:
+        consumer = super()._create_consumer(loop)
+        # Read by AIOKafkaConsumer.start() when it builds its fetcher.
+        consumer._client_rack = self.app.conf.headrace_client_rack
+        return consumer
+
+
+class _RackConsumer(faust_aiokafka.Consumer):
+    def _new_consumer_thread(self) -> Any:
+        return _RackConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class _RackTransport(faust_aiokafka.Transport):
+    Consumer = _RackConsumer
+
+
+class ControlApp(faust.App):
+    """A faust app whose Kafka consumer also gets ``client.rack``."""
+
+    def __init__(self, *args: Any, client_rack: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.conf.headrace_client_rack = client_rack
+
+    def _new_transport(self) -> Any:
+        url = self.conf.broker_consumer[0]
+        if drivers.by_url(url) is not faust_aiokafka.Transport:
+            return super()._new_transport()
+        return _RackTransport(self.conf.broker_consumer, self)
