@@ -122,9 +122,13 @@ def test_training_jobs_the_executor_builds_pass_the_restricted_profile(kw: dict[
 
 
 def test_schedule_cronjob_and_planned_scorers_pass_the_restricted_profile() -> None:
-    cron = validate_object(schedule_cronjob(ScheduleSpec(name="nightly", cron="0 2 * * *",
-                                                         image="img:1")))
+    cron = validate_object(schedule_cronjob(ScheduleSpec(
+        name="nightly", cron="0 2 * * *", image="img:1", triggers_config_map="hr-triggers")))
     assert manifest_violations(cron) == []
+    fire = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
+    assert fire["command"] == ["headrace", "schedule", "fire", "nightly"]
+    assert {"name": "HEADRACE_TRIGGERS", "value": "/etc/headrace/triggers/triggers.yaml"} in fire[
+        "env"]
     cluster = parse_cluster({
         "nodes": [gpu_node("a1", "r1", "z1", 2, "a100"), cpu_node("c1", "r1", "z1")],
         "streams": [{"name": "clicks", "partitions": 4, "rackCycle": ["r1"]}],

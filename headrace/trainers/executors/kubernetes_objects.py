@@ -309,6 +309,7 @@ class ScheduleSpec:
     kafka_password_file: str | None = None
     kafka_ca_secret: str | None = None
     service_account: str | None = None
+    triggers_config_map: str | None = None  # holds triggers.yaml (HEADRACE_TRIGGERS)
     command: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -333,6 +334,13 @@ def schedule_cronjob(spec: ScheduleSpec) -> k.V1CronJob:
     kafka_vols, kafka_mounts = kafka_volumes(
         kafka_secret=spec.kafka_secret, password_file=spec.kafka_password_file,
         ca_secret=spec.kafka_ca_secret)
+    if spec.triggers_config_map:
+        env.append(k.V1EnvVar(name="HEADRACE_TRIGGERS",
+                              value="/etc/headrace/triggers/triggers.yaml"))
+        kafka_vols.append(k.V1Volume(name="triggers", config_map=k.V1ConfigMapVolumeSource(
+            name=spec.triggers_config_map)))
+        kafka_mounts.append(k.V1VolumeMount(name="triggers", mount_path="/etc/headrace/triggers",
+                                            read_only=True))
     pod = k.V1PodSpec(
         restart_policy="OnFailure",
         service_account_name=spec.service_account,
