@@ -71,3 +71,26 @@ def test_unwritable_dfs_fails_the_request_with_permission_denied(
     assert letter.header(dlq.DLQ_ERROR_CLASS) == "DfsNotWritable"
     assert denied in (letter.header(dlq.DLQ_ERROR_MESSAGE) or "")
     assert not (dfs / "jobs").exists()
+
+
+def test_a_job_that_cannot_write_its_checkpoints_fails_at_once_with_the_reason(
+        broker: str, dfs: Path, demo: str) -> None:
+    req = request(demo, key="ro-ckpt-1")
+    jid, created = jobs.create_request(dfs, req)
+    assert created
+    ckdir = jobs.checkpoints_dir(dfs, jid)
+    ckdir.chmod(0o555)  # the job directory is writable, its checkpoints are not
+    try:
+        proc = subprocess.run([sys.executable, "-m", "headrace.trainers", "run", jid], cwd=REPO,
+                              env=job_env(broker, dfs), preexec_fn=_as_unprivileged,
+                              capture_output=True, timeout=300)
+    finally:
+        ckdir.chmod(0o755)
+    # Exit 65: permanent, the executor fails the job without retrying (a retry would hit the
+    # same wall); the job leaves its reason and code in status.json for it.
+    assert proc.returncode == 65
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.exit_code == 65
+    assert st.reason is not None and st.reason.startswith("filesystem error: [Errno 13] "
+                                                          "Permission denied")
+    assert str(ckdir) in st.reason
