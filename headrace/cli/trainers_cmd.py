@@ -85,7 +85,9 @@ def train(
     conn = _context.connection(ctx)
     topics = ControlTopics.with_prefix(topic_prefix)
     since = int(time.time() * 1000) - 5000
-    job_id = api.request_training(conn=conn, request=request, topics=topics)
+    s = _context.settings(ctx)
+    job_id = api.request_training(conn=conn, request=request, topics=topics,
+                                  durability=(s.replication_factor, s.topic_config()))
     console.print(f"requested {name} ({framework}) as job [bold]{job_id}[/bold]")
     if not wait:
         return
@@ -320,8 +322,10 @@ def schedule_fire(
     if path is None:
         raise ConfigError("no triggers file: set HEADRACE_TRIGGERS or --triggers")
     when = api.parse_time(at) if at else None
+    s = _context.settings(ctx)
     req = api.fire_schedule(conn=_context.connection(ctx), triggers=load_triggers(path),
-                            name=name, at=when, topics=ControlTopics.with_prefix(topic_prefix))
+                            name=name, at=when, topics=ControlTopics.with_prefix(topic_prefix),
+                            durability=(s.replication_factor, s.topic_config()))
     console.print(f"schedule {name} fired for slot {req.trigger.slot} as job "
                   f"[bold]{api.job_id_of(req)}[/bold] (key {req.idempotency_key})")
 

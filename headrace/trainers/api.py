@@ -7,6 +7,7 @@ events.jobs topic (``train --wait``, ``jobs logs --follow`` reads the job's log 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from headrace.trainers.limits import RequestCaps
 from headrace.trainers.triggers import Triggers, find_schedule, schedule_request
 
 TERMINAL = (JobEventKind.SUCCEEDED, JobEventKind.FAILED)
+# (replication factor, topic config) for topics a request may have to create; None: (1, {}).
+Durability = tuple[int, dict[str, str]] | None
 
 
 def build_request(*, model_name: str, framework: str, dataset_uri: str,
@@ -81,12 +84,12 @@ def admit_request(*, request: TrainRequested, root: Path, caps: RequestCaps) -> 
     checked only where this machine sees the DFS (the control plane always checks)."""
     admit(request, root=root, caps=caps, check_code=root.is_dir())
 def fire_schedule(*, conn: KafkaConnection, triggers: Triggers, name: str,
-                  at: datetime | None = None, topics: ControlTopics = ControlTopics()
-                  ) -> TrainRequested:
+                  at: datetime | None = None, topics: ControlTopics = ControlTopics(),
+                  durability: Durability = None) -> TrainRequested:
     """Publish schedule ``name``'s TrainRequested for the slot current at ``at`` (default now),
     with the deterministic key ``schedule:<name>:<slot>``; return it."""
     req = schedule_request(find_schedule(triggers, name), at or datetime.now(UTC))
-    request_training(conn=conn, request=req, topics=topics)
+    request_training(conn=conn, request=req, topics=topics, durability=durability)
     return req
 
 
@@ -104,9 +107,13 @@ def job_id_of(request: TrainRequested) -> str:
 
 
 def request_training(*, conn: KafkaConnection, request: TrainRequested,
-                     topics: ControlTopics = ControlTopics()) -> str:
-    """Publish ``request`` on events.train-requests; return the job id it maps to."""
-    ensure_topics(conn, topics.specs())
+                     topics: ControlTopics = ControlTopics(), durability: Durability = None
+                     ) -> str:
+    """Publish ``request`` on events.train-requests; return the job id it maps to. Missing
+    control topics are created with ``durability`` (replication factor, topic config)."""
+    rf, config = durability or (1, {})
+    ensure_topics(conn, [dataclasses.replace(s, config={**s.config, **config})
+                         for s in topics.specs()], replication_factor=rf)
     send_events(conn, topics.train_requests, [request], key_of=lambda r: r.idempotency_key)
     return jobs.job_id_for(request.idempotency_key)
 
