@@ -1,5 +1,6 @@
 """Validate Kubernetes objects offline: core kinds against the official OpenAPI schemas
-(kubernetes-validate, strict: unknown fields fail), custom resources against ``crd_schemas``.
+(kubernetes-validate, strict: unknown fields fail), custom resources against ``crd_schemas``,
+and every pod template against Pod Security "restricted" (``pod_security``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from kubernetes.client import ApiClient
 
 from headrace.core.errors import ValidationFailed
 from headrace.topology.crd_schemas import CRD_SCHEMAS
+from headrace.topology.pod_security import manifest_violations
 
 KUBERNETES_VERSION = "1.30.0"
 
@@ -39,8 +41,10 @@ def _crd_validator(api_version: str, kind: str) -> Any:
     return None if schema is None else jsonschema.Draft202012Validator(schema)
 
 
-def validate_object(obj: Any, *, version: str = KUBERNETES_VERSION) -> dict[str, Any]:
-    """Return the manifest of ``obj`` or raise ``ValidationFailed`` naming the bad field."""
+def validate_object(obj: Any, *, version: str = KUBERNETES_VERSION,
+                    pod_security: bool = True) -> dict[str, Any]:
+    """Return the manifest of ``obj`` or raise ``ValidationFailed`` naming the bad field (or,
+    with ``pod_security``, the first way its pods fail the restricted profile)."""
     data = to_manifest(obj)
     kind, api = data.get("kind", "?"), data.get("apiVersion", "?")
     where = f"{kind}/{(data.get('metadata') or {}).get('name', '?')}"
@@ -55,6 +59,9 @@ def validate_object(obj: Any, *, version: str = KUBERNETES_VERSION) -> dict[str,
         raise ValidationFailed(f"{where}: {path}: {exc.message}", details=data) from None
     except kubernetes_validate.SchemaNotFoundError:
         raise ValidationFailed(f"{where}: no schema for {api} {kind}", details=data) from None
+    problems = manifest_violations(data) if pod_security else []
+    if problems:
+        raise ValidationFailed(f"pod security (restricted): {problems[0]}", details=data)
     return data
 
 

@@ -25,6 +25,7 @@ import helm_python as helm
 import pytest
 import yaml
 
+from headrace.core.errors import ValidationFailed
 from headrace.topology.cluster import parse_cluster
 from headrace.topology.objects import ScorerOptions, scorer_objects
 from headrace.topology.planning import plan_placement
@@ -173,3 +174,14 @@ def test_checkov_passes_every_rendered_manifest(rendered: Any, tmp_path: Path) -
     passed = sum(r["summary"]["passed"] for r in reports)
     assert failed == []
     assert passed > 500  # it really checked the manifests (~1600 checks pass)
+
+
+def test_validation_refuses_a_workload_that_is_not_restricted() -> None:
+    spec = TrainingJobSpec(job_id="j-0123456789ab", model_name="churn", framework="tensorflow",
+                           image="img:1")
+    job = to_manifest(training_objects(spec)[-1])
+    job["spec"]["template"]["spec"]["containers"][0]["securityContext"][
+        "allowPrivilegeEscalation"] = True
+    with pytest.raises(ValidationFailed, match=r"restricted.*allowPrivilegeEscalation"):
+        validate_object(job)
+    assert validate_object(job, pod_security=False)["kind"] == "Job"
