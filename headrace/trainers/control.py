@@ -108,7 +108,10 @@ class ControlPlane:
         """A request that could not be accepted (dead-lettered by the app): if it parses, its
         job gets a FAILED event with the reason, so the requester sees why (never a silent
         drop). A DFS that refuses the job directory (``Permission denied: '/dfs/jobs'``) ends
-        here."""
+        here. Requests refused by parsing or admission (caps, code) are not jobs: the dead
+        letter alone says why."""
+        if exc.stage in ("parse", "admit"):
+            return
         try:
             req = parse(TrainRequested, record.value or b"")
         except PermanentError:
