@@ -134,17 +134,14 @@ class Stack:
                       replication_factor=self.settings.replication_factor)
         return self.conn
 
-    def add(self, name: str, args: list[str], *, metrics_url: str | None = None,
-            env: dict[str, str] | None = None) -> Component:
+    def add(self, name: str, args: list[str], *, metrics_url: str | None = None) -> Component:
         c = Component(name, args, self.log_dir / f"{name}.log", metrics_url)
-        c.start({**self.env(), **(env or {})})
+        c.start(self.env())
         self.components.append(c)
         return c
 
     def start_control(self) -> Component:
-        # Its probes on a free port: several local stacks (and tests) share one machine.
-        return self.add("control-plane", ["control"],
-                        env={"HEADRACE_CONTROL_HTTP_PORT": str(free_port())})
+        return self.add("control-plane", ["control"])
 
     def start_scorer(self, stream: str) -> Component:
         port = free_port()

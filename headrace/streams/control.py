@@ -33,7 +33,7 @@ from typing import Any
 import faust
 from mode import Worker
 
-from headrace.core.errors import HeadraceError, PermanentError, RecordRef
+from headrace.core.errors import ConfigError, HeadraceError, PermanentError, RecordRef
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.control_health import ControlHealth, HealthServer
 from headrace.streams.control_io import EventSink
@@ -231,8 +231,14 @@ def run_control_app(cfg: ControlAppConfig, hooks: ControlHooks) -> None:
     faust_broker_settings(cfg.conn)  # a bad security setting fails here, before any topic
     ensure_topics(cfg.conn, topic_specs(cfg), replication_factor=cfg.replication_factor)
     health = ControlHealth(liveness_s=cfg.liveness_s)
-    server = (HealthServer(host=cfg.http_host, port=cfg.http_port, health=health).start()
-              if cfg.http_port is not None else None)
+    server = None
+    if cfg.http_port is not None:
+        try:
+            server = HealthServer(host=cfg.http_host, port=cfg.http_port, health=health).start()
+        except OSError as exc:
+            raise ConfigError(f"port {cfg.http_port} on {cfg.http_host} for the control plane's "
+                              f"probes: {exc.strerror or exc}; HEADRACE_CONTROL_HTTP_PORT moves "
+                              "it (0: any free port)") from None
     if server is not None:
         log.info("control-plane probes on port %d (/livez, /readyz)", server.port)
     app = build_app(cfg, hooks, health)

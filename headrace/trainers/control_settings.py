@@ -31,8 +31,9 @@ class ControlSettings(BaseSettings):
                     "(the control plane never trains in its own process).")
     triggers: Path | None = Field(default=None,
                                   description="Schedules and event rules (YAML).")
-    control_http_port: int = Field(default=8081, ge=0, le=65535,
-                                   description="/livez and /readyz; 0: any free port.")
+    control_http_port: int = Field(
+        default=0, ge=0, le=65535,
+        description="/livez and /readyz; 0: any free port (logged). The chart sets 8081.")
     control_http_host: str = "0.0.0.0"
     control_liveness_s: float = Field(
         default=60.0, gt=0, le=3600,
