@@ -223,7 +223,7 @@ def contender_kafka_ml(a: argparse.Namespace) -> dict[str, Any]:
 
 def _profile(a: argparse.Namespace) -> dict[str, Any]:
     """The producer profile shared by pass-through and Headrace (see --idempotent)."""
-    from headrace.streams.scoring_io import NON_IDEMPOTENT
+    from headrace.scorers.stream_io import NON_IDEMPOTENT
 
     return {} if a.idempotent else dict(NON_IDEMPOTENT)
 
@@ -340,7 +340,7 @@ def contender_pipeline(a: argparse.Namespace) -> dict[str, Any]:
     from headrace.scorers.models import load_model
     from headrace.scorers.worker import Worker
     from headrace.streams import headers as hdr
-    from headrace.streams.scoring_io import RawBatch
+    from headrace.streams.consuming import RawBatch
 
     model = load_model(root=Path(a.dfs), name=MODEL, alias="production", device="cpu",
                        max_batch=8192)

@@ -31,7 +31,7 @@ from headrace.core.errors import FatalError, HeadraceError, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.ops.stack import CLI, Stack, wait_until
 from headrace.store import versions
-from headrace.streams.clients import KafkaConnection, send_events
+from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.contracts import (
     Framework,
     JobEvent,
@@ -43,7 +43,8 @@ from headrace.streams.contracts import (
     Trigger,
     parse,
 )
-from headrace.streams.replay_io import Follower, partition_count, probe_ends
+from headrace.streams.producing import send_events
+from headrace.streams.reading import Follower, probe_ends
 from headrace.streams.sending import send_table
 from headrace.streams.topics import (
     JOB_EVENTS,

@@ -31,17 +31,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from headrace.core.errors import ValidationFailed
 from headrace.ops import checkpoints, ranges
 from headrace.ops.checkpoints import PartitionProgress, ReplayCheckpoint
-from headrace.streams.clients import KafkaConnection
-from headrace.streams.replay_io import (
-    REPLAY_ID,
-    REPLAY_ORIGIN_OFFSET,
-    AckTracker,
-    Copier,
-    RangeReader,
-    partition_count,
-    probe_ends,
-    scan_headers,
-)
+from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET, REPLAY_PREFIX
+from headrace.streams.clients import KafkaConnection, partition_count
+from headrace.streams.producing import BatchProducer, Deliveries, produce
+from headrace.streams.reading import RangeReader, probe_ends, scan_headers
 
 DEFAULT_BATCH = 10_000
 
@@ -50,7 +43,7 @@ class Sink(Protocol):
     """Where a replay's records go: ``write`` returns the rows written, ``flush`` waits for
     every acknowledgement, ``tracker`` knows the highest target offset acked per partition."""
 
-    tracker: AckTracker
+    tracker: Deliveries
 
     def write(self, msgs: list[Any]) -> int: ...
 
@@ -58,16 +51,34 @@ class Sink(Protocol):
 
 
 class CopySink:
+    """Produces consumed messages to the target (same partition number), same key, value and
+    headers, plus ``replay-id`` and ``replay-origin-offset``; the timestamp is the time of the
+    copy unless ``keep_timestamps`` (old timestamps can fall under the target's retention).
+    ``flush`` returns only when every record is acknowledged."""
+
     def __init__(self, conn: KafkaConnection, cp: ReplayCheckpoint) -> None:
-        self._copier = Copier(conn, cp.target, replay_id=cp.replay_id,
-                              keep_timestamps=cp.keep_timestamps)
-        self.tracker = self._copier.tracker
+        self.target = cp.target
+        self.keep_timestamps = cp.keep_timestamps
+        self._producer = BatchProducer(conn)
+        self.tracker = self._producer.deliveries
+        self._replay_id = [(REPLAY_ID, cp.replay_id.encode())]
 
     def write(self, msgs: list[Any]) -> int:
-        return self._copier.copy(msgs)
+        producer = self._producer.producer
+        target, keep, fixed = self.target, self.keep_timestamps, self._replay_id
+        for m in msgs:
+            hs = m.headers()
+            hs = [h for h in hs if not h[0].startswith(REPLAY_PREFIX)] if hs else []
+            hs += fixed
+            hs.append((REPLAY_ORIGIN_OFFSET, b"%d" % m.offset()))
+            ts_type, ts = m.timestamp()
+            produce(producer, target, m.value(), m.key(), hs, partition=m.partition(),
+                    timestamp_ms=ts if keep and ts_type else 0)
+        producer.poll(0)
+        return len(msgs)
 
     def flush(self, *, timeout_s: float) -> None:
-        self._copier.flush(timeout_s=timeout_s)
+        self._producer.flush(timeout_s)
 
 
 @dataclass

@@ -30,8 +30,8 @@ from headrace.streams.contracts import (
     TriggerKind,
     parse,
 )
-from headrace.streams.control_io import EventSink
 from headrace.streams.control_topics import ControlTopics
+from headrace.streams.producing import EventSink
 from headrace.trainers import jobs
 from headrace.trainers.admission import admit
 from headrace.trainers.executors.base import Executor, JobOutcome, JobSpec

@@ -20,9 +20,10 @@ from headrace.core.settings import Settings
 from headrace.ops.dashboard import Dashboard
 from headrace.store import versions
 from headrace.store.manifest import Manifest
-from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer, send_events
+from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.contracts import Framework, JobEvent, JobEventKind, Task
-from headrace.streams.dlq import DeadLetter, write_dead_letter
+from headrace.streams.dlq import DeadLetter
+from headrace.streams.producing import send_events, write_dead_letter
 from headrace.streams.topics import JOB_EVENTS, catalog, data_topic, dlq_topic
 
 MATRIX = [[40, 2, 1], [3, 35, 4], [0, 5, 50]]

@@ -16,9 +16,10 @@ import pytest
 
 from headrace.core.errors import ValidationFailed
 from headrace.ops import checkpoints, replaying
+from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET
 from headrace.ops.ranges import format_ms
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.replay_io import REPLAY_ID, REPLAY_ORIGIN_OFFSET, Record
+from headrace.streams.reading import Record
 from tests.ops.conftest import Written, read_all
 
 

@@ -16,11 +16,11 @@ from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.json_rows import decode_rows
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import ModelHolder, load_model
+from headrace.scorers.stream_io import RawBatch, StreamIO
 from headrace.scorers.worker import Worker
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
-from headrace.streams.scoring_io import RawBatch, StreamIO
 from headrace.streams.topics import catalog, dlq_topic, predictions_topic
 from tests.scorers.conftest import (
     FEATURES,

@@ -5,8 +5,9 @@ from pathlib import Path
 
 from headrace.core.settings import Settings
 from headrace.store.versions import set_alias
-from headrace.streams.clients import KafkaConnection, ensure_topics, send_events
+from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.contracts import ModelAction, ModelPublished
+from headrace.streams.producing import send_events
 from headrace.streams.topics import MODEL_EVENTS, catalog, predictions_topic
 from tests.scorers.conftest import (
     http_get,

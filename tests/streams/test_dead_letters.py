@@ -8,15 +8,9 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from headrace.core.errors import RecordRef, ValidationFailed
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
-from headrace.streams.clients import (
-    DeliveryTracker,
-    KafkaConnection,
-    flush_or_raise,
-    make_consumer,
-    make_producer,
-    produce,
-)
+from headrace.streams.clients import KafkaConnection, make_consumer, make_producer
 from headrace.streams.codecs import decode_json_batch, encode_json
+from headrace.streams.producing import Deliveries, flush, produce, write_dead_letter
 
 
 def _read_all(conn: KafkaConnection, topic: str, n: int) -> list:
@@ -38,18 +32,18 @@ def test_poison_record_lands_in_dlq_with_headers_and_the_partition_keeps_flowing
     p = make_producer(conn)
     values = [encode_json({"x": 1.0}), b"\xff\xfe not json", encode_json({"x": 2.0})]
     for v in values:
-        produce(p, src, v, key=b"k", headers=hdr.build({hdr.CONTENT_TYPE: hdr.JSON}))
+        produce(p, src, v, b"k", hdr.build({hdr.CONTENT_TYPE: hdr.JSON}))
     p.flush(10)
 
     msgs = _read_all(conn, src, 3)
     batch = decode_json_batch([m.value() for m in msgs])
-    tracker = DeliveryTracker()
+    tracker = Deliveries()
     for i, exc in batch.errors:
         m = msgs[i]
         ref = RecordRef(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
                         tuple(m.headers() or ()))
-        dlq.write_dead_letter(p, dead, dlq.DeadLetter.from_error(ref, exc), on_delivery=tracker)
-    flush_or_raise(p, tracker, timeout_s=10)
+        write_dead_letter(p, dead, dlq.DeadLetter.from_error(ref, exc), on_delivery=tracker)
+    flush(p, tracker, timeout_s=10)
 
     assert batch.table.column("x").to_pylist() == [1.0, 2.0]  # the good ones after it decode
     [letter] = _read_all(conn, dead, 1)

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from headrace.streams import dlq
-from headrace.streams.clients import KafkaConnection, make_producer, send_events
+from headrace.streams.clients import KafkaConnection, make_producer
 from headrace.streams.contracts import JobEvent, JobEventKind, ModelPublished, TrainRequested
-from headrace.streams.control_io import iter_records, read_events
 from headrace.streams.control_topics import ControlTopics
+from headrace.streams.producing import send_events
+from headrace.streams.reading import iter_records, read_events
 from headrace.trainers import jobs
 from tests.trainers.conftest import request, stop, wait_events
 
@@ -54,7 +55,7 @@ def test_one_job_per_key_bad_input_dead_lettered_or_failed_fast(
     assert st is not None and st.state == "failed" and st.attempts == 0
 
     letters = list(iter_records(conn, topics.train_requests_dlq, idle_s=1.0))
-    assert letters[0].record.value == b"{not json"
+    assert letters[0].value == b"{not json"
     assert len(letters) == 2
     h = letters[1]
     assert h.header(dlq.DLQ_TOPIC) == topics.train_requests
@@ -126,7 +127,7 @@ def test_a_schedule_fires_once_per_slot_across_restarts(
                                                "2030-01-01T10:02:00Z"]
     # The last slot is on the compacted schedules topic.
     last = list(iter_records(conn, topics.schedules, idle_s=1.0))
-    assert last and b"10:02:00" in (last[-1].record.value or b"")
+    assert last and b"10:02:00" in (last[-1].value or b"")
     assert datetime.now(UTC).year < 2030  # the fake clock, not the real one, drove it
 
 
