@@ -1,5 +1,6 @@
 """``headrace train | jobs | models | datasets | control | job``: thin shells over
-``headrace.trainers.api``, ``headrace.trainers.service`` and ``headrace.trainers.running``."""
+``headrace.trainers.api``, ``headrace.trainers.control.service`` and
+``headrace.trainers.running``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from rich.table import Table
 from headrace.cli import _context
 from headrace.core.errors import ConfigError, PermanentError
 from headrace.streams.contracts import JobEvent, JobEventKind
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import api
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.limits import RequestCaps
@@ -258,8 +259,8 @@ def control(
     topic_prefix: PrefixOpt = "",
 ) -> None:
     """Run the control plane and the local executor until SIGTERM / Ctrl-C."""
-    from headrace.trainers.service import run_control
-    from headrace.trainers.triggers import load_triggers
+    from headrace.trainers.control.service import run_control
+    from headrace.trainers.control.triggers import load_triggers
 
     limits: dict[str, int] = {}
     for part in concurrency.split(","):

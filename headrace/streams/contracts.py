@@ -23,17 +23,13 @@ from pydantic import (
 )
 
 from headrace.core.errors import ValidationFailed
-from headrace.core.naming import check_name
+
+# Re-exported: their home is headrace.core.types (the model store uses them too).
+from headrace.core.types import Framework as Framework
+from headrace.core.types import SafeName as SafeName
+from headrace.core.types import Task as Task
 
 MAX_EVENT_BYTES = 1_000_000
-def _safe_name(value: str) -> str:
-    try:
-        return check_name(value, what="name")
-    except ValidationFailed as exc:  # pydantic reports ValueErrors with the field's location
-        raise ValueError(str(exc)) from None
-
-
-SafeName = Annotated[str, AfterValidator(_safe_name)]
 _SCHEME_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
 OBJECT_STORE_SCHEMES = ("s3", "gs", "hdfs", "abfs")
 
@@ -81,16 +77,6 @@ class Contract(BaseModel):
 
     def to_bytes(self) -> bytes:
         return self.model_dump_json().encode()
-
-
-class Framework(StrEnum):
-    TENSORFLOW = "tensorflow"
-    MXNET = "mxnet"
-
-
-class Task(StrEnum):
-    CLASSIFIER = "classifier"
-    REGRESSOR = "regressor"
 
 
 class TriggerKind(StrEnum):

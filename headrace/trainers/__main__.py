@@ -15,7 +15,7 @@ import sys
 from headrace.core.errors import HeadraceError, RetriableError
 from headrace.core.settings import load_settings
 from headrace.streams.connection import connection_for
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
 from headrace.trainers.distributed.peers import GangMember
 from headrace.trainers.executors.base import ExitCode
 

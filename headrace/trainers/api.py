@@ -28,9 +28,9 @@ from headrace.streams.contracts import (
     TriggerKind,
     parse,
 )
-from headrace.streams.control_topics import ControlTopics
 from headrace.streams.producing import EventSink, send_events
 from headrace.streams.reading import iter_records
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs, promotion
 from headrace.trainers.admission import admit
 from headrace.trainers.distributed.plan import plan_of

@@ -19,7 +19,7 @@ import pytest
 
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import ModelSpec
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
 from headrace.trainers.executors.base import ExitCode, is_retriable
 from headrace.trainers.running import run_job

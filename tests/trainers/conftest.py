@@ -18,8 +18,8 @@ import pytest
 
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEvent, ModelSpec, TrainRequested
-from headrace.streams.control_topics import ControlTopics
 from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ModelSpec(epochs=2, hidden=(16,), batch_size=32, learning_rate=0.01)

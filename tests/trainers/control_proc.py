@@ -12,10 +12,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
+from headrace.trainers.control.service import run_control
+from headrace.trainers.control.triggers import load_triggers
 from headrace.trainers.limits import RequestCaps
-from headrace.trainers.service import run_control
-from headrace.trainers.triggers import load_triggers
 
 
 def main() -> None:

@@ -14,9 +14,9 @@ import pytest
 from headrace.streams import dlq
 from headrace.streams.clients import KafkaConnection, make_producer
 from headrace.streams.contracts import JobEvent, JobEventKind, ModelPublished, TrainRequested
-from headrace.streams.control_topics import ControlTopics
 from headrace.streams.producing import send_events
 from headrace.streams.reading import iter_records, read_events
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from tests.trainers.conftest import request, stop, wait_events
 
@@ -143,8 +143,8 @@ def _wait(cond: Callable[[], bool], timeout: float = 30.0) -> None:
 def test_an_event_rule_requests_training_every_n_records(
         conn: KafkaConnection, dfs: Path, topics: ControlTopics, tmp_path: Path) -> None:
     from headrace.trainers.control import ControlPlane
+    from headrace.trainers.control.triggers import load_triggers
     from headrace.trainers.executors.local import LocalExecutor
-    from headrace.trainers.triggers import load_triggers
 
     trig = tmp_path / "t.yaml"
     trig.write_text("rules:\n  - name: fresh\n    stream: demo\n    every: 100\n"

@@ -15,7 +15,7 @@ import pytest
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEventKind, ModelSpec
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.running import run_job

@@ -10,8 +10,8 @@ import pyarrow as pa
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEventKind, ModelPublished, ModelSpec
-from headrace.streams.control_topics import ControlTopics
 from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.evaluation import Evaluation
 from headrace.trainers.executors.base import ExitCode

@@ -33,8 +33,8 @@ from mode import Worker
 
 from headrace.core.errors import HeadraceError, PermanentError, RecordRef
 from headrace.streams.clients import KafkaConnection, ensure_topics
-from headrace.streams.control_topics import ControlTopics
 from headrace.streams.producing import EventSink
+from headrace.streams.topics import ControlTopics
 
 log = logging.getLogger(__name__)
 
