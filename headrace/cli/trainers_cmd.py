@@ -1,6 +1,6 @@
 """``headrace train | jobs | models | datasets | control | job``: thin shells over
 ``headrace.trainers.api``, ``headrace.trainers.control.service`` and
-``headrace.trainers.running``."""
+``headrace.trainers.job_process``."""
 
 from __future__ import annotations
 
@@ -289,7 +289,7 @@ def control(
 def job_run(ctx: typer.Context, job_id: str, topic_prefix: PrefixOpt = "") -> None:
     """Run one job from jobs/JOB_ID/request.json (resumes from its checkpoints)."""
     from headrace.streams.connection import connection_for
-    from headrace.trainers.running import run_job
+    from headrace.trainers.job_process import run_job
 
     try:
         s = _context.settings(ctx)

@@ -12,7 +12,7 @@ The loop, per slice of records:
 1. Read the next in-range records by assignment (``RangeReader``; no group, no commits).
 2. Wait for the rate limit, then produce them (copy) or score and produce predictions.
 3. Every ``checkpoint_every_s``: flush -- every record acknowledged -- and only then
-   write the checkpoint (see ``checkpoints``). Ctrl-C does the same before exiting.
+   write the checkpoint (see ``replay_checkpoints``). Ctrl-C does the same before exiting.
 4. On resume: scan the target from the checkpoint's ``scan_from`` for records with this
    replay id and skip past their origin offsets, so nothing is produced twice.
 """
@@ -20,18 +20,16 @@ The loop, per slice of records:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
 from headrace.core.errors import ValidationFailed
-from headrace.ops import checkpoints, ranges
-from headrace.ops.checkpoints import PartitionProgress, ReplayCheckpoint
+from headrace.ops import ranges
+from headrace.ops import replay_checkpoints as checkpoints
 from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET, REPLAY_PREFIX
+from headrace.ops.replay_checkpoints import PartitionProgress, ReplayCheckpoint
 from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.producing import BatchProducer, Deliveries, produce
 from headrace.streams.reading import RangeReader, probe_ends, scan_headers
@@ -208,14 +206,15 @@ def run(
     cp: ReplayCheckpoint,
     *,
     sink: Sink | None = None,
-    console: Console | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
     stop_after: int | None = None,
     checkpoint_every_s: float = 1.0,
     batch: int = DEFAULT_BATCH,
     flush_timeout_s: float = 60.0,
 ) -> ReplayResult:
     """Replay what ``cp`` has left; write the checkpoint as it goes. ``stop_after`` stops
-    (cleanly: flushed and checkpointed) after that many source records -- for tests."""
+    (cleanly: flushed and checkpointed) after that many source records -- for tests.
+    ``on_progress(done, total)`` is called after every slice (the CLI draws a bar from it)."""
     t0 = time.monotonic()
     resuming = checkpoints.checkpoint_path(root, cp.replay_id).exists()
     skipped = reconcile(conn, cp) if resuming else 0
@@ -230,7 +229,6 @@ def run(
     todo = {p: (pp.next, pp.end) for p, pp in parts.items() if pp.remaining}
     records_in = rows_out = 0
     total = sum(pp.end - pp.start for pp in parts.values())
-    progress = _progress(console, cp, total)
     try:
         with RangeReader(conn, cp.source, todo) as reader:
             last_cp = time.monotonic()
@@ -246,9 +244,8 @@ def run(
                     records_in += len(msgs)
                 for p, pos in positions.items():
                     parts[p].next = max(parts[p].next, min(pos, parts[p].end))
-                if progress is not None:
-                    done = sum(pp.next - pp.start for pp in parts.values())
-                    progress.update(progress.task_ids[0], completed=done)
+                if on_progress is not None:
+                    on_progress(sum(pp.next - pp.start for pp in parts.values()), total)
                 if stop_after is not None and records_in >= stop_after:
                     break
                 if time.monotonic() - last_cp >= checkpoint_every_s:
@@ -260,9 +257,6 @@ def run(
         _checkpoint(root, cp, sink, records_out=base_out + rows_out,
                     flush_timeout_s=flush_timeout_s)
         raise
-    finally:
-        if progress is not None:
-            progress.stop()
     completed = cp.remaining == 0
     if completed:
         cp.status = "completed"
@@ -287,19 +281,6 @@ def _checkpoint(root: Path, cp: ReplayCheckpoint, sink: Sink, *, records_out: in
             pp.scan_from = max(pp.scan_from, acked + 1)
     cp.records_out = records_out
     checkpoints.save(root, cp)  # ... then recorded
-
-
-def _progress(console: Console | None, cp: ReplayCheckpoint, total: int) -> Progress | None:
-    if console is None:
-        return None
-    progress = Progress(
-        TextColumn(f"[bold]{cp.replay_id}[/]"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.percentage:>3.0f}%"), TimeRemainingColumn(), console=console,
-        transient=False)
-    progress.add_task("replay", total=total,
-                      completed=sum(pp.next - pp.start for pp in cp.partitions))
-    progress.start()
-    return progress
 
 
 def make_sink(conn: KafkaConnection, root: Path, cp: ReplayCheckpoint) -> Sink:

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from headrace.core.errors import ValidationFailed
-from headrace.ops.checkpoints import ReplayCheckpoint
 from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET
+from headrace.ops.replay_checkpoints import ReplayCheckpoint
 from headrace.scorers.adapters import ModelFn, adapter_for
 from headrace.store import versions
 from headrace.streams import headers as hdr

@@ -23,7 +23,7 @@ from kubernetes import client as k
 
 from headrace.streams.topics import data_topic, scorer_group
 from headrace.topology.cluster import Deploy
-from headrace.topology.plan import Plan, ScorerGroup
+from headrace.topology.placement import Plan, ScorerGroup
 
 GPU = "nvidia.com/gpu"
 SCORER_SA = "headrace-scorer"

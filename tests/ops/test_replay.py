@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from headrace.core.errors import ValidationFailed
-from headrace.ops import checkpoints, replaying
+from headrace.ops import replay_checkpoints as checkpoints
+from headrace.ops import replaying
 from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET
 from headrace.ops.ranges import format_ms
 from headrace.streams.clients import KafkaConnection

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from headrace.core.settings import Settings
-from headrace.scorers.running import Scorer
+from headrace.scorers.serving import Scorer
 from headrace.scorers.settings import load_scorer_settings
 from headrace.store.manifest import Manifest
 from headrace.store.versions import ModelVersion, publish, set_alias

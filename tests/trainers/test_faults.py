@@ -18,7 +18,7 @@ from headrace.streams.contracts import JobEventKind, ModelSpec
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
 from headrace.trainers.executors.base import ExitCode
-from headrace.trainers.running import run_job
+from headrace.trainers.job_process import run_job
 from tests.trainers.conftest import REPO, TINY, job_env, request, wait_events
 
 
@@ -90,7 +90,7 @@ def test_a_process_exiting_hard_mid_publish_leaves_no_partial_version(
     script = textwrap.dedent(f"""
         import os
         from pathlib import Path
-        from headrace.trainers.running import run_job
+        from headrace.trainers.job_process import run_job
         def hook(at):
             if at == {step!r}:
                 os._exit(137)

@@ -16,7 +16,7 @@ from headrace.trainers import jobs
 from headrace.trainers.evaluation import Evaluation
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.gate import Gate, check, load_gates
-from headrace.trainers.running import run_job
+from headrace.trainers.job_process import run_job
 from tests.trainers.conftest import request, wait_events
 
 GOOD = ModelSpec(epochs=3, hidden=(16,), batch_size=32, learning_rate=0.01)

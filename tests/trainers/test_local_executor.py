@@ -25,7 +25,7 @@ from headrace.trainers.executors.base import (
     is_retriable,
 )
 from headrace.trainers.executors.local import LocalExecutor
-from headrace.trainers.running import LOCK
+from headrace.trainers.job_process import LOCK
 from tests.trainers.conftest import TINY, request
 
 

@@ -20,7 +20,7 @@ from headrace.trainers import jobs
 from headrace.trainers.backends import get_backend
 from headrace.trainers.datasets import load_dataset, make_demo, split
 from headrace.trainers.executors.base import ExitCode
-from headrace.trainers.running import run_job
+from headrace.trainers.job_process import run_job
 from tests.trainers.conftest import TINY, request, wait_events
 
 

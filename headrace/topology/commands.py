@@ -15,7 +15,7 @@ import yaml
 from headrace.core.errors import ConfigError, RetriableError
 from headrace.topology.cluster import ClusterSpec, load_cluster
 from headrace.topology.objects import ScorerOptions, executor_rbac, scorer_objects
-from headrace.topology.plan import Plan, load_plan, moved_partitions
+from headrace.topology.placement import Plan, load_plan, moved_partitions
 from headrace.topology.planning import plan_placement
 from headrace.topology.validation import validate_all
 from headrace.topology.values import chart_values
