@@ -1,28 +1,14 @@
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
-
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from headrace.core.errors import RecordRef, ValidationFailed
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
-from headrace.streams.clients import KafkaConnection, make_consumer, make_producer
+from headrace.streams.clients import KafkaConnection, make_producer
 from headrace.streams.codecs import decode_json_batch, encode_json
 from headrace.streams.producing import Deliveries, flush, produce, write_dead_letter
-
-
-def _read_all(conn: KafkaConnection, topic: str, n: int) -> list:
-    c = make_consumer(conn, f"g-{uuid.uuid4().hex[:8]}")
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    out: list = []
-    for _ in range(100):
-        out += [m for m in c.consume(100, timeout=0.2) if not m.error()]
-        if len(out) >= n:
-            break
-    c.close()
-    return out
+from tests.fixtures import read_topic
 
 
 def test_poison_record_lands_in_dlq_with_headers_and_the_partition_keeps_flowing(
@@ -35,7 +21,7 @@ def test_poison_record_lands_in_dlq_with_headers_and_the_partition_keeps_flowing
         produce(p, src, v, b"k", hdr.build({hdr.CONTENT_TYPE: hdr.JSON}))
     p.flush(10)
 
-    msgs = _read_all(conn, src, 3)
+    msgs = read_topic(conn, src, expect=3)
     batch = decode_json_batch([m.value() for m in msgs])
     tracker = Deliveries()
     for i, exc in batch.errors:
@@ -46,7 +32,7 @@ def test_poison_record_lands_in_dlq_with_headers_and_the_partition_keeps_flowing
     flush(p, tracker, timeout_s=10)
 
     assert batch.table.column("x").to_pylist() == [1.0, 2.0]  # the good ones after it decode
-    [letter] = _read_all(conn, dead, 1)
+    [letter] = read_topic(conn, dead, expect=1)
     h = hdr.to_dict(letter.headers())
     assert letter.value() == values[1] and letter.key() == b"k"
     assert h[dlq.DLQ_TOPIC] == src
