@@ -171,9 +171,7 @@ def train(tour: Tour, settings: Settings, framework: Framework, dataset_uri: str
             if time.monotonic() > deadline:
                 raise FatalError(f"no {framework.value} model published within "
                                  f"{TRAIN_TIMEOUT_S:.0f}s")
-            dead = tour.stack.dead()
-            if dead:
-                raise FatalError(f"{dead[0].name} {dead[0].status()}: {dead[0].last_log_line()}")
+            _check_alive(tour.stack)
             for rec in jobs.poll(0.5):
                 if rec.topic == MODEL_EVENTS:
                     try:
@@ -272,9 +270,7 @@ def stream_and_watch(tour: Tour, rows: pa.Table, *, expect_version: int) -> None
             if time.monotonic() > deadline:
                 raise FatalError(f"predictions from version {expect_version} did not arrive "
                                  f"within {SCORE_TIMEOUT_S:.0f}s ({got_new} seen)")
-            dead = tour.stack.dead()
-            if dead:
-                raise FatalError(f"{dead[0].name} {dead[0].status()}: {dead[0].last_log_line()}")
+            _check_alive(tour.stack)
         tour.score_seconds += time.monotonic() - t0
         tour.say(f"  {got_new} predictions by {MODEL}:{expect_version}")
     finally:
@@ -311,3 +307,10 @@ def summary(tour: Tour, elapsed_s: float) -> None:
     if preds + dead < tour.records_in:
         raise FatalError(f"{tour.records_in - preds - dead} records have neither a prediction "
                          "nor a dead letter")
+
+
+def _check_alive(stack: Stack) -> None:
+    """``FatalError`` naming the first component of the stack that died, with its last line."""
+    dead = stack.dead()
+    if dead:
+        raise FatalError(f"{dead[0].name} {dead[0].status()}: {dead[0].last_log_line()}")

@@ -297,12 +297,9 @@ def _exit_code(ex: KubernetesExecutor, spec: TrainingJobSpec) -> int | None:
     return max(codes)[1] if codes else None
 
 
-def from_kube_config(
-    *, config: KubernetesExecutorConfig, on_event: OnEvent | Callable[..., None],
-    context: str | None = None,
-) -> KubernetesExecutor:
-    """In-cluster config when running in a pod, else the kubeconfig; ``ConfigError`` if none."""
-    from kubernetes import client
+def load_kube_config(*, context: str | None = None) -> None:
+    """Load the in-cluster config when running in a pod, else the kubeconfig (``context``);
+    ``ConfigError`` (one line) if there is neither."""
     from kubernetes import config as kube_config
 
     try:
@@ -310,8 +307,18 @@ def from_kube_config(
     except kube_config.ConfigException:
         try:
             kube_config.load_kube_config(context=context)
-        except (kube_config.ConfigException, FileNotFoundError, OSError) as exc:
+        except (kube_config.ConfigException, OSError, TypeError) as exc:
             raise ConfigError(f"no Kubernetes configuration: {_one_line(exc)}") from None
+
+
+def from_kube_config(
+    *, config: KubernetesExecutorConfig, on_event: OnEvent | Callable[..., None],
+    context: str | None = None,
+) -> KubernetesExecutor:
+    """In-cluster config when running in a pod, else the kubeconfig; ``ConfigError`` if none."""
+    from kubernetes import client
+
+    load_kube_config(context=context)
     return KubernetesExecutor(
         config=config, batch_api=client.BatchV1Api(), core_api=client.CoreV1Api(),
         custom_api=client.CustomObjectsApi(), on_event=on_event,
@@ -323,4 +330,5 @@ __all__ = [
     "KubernetesExecutorConfig",
     "from_kube_config",
     "job_spec_for",
+    "load_kube_config",
 ]
