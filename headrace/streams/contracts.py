@@ -25,6 +25,9 @@ from pydantic import (
 from headrace.core.errors import ValidationFailed
 
 # Re-exported: their home is headrace.core.types (the model store uses them too).
+from headrace.core.types import CODE_REF_PATTERN as CODE_REF_PATTERN
+from headrace.core.types import ENTRYPOINT_PATTERN as ENTRYPOINT_PATTERN
+from headrace.core.types import CodeRef as CodeRef
 from headrace.core.types import Framework as Framework
 from headrace.core.types import SafeName as SafeName
 from headrace.core.types import Task as Task
@@ -83,29 +86,6 @@ class TriggerKind(StrEnum):
     MANUAL = "manual"
     SCHEDULE = "schedule"
     EVENT = "event"
-
-
-CODE_REF_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}@[0-9a-f]{12,64}$"
-ENTRYPOINT_PATTERN = (r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,15}"
-                      r":[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class CodeRef(BaseModel):
-    """A model package registered with ``headrace code push``: ``NAME@<hex>`` (12 to 64 hex
-    of its sha256) and the ``module:function`` that builds the model. Never the code itself."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    code: str = Field(pattern=CODE_REF_PATTERN, max_length=128)
-    entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN, max_length=256)
-
-    @property
-    def name(self) -> str:
-        return self.code.split("@", 1)[0]
-
-    @property
-    def digest_prefix(self) -> str:
-        return self.code.split("@", 1)[1]
 
 
 def _model_kind(value: Any) -> str:
