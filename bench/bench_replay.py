@@ -28,7 +28,8 @@ from pathlib import Path
 from headrace.ops import replaying
 from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
-from headrace.streams.replay_io import AckTracker, RangeReader, flush_tracked, probe_ends
+from headrace.streams.producing import BatchProducer, produce
+from headrace.streams.reading import RangeReader, probe_ends
 from headrace.streams.topics import TopicSpec
 
 
@@ -49,23 +50,18 @@ def fill(conn: KafkaConnection, topic: str, records: int, partitions: int) -> No
 
 def pass_through(conn: KafkaConnection, source: str, target: str, partitions: int) -> float:
     bounds = probe_ends(conn, source, range(partitions))
-    producer = make_producer(conn)
-    tracker = AckTracker()
+    sink = BatchProducer(conn)
+    producer = sink.producer
     n = 0
     t0 = time.perf_counter()
     with RangeReader(conn, source, bounds, purpose="bench") as reader:
         while not reader.done:
             for m in reader.poll(10_000, 0.5):
-                while True:
-                    try:
-                        producer.produce(target, m.value(), key=m.key(), headers=m.headers(),
-                                         partition=m.partition(), on_delivery=tracker)
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+                produce(producer, target, m.value(), m.key(), m.headers(),
+                        partition=m.partition())
                 n += 1
             producer.poll(0)
-    flush_tracked(producer, tracker, timeout_s=120)
+    sink.flush(120)
     return n / (time.perf_counter() - t0)
 
 

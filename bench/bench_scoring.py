@@ -7,7 +7,7 @@ Contenders, side by side in one run, each in its own subprocess (peak RSS is its
   b  passthrough   consume + produce the same bytes in batches; no decode, no model; the
                    scorer's client path (positional headers, collector settings, acks
                    awaited after the next batch is consumed)
-  c  headrace-json the real scorer (headrace.scorers.running.Scorer), JSON one row a message,
+  c  headrace-json the real scorer (headrace.scorers.serving.Scorer), JSON one row a message,
                    with its default decode helper process (its RSS is added to the scorer's)
   d  headrace-arrow the real scorer, Arrow IPC batches of ARROW_ROWS rows a message
   e  model-alone   the compiled model on in-memory batches (no Kafka)
@@ -223,7 +223,7 @@ def contender_kafka_ml(a: argparse.Namespace) -> dict[str, Any]:
 
 def _profile(a: argparse.Namespace) -> dict[str, Any]:
     """The producer profile shared by pass-through and Headrace (see --idempotent)."""
-    from headrace.streams.scoring_io import NON_IDEMPOTENT
+    from headrace.scorers.stream_io import NON_IDEMPOTENT
 
     return {} if a.idempotent else dict(NON_IDEMPOTENT)
 
@@ -281,7 +281,7 @@ def contender_passthrough(a: argparse.Namespace) -> dict[str, Any]:
 
 def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
     from headrace.core.settings import load_settings
-    from headrace.scorers.running import Scorer
+    from headrace.scorers.serving import Scorer
     from headrace.scorers.settings import load_scorer_settings
 
     settings = load_settings(bootstrap=a.bootstrap, dfs_root=a.dfs, streams=[a.stream],
@@ -340,7 +340,7 @@ def contender_pipeline(a: argparse.Namespace) -> dict[str, Any]:
     from headrace.scorers.models import load_model
     from headrace.scorers.worker import Worker
     from headrace.streams import headers as hdr
-    from headrace.streams.scoring_io import RawBatch
+    from headrace.streams.consuming import RawBatch
 
     model = load_model(root=Path(a.dfs), name=MODEL, alias="production", device="cpu",
                        max_batch=8192)

@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from headrace.topology.cluster import ClusterSpec, parse_cluster
-from headrace.topology.plan import Plan, moved_partitions
+from headrace.topology.placement import Plan, moved_partitions
 from headrace.topology.planning import plan_placement
 
 

@@ -21,10 +21,11 @@ import uuid
 from pathlib import Path
 
 from headrace.streams.broker import EmbeddedBroker
-from headrace.streams.clients import KafkaConnection, ensure_topics, send_events
+from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.contracts import JobEvent, ModelPublished, ModelSpec, TrainRequested
-from headrace.streams.control_io import read_events
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.producing import send_events
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
 from headrace.trainers.datasets import load_dataset, make_demo, split
 
 REPO = Path(__file__).resolve().parents[1]

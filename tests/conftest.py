@@ -12,8 +12,7 @@ import pytest
 from headrace.core.settings import Settings, load_settings
 from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection, ensure_topics
-from headrace.streams.control_topics import ControlTopics
-from headrace.streams.topics import TopicSpec
+from headrace.streams.topics import ControlTopics, TopicSpec
 from headrace.trainers.datasets import make_demo
 
 

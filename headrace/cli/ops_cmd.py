@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from headrace.cli import _context
@@ -75,9 +76,16 @@ def replay(
     if dry_run:
         out.print("dry run: nothing written")
         return
-    console = err if progress and err.is_terminal else None
+    bar = _progress_bar(cp.replay_id) if progress and err.is_terminal else None
     try:
-        result = replaying.run(conn, settings.dfs_root, cp, console=console)
+        if bar is None:
+            result = replaying.run(conn, settings.dfs_root, cp)
+        else:
+            with bar:
+                task = bar.add_task("replay", total=None)
+                result = replaying.run(
+                    conn, settings.dfs_root, cp,
+                    on_progress=lambda done, total: bar.update(task, completed=done, total=total))
     except KeyboardInterrupt:
         err.print(f"stopped; resume with: headrace replay {cp.source} --resume {cp.replay_id}")
         raise typer.Exit(130) from None
@@ -86,6 +94,13 @@ def replay(
     out.print(f"replay {result.replay_id}: {result.records_in} records in, {result.rows_out} "
               f"rows out to {cp.target} in {result.elapsed_s:.1f}s "
               f"({result.rows_per_s:,.0f} rows/s){skipped}; checkpoint {result.checkpoint}")
+
+
+def _progress_bar(replay_id: str) -> Progress:
+    return Progress(
+        TextColumn(f"[bold]{replay_id}[/]"), BarColumn(), MofNCompleteColumn(),
+        TextColumn("{task.percentage:>3.0f}%"), TimeRemainingColumn(), console=err,
+        transient=False)
 
 
 dlq_app = typer.Typer(help="Dead letters of a stream: list, show, redrive.", no_args_is_help=True)
@@ -209,7 +224,7 @@ def up(
     where = _context.service(ctx, "up", own_broker=True)
     for line in where.lines():
         out.print(line)
-    raise typer.Exit(run_up(settings=where.settings, dashboard_port=dashboard_port, console=out))
+    raise typer.Exit(run_up(settings=where.settings, dashboard_port=dashboard_port, say=out.print))
 
 
 def demo(
@@ -225,7 +240,7 @@ def demo(
     for line in where.lines():
         out.print(line)
     raise typer.Exit(run_demo(settings=where.settings, records=records, epochs=epochs,
-                              console=out, keep_dfs=where.dfs_named))
+                              say=out.print, keep_dfs=where.dfs_named))
 
 
 def register(app: typer.Typer) -> None:

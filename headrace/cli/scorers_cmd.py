@@ -1,4 +1,4 @@
-"""`headrace score STREAM`: a thin shell over headrace.scorers.running."""
+"""`headrace score STREAM`: a thin shell over headrace.scorers.serving."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import typer
 
 from headrace.cli import _context
 from headrace.core.settings import Settings
-from headrace.scorers.running import install_signal_handlers, run
+from headrace.scorers.serving import install_signal_handlers, run
 from headrace.scorers.settings import ScorerSettings, load_scorer_settings
 from headrace.streams.clients import KafkaConnection
 

@@ -1,4 +1,4 @@
-"""``headrace topology plan|explain|apply``: a thin shell over ``headrace.topology.running``."""
+"""``headrace topology plan|explain|apply``: a thin shell over ``headrace.topology.commands``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from headrace.topology import running
-from headrace.topology.explaining import explain_lines, plan_table
-from headrace.topology.plan import Plan
+from headrace.cli.topology_views import explain_lines, plan_table
+from headrace.topology import commands
+from headrace.topology.placement import Plan
 
 app = typer.Typer(
     name="topology",
@@ -36,11 +36,11 @@ def plan_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Plan scorer groups for a cluster and print them as a table."""
-    result = running.run_plan(cluster_path=cluster, previous_path=previous,
+    result = commands.run_plan(cluster_path=cluster, previous_path=previous,
                               values_out=values_out, manifests_dir=manifests, plan_out=plan_out)
     stats = result.plan.stats
     if as_json:
-        typer.echo(running.plan_json(result))
+        typer.echo(commands.plan_json(result))
         _fail_if_nothing_placed(result.plan)
         return
     console = Console()
@@ -72,7 +72,7 @@ def _fail_if_nothing_placed(plan: Plan) -> None:
 @app.command("explain")
 def explain_cmd(cluster: ClusterOpt, previous: PreviousOpt = None) -> None:
     """Say why each decision that is not rack-local was made."""
-    for line in explain_lines(running.run_explain(cluster_path=cluster, previous_path=previous)):
+    for line in explain_lines(commands.run_explain(cluster_path=cluster, previous_path=previous)):
         typer.echo(line)
 
 
@@ -85,7 +85,7 @@ def apply_cmd(
     previous: PreviousOpt = None,
 ) -> None:
     """Create or patch the plan's objects in the current Kubernetes context."""
-    _, lines = running.run_apply(cluster_path=cluster, namespace=namespace, dry_run=dry_run,
+    _, lines = commands.run_apply(cluster_path=cluster, namespace=namespace, dry_run=dry_run,
                                  previous_path=previous)
     for line in lines:
         typer.echo(line.rstrip("\n"))

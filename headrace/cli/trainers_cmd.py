@@ -1,5 +1,6 @@
 """``headrace train | jobs | models | datasets | control | job``: thin shells over
-``headrace.trainers.api``, ``headrace.trainers.service`` and ``headrace.trainers.running``."""
+``headrace.trainers.api``, ``headrace.trainers.control.service`` and
+``headrace.trainers.job_process``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from rich.table import Table
 from headrace.cli import _context
 from headrace.core.errors import ConfigError, PermanentError
 from headrace.streams.contracts import JobEvent, JobEventKind
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import api
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.limits import RequestCaps
@@ -261,9 +262,9 @@ def control(
 ) -> None:
     """Run the control plane until SIGTERM / Ctrl-C. Jobs run as local subprocesses, or as
     Kubernetes Jobs with HEADRACE_EXECUTOR=kubernetes (then never in this process)."""
-    from headrace.trainers.control_settings import load_control_settings
-    from headrace.trainers.service import prepare_executor, run_control
-    from headrace.trainers.triggers import load_triggers
+    from headrace.trainers.control.service import prepare_executor, run_control
+    from headrace.trainers.control.settings import load_control_settings
+    from headrace.trainers.control.triggers import load_triggers
 
     limits: dict[str, int] = {}
     for part in concurrency.split(","):
@@ -315,8 +316,8 @@ def schedule_fire(
     """Publish the schedule's TrainRequested for its current slot (what its CronJob runs).
     The idempotency key is schedule:NAME:SLOT, the one the control plane's own scheduler uses,
     so firing twice, or both firing, runs one job."""
-    from headrace.trainers.control_settings import load_control_settings
-    from headrace.trainers.triggers import load_triggers
+    from headrace.trainers.control.settings import load_control_settings
+    from headrace.trainers.control.triggers import load_triggers
 
     path = load_control_settings(triggers=triggers).triggers
     if path is None:
@@ -334,7 +335,7 @@ def schedule_fire(
 def job_run(ctx: typer.Context, job_id: str, topic_prefix: PrefixOpt = "") -> None:
     """Run one job from jobs/JOB_ID/request.json (resumes from its checkpoints)."""
     from headrace.streams.connection import connection_for
-    from headrace.trainers.running import run_job
+    from headrace.trainers.job_process import run_job
 
     try:
         s = _context.settings(ctx)

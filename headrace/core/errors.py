@@ -28,6 +28,14 @@ class RecordRef:
     headers: tuple[tuple[str, bytes], ...] = ()
     timestamp_ms: int | None = None
 
+    def header(self, name: str) -> str | None:
+        """The last value of header ``name``, decoded leniently; None when absent."""
+        value = None
+        for k, v in self.headers:
+            if k == name:
+                value = v.decode("utf-8", "replace")
+        return value
+
 
 class HeadraceError(Exception):
     """Root of every error Headrace raises on purpose."""

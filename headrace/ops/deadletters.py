@@ -40,21 +40,11 @@ from typing import Any
 
 from headrace.core.errors import ValidationFailed
 from headrace.core.naming import confined
+from headrace.ops.provenance import REDRIVE_DLQ_OFFSET, REDRIVE_ID
 from headrace.streams import dlq as dlqh
-from headrace.streams.clients import KafkaConnection
-from headrace.streams.replay_io import (
-    REDRIVE_DLQ_OFFSET,
-    REDRIVE_ID,
-    AckTracker,
-    Record,
-    flush_tracked,
-    new_producer,
-    partition_count,
-    probe_ends,
-    produce_raw,
-    read_range,
-    scan_headers,
-)
+from headrace.streams.clients import KafkaConnection, partition_count
+from headrace.streams.producing import BatchProducer
+from headrace.streams.reading import Record, probe_ends, read_range, scan_headers
 from headrace.streams.topics import dlq_topic
 
 PREVIEW_BYTES = 512
@@ -393,17 +383,16 @@ def _send(conn: KafkaConnection, ledger: Ledger, rid: str, items: Sequence[Redri
                 "scan_from": ends[it.target], "error_class": lt.error_class, "at": now}
 
     ledger.append([entry(lt, it, "claimed") for it in items for lt in it.letters])
-    producer = new_producer(conn)
-    tracker = AckTracker()
+    producer = BatchProducer(conn)
     for it in items:
         first = it.letters[0]
         headers = [(k, v) for k, v in first.record.headers if not k.startswith("dlq.")
                    and k not in (REDRIVE_ID, REDRIVE_DLQ_OFFSET)]
         headers.append((REDRIVE_ID, rid.encode()))
         headers.append((REDRIVE_DLQ_OFFSET, ",".join(lt.ref for lt in it.letters).encode()))
-        produce_raw(producer, it.target, first.record.value, key=first.record.key,
-                    headers=headers, partition=it.partition, on_delivery=tracker)
-    flush_tracked(producer, tracker, timeout_s=timeout_s)
+        producer.produce(it.target, first.record.value, first.record.key, headers,
+                         partition=-1 if it.partition is None else it.partition)
+    producer.flush(timeout_s)
     now = datetime.now(UTC).isoformat()
     ledger.append([{**entry(lt, it, "done"), "at": now} for it in items for lt in it.letters])
 

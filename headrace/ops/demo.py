@@ -20,18 +20,18 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from rich.console import Console
 
 from headrace.core.errors import FatalError, HeadraceError, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.ops.stack import CLI, Stack, wait_until
 from headrace.store import versions
-from headrace.streams.clients import KafkaConnection, send_events
+from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.contracts import (
     Framework,
     JobEvent,
@@ -43,7 +43,8 @@ from headrace.streams.contracts import (
     Trigger,
     parse,
 )
-from headrace.streams.replay_io import Follower, partition_count, probe_ends
+from headrace.streams.producing import send_events
+from headrace.streams.reading import Follower, probe_ends
 from headrace.streams.sending import send_table
 from headrace.streams.topics import (
     JOB_EVENTS,
@@ -64,7 +65,7 @@ SCORE_TIMEOUT_S = 90.0
 class Tour:
     conn: KafkaConnection
     stack: Stack
-    console: Console
+    say: Callable[[str], None]  # a line of progress, for the CLI to render
     records_in: int = 0
     predictions: Counter[int] = field(default_factory=Counter)  # model version -> count
     # Prediction messages already counted: on Tansu, "the end" of a topic is the last record
@@ -75,7 +76,7 @@ class Tour:
     stage: str = "start"
 
 
-def run_demo(*, settings: Settings, records: int, epochs: int, console: Console,
+def run_demo(*, settings: Settings, records: int, epochs: int, say: Callable[[str], None],
              keep_dfs: bool) -> int:
     tmp = None
     if not keep_dfs:
@@ -87,28 +88,28 @@ def run_demo(*, settings: Settings, records: int, epochs: int, console: Console,
     tour: Tour | None = None
     t0 = time.monotonic()
     try:
-        console.print("[bold]1/6[/] starting the broker and the control plane")
+        say("1/6 starting the broker and the control plane")
         conn = stack.start_broker()
         kind = "embedded broker, memory only" if stack.broker else "the named Kafka"
-        console.print(f"  broker {conn.bootstrap} ({kind}); DFS {settings.dfs_root}")
-        tour = Tour(conn, stack, console)
+        say(f"  broker {conn.bootstrap} ({kind}); DFS {settings.dfs_root}")
+        tour = Tour(conn, stack, say)
         stack.start_control()
         tour.stage = "make the demo dataset"
-        console.print("[bold]2/6[/] making the demo dataset")
+        say("2/6 making the demo dataset")
         dataset_uri, table = make_dataset(settings, stack)
-        console.print(f"  {dataset_uri}: {table.num_rows} rows, columns {table.column_names}")
+        say(f"  {dataset_uri}: {table.num_rows} rows, columns {table.column_names}")
         tour.stage = "train TensorFlow"
-        console.print("[bold]3/6[/] training with TensorFlow; waiting for the gate and the publish")
+        say("3/6 training with TensorFlow; waiting for the gate and the publish")
         train(tour, settings, Framework.TENSORFLOW, dataset_uri, epochs)
         tour.stage = "score live"
-        console.print(f"[bold]4/6[/] starting a scorer for stream {STREAM}; streaming records")
+        say(f"4/6 starting a scorer for stream {STREAM}; streaming records")
         stack.start_scorer(STREAM)
         features = features_of(settings)
         rows = sample_rows(table, features, records)
         half = rows.num_rows // 2
         stream_and_watch(tour, rows.slice(0, half), expect_version=tour.versions["tensorflow"])
         tour.stage = "train MXNet and swap"
-        console.print("[bold]5/6[/] training with MXNet; the scorer swaps when it is published")
+        say("5/6 training with MXNet; the scorer swaps when it is published")
         train(tour, settings, Framework.MXNET, dataset_uri, epochs)
         stream_and_watch(tour, rows.slice(half), expect_version=tour.versions["mxnet"])
         tour.stage = "summary"
@@ -116,10 +117,10 @@ def run_demo(*, settings: Settings, records: int, epochs: int, console: Console,
         return 0
     except (HeadraceError, OSError) as exc:
         stage = tour.stage if tour else "start the broker"
-        console.print(f"[red]demo failed[/] at stage '{stage}': {exc}")
+        say(f"demo failed at stage '{stage}': {exc}")
         for c in stack.components:
             if c.last_log_line():
-                console.print(f"  {c.name}: {c.last_log_line()}  (log {c.log_path})")
+                say(f"  {c.name}: {c.last_log_line()}  (log {c.log_path})")
         return 1
     finally:
         stack.stop()
@@ -170,9 +171,7 @@ def train(tour: Tour, settings: Settings, framework: Framework, dataset_uri: str
             if time.monotonic() > deadline:
                 raise FatalError(f"no {framework.value} model published within "
                                  f"{TRAIN_TIMEOUT_S:.0f}s")
-            dead = tour.stack.dead()
-            if dead:
-                raise FatalError(f"{dead[0].name} {dead[0].status()}: {dead[0].last_log_line()}")
+            _check_alive(tour.stack)
             for rec in jobs.poll(0.5):
                 if rec.topic == MODEL_EVENTS:
                     try:
@@ -194,7 +193,7 @@ def train(tour: Tour, settings: Settings, framework: Framework, dataset_uri: str
                 shown = (JobEventKind.PROGRESS, JobEventKind.SUCCEEDED, JobEventKind.STARTED)
                 if je.kind in shown and time.monotonic() - last_line > 1.0:
                     metrics = " ".join(f"{k}={v:.3f}" for k, v in list(je.metrics.items())[:3])
-                    tour.console.print(f"  job {je.job_id}: {je.kind.value}"
+                    tour.say(f"  job {je.job_id}: {je.kind.value}"
                                        + (f" epoch {je.epoch}" if je.epoch is not None else "")
                                        + (f" {metrics}" if metrics else ""))
                     last_line = time.monotonic()
@@ -205,7 +204,7 @@ def train(tour: Tour, settings: Settings, framework: Framework, dataset_uri: str
                what=f"production alias of {MODEL} to move to {published.version}")
     tour.versions[framework.value] = published.version
     acc = published.metrics.get("accuracy")
-    tour.console.print(f"  published {MODEL}:{published.version} ({framework.value})"
+    tour.say(f"  published {MODEL}:{published.version} ({framework.value})"
                        + (f", accuracy {acc:.3f}" if acc is not None else "")
                        + " -> production")
 
@@ -261,7 +260,7 @@ def stream_and_watch(tour: Tour, rows: pa.Table, *, expect_version: int) -> None
                 if p.model_version == expect_version:
                     got_new += 1
                 if time.monotonic() - last_print > 0.5:
-                    tour.console.print(
+                    tour.say(
                         f"  prediction {p.source_topic}[{p.source_partition}]@{p.source_offset}"
                         f" -> {p.label!s:<12} by {p.model_name}:{p.model_version}"
                         f"   ({sum(tour.predictions.values())} so far)")
@@ -271,11 +270,9 @@ def stream_and_watch(tour: Tour, rows: pa.Table, *, expect_version: int) -> None
             if time.monotonic() > deadline:
                 raise FatalError(f"predictions from version {expect_version} did not arrive "
                                  f"within {SCORE_TIMEOUT_S:.0f}s ({got_new} seen)")
-            dead = tour.stack.dead()
-            if dead:
-                raise FatalError(f"{dead[0].name} {dead[0].status()}: {dead[0].last_log_line()}")
+            _check_alive(tour.stack)
         tour.score_seconds += time.monotonic() - t0
-        tour.console.print(f"  {got_new} predictions by {MODEL}:{expect_version}")
+        tour.say(f"  {got_new} predictions by {MODEL}:{expect_version}")
     finally:
         watcher.close()
 
@@ -295,18 +292,25 @@ def _count(conn: KafkaConnection, topic: str) -> int:
 def summary(tour: Tour, elapsed_s: float) -> None:
     preds = _count(tour.conn, predictions_topic(STREAM))
     dead = _count(tour.conn, dlq_topic(STREAM))
-    c = tour.console
-    c.print("[bold]6/6[/] summary")
-    c.print(f"  records in        {tour.records_in}")
-    c.print(f"  predictions out   {preds}")
-    c.print(f"  dead letters      {dead}")
-    c.print("  model versions    " + ", ".join(
+    c = tour.say
+    c("6/6 summary")
+    c(f"  records in        {tour.records_in}")
+    c(f"  predictions out   {preds}")
+    c(f"  dead letters      {dead}")
+    c("  model versions    " + ", ".join(
         f"{MODEL}:{v} ({fw})" for fw, v in tour.versions.items()))
-    c.print("  predictions by    " + ", ".join(
+    c("  predictions by    " + ", ".join(
         f"v{v}: {n}" for v, n in sorted(tour.predictions.items())))
     rate = tour.records_in / tour.score_seconds if tour.score_seconds else 0.0
-    c.print(f"  throughput        {rate:,.0f} records/s end to end (incl. waiting for the swap)")
-    c.print(f"  total time        {elapsed_s:.0f}s")
+    c(f"  throughput        {rate:,.0f} records/s end to end (incl. waiting for the swap)")
+    c(f"  total time        {elapsed_s:.0f}s")
     if preds + dead < tour.records_in:
         raise FatalError(f"{tour.records_in - preds - dead} records have neither a prediction "
                          "nor a dead letter")
+
+
+def _check_alive(stack: Stack) -> None:
+    """``FatalError`` naming the first component of the stack that died, with its last line."""
+    dead = stack.dead()
+    if dead:
+        raise FatalError(f"{dead[0].name} {dead[0].status()}: {dead[0].last_log_line()}")

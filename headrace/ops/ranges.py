@@ -1,7 +1,7 @@
 """Which offsets a replay moves: per-partition ``[start, end)`` from offsets or timestamps.
 
 Every bound is checked against the topic as it is *now*, with an end that is verified by
-reading (``replay_io.probe_ends``), never the high watermark alone. The end is captured once,
+reading (``reading.probe_ends``), never the high watermark alone. The end is captured once,
 before anything is produced, so a replay into its own topic never chases its own copies.
 
 Offsets: ``--from-offset`` is inclusive, ``--to-offset`` exclusive. Timestamps: ``[from, to)``,
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from headrace.core.errors import ValidationFailed
-from headrace.streams.clients import KafkaConnection
-from headrace.streams.replay_io import first_offsets_at, partition_count, probe_ends
+from headrace.streams.clients import KafkaConnection, partition_count
+from headrace.streams.reading import first_offsets_at, probe_ends
 
 _TIME_RE = re.compile(
     r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?)?(Z|[+-]\d{2}:?\d{2})?$")

@@ -12,7 +12,7 @@ The loop, per slice of records:
 1. Read the next in-range records by assignment (``RangeReader``; no group, no commits).
 2. Wait for the rate limit, then produce them (copy) or score and produce predictions.
 3. Every ``checkpoint_every_s``: flush -- every record acknowledged -- and only then
-   write the checkpoint (see ``checkpoints``). Ctrl-C does the same before exiting.
+   write the checkpoint (see ``replay_checkpoints``). Ctrl-C does the same before exiting.
 4. On resume: scan the target from the checkpoint's ``scan_from`` for records with this
    replay id and skip past their origin offsets, so nothing is produced twice.
 """
@@ -20,28 +20,19 @@ The loop, per slice of records:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
 from headrace.core.errors import ValidationFailed
-from headrace.ops import checkpoints, ranges
-from headrace.ops.checkpoints import PartitionProgress, ReplayCheckpoint
-from headrace.streams.clients import KafkaConnection
-from headrace.streams.replay_io import (
-    REPLAY_ID,
-    REPLAY_ORIGIN_OFFSET,
-    AckTracker,
-    Copier,
-    RangeReader,
-    partition_count,
-    probe_ends,
-    scan_headers,
-)
+from headrace.ops import ranges
+from headrace.ops import replay_checkpoints as checkpoints
+from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET, REPLAY_PREFIX
+from headrace.ops.replay_checkpoints import PartitionProgress, ReplayCheckpoint
+from headrace.streams.clients import KafkaConnection, partition_count
+from headrace.streams.producing import BatchProducer, Deliveries, produce
+from headrace.streams.reading import RangeReader, probe_ends, scan_headers
 
 DEFAULT_BATCH = 10_000
 
@@ -50,7 +41,7 @@ class Sink(Protocol):
     """Where a replay's records go: ``write`` returns the rows written, ``flush`` waits for
     every acknowledgement, ``tracker`` knows the highest target offset acked per partition."""
 
-    tracker: AckTracker
+    tracker: Deliveries
 
     def write(self, msgs: list[Any]) -> int: ...
 
@@ -58,16 +49,34 @@ class Sink(Protocol):
 
 
 class CopySink:
+    """Produces consumed messages to the target (same partition number), same key, value and
+    headers, plus ``replay-id`` and ``replay-origin-offset``; the timestamp is the time of the
+    copy unless ``keep_timestamps`` (old timestamps can fall under the target's retention).
+    ``flush`` returns only when every record is acknowledged."""
+
     def __init__(self, conn: KafkaConnection, cp: ReplayCheckpoint) -> None:
-        self._copier = Copier(conn, cp.target, replay_id=cp.replay_id,
-                              keep_timestamps=cp.keep_timestamps)
-        self.tracker = self._copier.tracker
+        self.target = cp.target
+        self.keep_timestamps = cp.keep_timestamps
+        self._producer = BatchProducer(conn)
+        self.tracker = self._producer.deliveries
+        self._replay_id = [(REPLAY_ID, cp.replay_id.encode())]
 
     def write(self, msgs: list[Any]) -> int:
-        return self._copier.copy(msgs)
+        producer = self._producer.producer
+        target, keep, fixed = self.target, self.keep_timestamps, self._replay_id
+        for m in msgs:
+            hs = m.headers()
+            hs = [h for h in hs if not h[0].startswith(REPLAY_PREFIX)] if hs else []
+            hs += fixed
+            hs.append((REPLAY_ORIGIN_OFFSET, b"%d" % m.offset()))
+            ts_type, ts = m.timestamp()
+            produce(producer, target, m.value(), m.key(), hs, partition=m.partition(),
+                    timestamp_ms=ts if keep and ts_type else 0)
+        producer.poll(0)
+        return len(msgs)
 
     def flush(self, *, timeout_s: float) -> None:
-        self._copier.flush(timeout_s=timeout_s)
+        self._producer.flush(timeout_s)
 
 
 @dataclass
@@ -197,14 +206,15 @@ def run(
     cp: ReplayCheckpoint,
     *,
     sink: Sink | None = None,
-    console: Console | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
     stop_after: int | None = None,
     checkpoint_every_s: float = 1.0,
     batch: int = DEFAULT_BATCH,
     flush_timeout_s: float = 60.0,
 ) -> ReplayResult:
     """Replay what ``cp`` has left; write the checkpoint as it goes. ``stop_after`` stops
-    (cleanly: flushed and checkpointed) after that many source records -- for tests."""
+    (cleanly: flushed and checkpointed) after that many source records -- for tests.
+    ``on_progress(done, total)`` is called after every slice (the CLI draws a bar from it)."""
     t0 = time.monotonic()
     resuming = checkpoints.checkpoint_path(root, cp.replay_id).exists()
     skipped = reconcile(conn, cp) if resuming else 0
@@ -219,7 +229,6 @@ def run(
     todo = {p: (pp.next, pp.end) for p, pp in parts.items() if pp.remaining}
     records_in = rows_out = 0
     total = sum(pp.end - pp.start for pp in parts.values())
-    progress = _progress(console, cp, total)
     try:
         with RangeReader(conn, cp.source, todo) as reader:
             last_cp = time.monotonic()
@@ -235,9 +244,8 @@ def run(
                     records_in += len(msgs)
                 for p, pos in positions.items():
                     parts[p].next = max(parts[p].next, min(pos, parts[p].end))
-                if progress is not None:
-                    done = sum(pp.next - pp.start for pp in parts.values())
-                    progress.update(progress.task_ids[0], completed=done)
+                if on_progress is not None:
+                    on_progress(sum(pp.next - pp.start for pp in parts.values()), total)
                 if stop_after is not None and records_in >= stop_after:
                     break
                 if time.monotonic() - last_cp >= checkpoint_every_s:
@@ -249,9 +257,6 @@ def run(
         _checkpoint(root, cp, sink, records_out=base_out + rows_out,
                     flush_timeout_s=flush_timeout_s)
         raise
-    finally:
-        if progress is not None:
-            progress.stop()
     completed = cp.remaining == 0
     if completed:
         cp.status = "completed"
@@ -276,19 +281,6 @@ def _checkpoint(root: Path, cp: ReplayCheckpoint, sink: Sink, *, records_out: in
             pp.scan_from = max(pp.scan_from, acked + 1)
     cp.records_out = records_out
     checkpoints.save(root, cp)  # ... then recorded
-
-
-def _progress(console: Console | None, cp: ReplayCheckpoint, total: int) -> Progress | None:
-    if console is None:
-        return None
-    progress = Progress(
-        TextColumn(f"[bold]{cp.replay_id}[/]"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.percentage:>3.0f}%"), TimeRemainingColumn(), console=console,
-        transient=False)
-    progress.add_task("replay", total=total,
-                      completed=sum(pp.next - pp.start for pp in cp.partitions))
-    progress.start()
-    return progress
 
 
 def make_sink(conn: KafkaConnection, root: Path, cp: ReplayCheckpoint) -> Sink:

@@ -20,21 +20,15 @@ from typing import Any
 import numpy as np
 
 from headrace.core.errors import ValidationFailed
-from headrace.ops.checkpoints import ReplayCheckpoint
+from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET
+from headrace.ops.replay_checkpoints import ReplayCheckpoint
 from headrace.scorers.adapters import ModelFn, adapter_for
 from headrace.store import versions
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.codecs import decode_batch
 from headrace.streams.contracts import Prediction
-from headrace.streams.replay_io import (
-    REPLAY_ID,
-    REPLAY_ORIGIN_OFFSET,
-    AckTracker,
-    flush_tracked,
-    new_producer,
-    produce_raw,
-)
+from headrace.streams.producing import BatchProducer, produce
 
 RESCORE_MAX_BATCH = 8192
 
@@ -59,8 +53,8 @@ class RescoreSink:
         self.mv = check_model(root, cp.model)
         self.adapter = load_adapter(self.mv)
         self.cp = cp
-        self.tracker = AckTracker()
-        self.producer = new_producer(conn)
+        self._producer = BatchProducer(conn)
+        self.tracker = self._producer.deliveries
         self.rejected = 0
         self._rid = cp.replay_id.encode()
 
@@ -98,11 +92,11 @@ class RescoreSink:
                 row=int(batch.row_in_message[row]))
             headers = [*hdr.contract_headers(Prediction.SCHEMA, Prediction.VERSION),
                        (REPLAY_ID, self._rid), (REPLAY_ORIGIN_OFFSET, b"%d" % m.offset())]
-            produce_raw(self.producer, self.cp.target, pred.to_bytes(), key=key,
-                        headers=headers, partition=m.partition(), on_delivery=self.tracker)
+            produce(self._producer.producer, self.cp.target, pred.to_bytes(), key, headers,
+                    partition=m.partition())
             out += 1
-        self.producer.poll(0)
+        self._producer.poll()
         return out
 
     def flush(self, *, timeout_s: float) -> None:
-        flush_tracked(self.producer, self.tracker, timeout_s=timeout_s)
+        self._producer.flush(timeout_s)

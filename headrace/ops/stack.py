@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from rich.console import Console
-
 from headrace.core.errors import FatalError
 from headrace.core.settings import Settings
 from headrace.streams.broker import MEMORY_ONLY_NOTICE, EmbeddedBroker
@@ -169,7 +167,7 @@ class Stack:
             self.broker = None
 
 
-def run_up(*, settings: Settings, dashboard_port: int, console: Console,
+def run_up(*, settings: Settings, dashboard_port: int, say: Callable[[str], None],
            stop: threading.Event | None = None, status_every_s: float = 10.0) -> int:
     """``headrace up``: run until Ctrl-C (or ``stop``); a status line per component."""
     from headrace.ops.dashboard import Dashboard
@@ -183,28 +181,28 @@ def run_up(*, settings: Settings, dashboard_port: int, console: Console,
     try:
         conn = stack.start_broker()
         where = "embedded broker" if stack.broker else "Kafka"
-        console.print(f"[green]●[/] broker        {where} at {conn.bootstrap}")
+        say(f"● broker        {where} at {conn.bootstrap}")
         if stack.broker:
-            console.print(f"  note: {MEMORY_ONLY_NOTICE}")
+            say(f"  note: {MEMORY_ONLY_NOTICE}")
         stack.start_control()
         for s in stack.streams:
             stack.start_scorer(s)
         dash = Dashboard(settings=settings, conn=conn, port=dashboard_port,
                          scorer_urls=[c.metrics_url for c in stack.components if c.metrics_url])
         url = dash.start()
-        _status(console, stack)
-        console.print(f"[green]●[/] dashboard     {url}")
-        console.print(f"  DFS root {settings.dfs_root}; logs in {log_dir}; Ctrl-C stops everything")
+        _status(say, stack)
+        say(f"● dashboard     {url}")
+        say(f"  DFS root {settings.dfs_root}; logs in {log_dir}; Ctrl-C stops everything")
         next_status = time.monotonic() + status_every_s
         while not stop.wait(0.5):
             dead = stack.dead()
             if dead:
-                _status(console, stack)
+                _status(say, stack)
                 raise FatalError(f"{dead[0].name} {dead[0].status()}: {dead[0].last_log_line()}")
             if time.monotonic() >= next_status:
-                _status(console, stack)
+                _status(say, stack)
                 next_status = time.monotonic() + status_every_s
-        console.print("stopping…")
+        say("stopping…")
         return 0
     finally:
         if dash is not None:
@@ -212,14 +210,14 @@ def run_up(*, settings: Settings, dashboard_port: int, console: Console,
         stack.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        console.print("stopped: scorers, control plane, broker")
+        say("stopped: scorers, control plane, broker")
 
 
-def _status(console: Console, stack: Stack) -> None:
+def _status(say: Callable[[str], None], stack: Stack) -> None:
     for c in stack.components:
-        dot = "[green]●[/]" if c.alive else "[red]●[/]"
+        dot = "●" if c.alive else "[red]●[/]"
         extra = f"  metrics {c.metrics_url}" if c.metrics_url else ""
-        console.print(f"{dot} {c.name:<13} {c.status()}{extra}")
+        say(f"{dot} {c.name:<13} {c.status()}{extra}")
 
 
 def wait_until(cond: Callable[[], bool], *, timeout_s: float, what: str,

@@ -1,4 +1,4 @@
 """The scoring worker: batch consume, decode, score, publish predictions; hot model swap.
 
-Embed it with ``headrace.scorers.running.run(settings, scorer_settings, stop_event)``.
+Embed it with ``headrace.scorers.serving.run(settings, scorer_settings, stop_event)``.
 """

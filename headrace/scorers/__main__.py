@@ -11,7 +11,7 @@ import threading
 
 from headrace.core.errors import HeadraceError
 from headrace.core.settings import load_settings
-from headrace.scorers.running import install_signal_handlers, run
+from headrace.scorers.serving import install_signal_handlers, run
 from headrace.scorers.settings import load_scorer_settings
 
 

@@ -15,8 +15,8 @@ from contextlib import suppress
 import numpy as np
 
 from headrace.core.errors import ValidationFailed
+from headrace.scorers.stream_io import RawBatch, StreamIO
 from headrace.streams.codecs import arrow_flags, decode_arrow
-from headrace.streams.scoring_io import RawBatch, StreamIO
 
 IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liveness latency)
 

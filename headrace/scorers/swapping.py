@@ -17,8 +17,8 @@ from pathlib import Path
 from headrace.core.errors import HeadraceError, PermanentError, RetriableError
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder, load_model
+from headrace.scorers.stream_io import ModelEventsListener
 from headrace.store.versions import IntegrityError, VersionNotFound, read_alias
-from headrace.streams.scoring_io import ModelEventsListener
 
 log = logging.getLogger(__name__)
 

@@ -45,9 +45,7 @@ from headrace.scorers.encoding import (
 )
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder
-from headrace.streams.codecs import encode_arrow
-from headrace.streams.dlq import DeadLetter
-from headrace.streams.scoring_io import (
+from headrace.scorers.stream_io import (
     CommitAbandoned,
     DeliveryFailed,
     FlushTimedOut,
@@ -55,6 +53,8 @@ from headrace.streams.scoring_io import (
     StreamIO,
     TransactionAborted,
 )
+from headrace.streams.codecs import encode_arrow
+from headrace.streams.dlq import DeadLetter
 
 log = logging.getLogger(__name__)
 

@@ -32,8 +32,8 @@ from pathlib import Path
 
 from headrace.core.errors import PermanentError, ValidationFailed
 from headrace.core.naming import check_name, confined
+from headrace.core.types import CODE_REF_PATTERN, CodeRef
 from headrace.store.dfs import fsync_dir, write_atomic
-from headrace.streams.contracts import CODE_REF_PATTERN, CodeRef
 
 CODE = "code"
 STAGING = ".staging"

@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from headrace.core.types import Framework, SafeName, Task
 from headrace.store.signature import ModelInput, ModelOutput, default_outputs, tabular_inputs
-from headrace.streams.contracts import Framework, SafeName, Task
 
 MANIFEST = "manifest.json"
 

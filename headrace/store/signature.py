@@ -23,7 +23,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from headrace.streams.contracts import Task
+from headrace.core.types import Task
 
 
 class InputKind(StrEnum):

@@ -1,4 +1,9 @@
-"""Producer, consumer and admin clients over confluent-kafka, with safe, fast defaults."""
+"""Kafka client configuration and admin: where the cluster is, the producer and consumer
+defaults, client factories, topics and their partitions.
+
+Producing is in ``producing``, consuming in ``consuming`` (the scorer's batches) and ``reading``
+(group-less reads); the three share this configuration.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from headrace.core.errors import BrokerUnavailable, FatalError, RetriableError
-from headrace.streams import headers as hdr
-from headrace.streams.contracts import Contract
+from headrace.core.errors import BrokerUnavailable, FatalError, HeadraceError, RetriableError
 from headrace.streams.topics import TopicSpec
 
 _KAFKA_LOG = logging.getLogger("headrace.kafka")
@@ -90,15 +93,25 @@ def check_reachable(conn: KafkaConnection, *, timeout_s: float | None = None) ->
         md = make_admin(conn).list_topics(timeout=timeout)
     except KafkaException as exc:
         raise BrokerUnavailable(
-            f"Kafka at {conn.bootstrap} did not answer within {timeout:.0f}s ({_reason(exc)})"
+            f"Kafka at {conn.bootstrap} did not answer within {timeout:.0f}s ({reason(exc)})"
         ) from None
     if not md.brokers:
         raise BrokerUnavailable(f"Kafka at {conn.bootstrap} reports no brokers")
 
 
-def _reason(exc: KafkaException) -> str:
+def reason(exc: KafkaException) -> str:
+    """The broker's or client's one-line reason for a failed call."""
     err = exc.args[0] if exc.args else None
     return err.str() if isinstance(err, KafkaError) else str(exc)
+
+
+def classify(exc: KafkaException, what: str) -> HeadraceError:
+    """The one classification of a failed client call: fatal -> ``FatalError`` (the process
+    cannot go on with this client); anything else is retriable."""
+    err = exc.args[0] if exc.args else None
+    if isinstance(err, KafkaError) and err.fatal():
+        return FatalError(f"{what} failed: {err.str()}")
+    return RetriableError(f"{what} failed: {reason(exc)}")
 
 
 def list_topics(conn: KafkaConnection) -> dict[str, int]:
@@ -132,7 +145,7 @@ def ensure_topics(
             err = exc.args[0]
             if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
-            raise FatalError(f"cannot create topic {name}: {_reason(exc)}") from None
+            raise FatalError(f"cannot create topic {name}: {reason(exc)}") from None
     _wait_for_topics(conn, [s.name for s in missing])
     return sorted(created)
 
@@ -148,105 +161,41 @@ def _wait_for_topics(conn: KafkaConnection, names: Sequence[str]) -> None:
     raise BrokerUnavailable(f"topics not visible after creation: {', '.join(names)}")
 
 
-class DeliveryTracker:
-    """Counts acknowledgements and remembers the first delivery error."""
-
-    def __init__(self) -> None:
-        self.acked = 0
-        self.failed = 0
-        self.error: KafkaError | None = None
-
-    def __call__(self, err: KafkaError | None, msg: Message) -> None:
-        if err is None:
-            self.acked += 1
-        else:
-            self.failed += 1
-            if self.error is None:
-                self.error = err
-
-    def raise_if_failed(self) -> None:
-        if self.error is not None:
-            err, self.error = self.error, None
-            if err.retriable():
-                raise RetriableError(f"delivery failed: {err.str()}")
-            raise FatalError(f"delivery failed: {err.str()}")
-
-
-def produce(
-    producer: Producer,
-    topic: str,
-    value: bytes | None,
-    *,
-    key: bytes | str | None = None,
-    headers: hdr.Headers | None = None,
-    partition: int | None = None,
-    timestamp_ms: int | None = None,
-    on_delivery: Any = None,
-) -> None:
-    """Produce one message, waiting for queue space instead of failing when it is full."""
-    kwargs: dict[str, Any] = {"value": value, "key": key, "headers": headers or []}
-    if partition is not None:
-        kwargs["partition"] = partition
-    if timestamp_ms is not None:
-        kwargs["timestamp"] = timestamp_ms
-    if on_delivery is not None:
-        kwargs["on_delivery"] = on_delivery
-    while True:
-        try:
-            producer.produce(topic, **kwargs)
-            return
-        except BufferError:
-            producer.poll(0.05)
-
-
-def publish(
-    producer: Producer, topic: str, event: Contract, *, key: str | None = None,
-    on_delivery: Any = None,
-) -> None:
-    """Produce a contract event with its content-type and schema headers."""
-    produce(
-        producer, topic, event.to_bytes(), key=key,
-        headers=hdr.contract_headers(event.SCHEMA, event.schema_version),
-        on_delivery=on_delivery,
-    )
-
-
-def flush_or_raise(producer: Producer, tracker: DeliveryTracker, *, timeout_s: float) -> None:
-    remaining = producer.flush(timeout_s)
-    tracker.raise_if_failed()
-    if remaining:
-        raise RetriableError(f"{remaining} messages not acknowledged within {timeout_s:.0f}s")
-
-
-def send_events(
-    conn: KafkaConnection, topic: str, events: Iterable[Contract], *, key_of: Any = None
-) -> int:
-    """Publish contract events and wait until every one is acknowledged."""
-    producer = make_producer(conn)
-    tracker = DeliveryTracker()
-    n = 0
-    for ev in events:
-        publish(producer, topic, ev, key=key_of(ev) if key_of else None, on_delivery=tracker)
-        n += 1
-    flush_or_raise(producer, tracker, timeout_s=conn.timeout_s)
-    return n
-
-
-def end_offsets(
-    consumer: Consumer, topic: str, partitions: Iterable[int], *, timeout_s: float = 10.0
-) -> dict[int, tuple[int, int]]:
-    """partition -> (low, high) watermarks. On Tansu the high mark can be low after a batch."""
-    out: dict[int, tuple[int, int]] = {}
-    for p in partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
-        out[p] = (int(low), int(high))
-    return out
+def _partitions(conn: KafkaConnection, topic: str) -> list[int] | None:
+    # Ask for all topics: a metadata request naming one auto-creates it on some brokers (Tansu).
+    try:
+        md = make_admin(conn).list_topics(timeout=conn.timeout_s)
+    except KafkaException as exc:
+        raise BrokerUnavailable(f"Kafka at {conn.bootstrap} did not answer: {reason(exc)}"
+                                ) from None
+    t = md.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        return None
+    return sorted(t.partitions)
 
 
 def partitions_of(conn: KafkaConnection, topic: str) -> list[int]:
-    # Ask for all topics: a metadata request naming one auto-creates it on some brokers (Tansu).
-    md = make_admin(conn).list_topics(timeout=conn.timeout_s)
-    t = md.topics.get(topic)
-    if t is None or t.error is not None or not t.partitions:
+    """The topic's partition numbers; ``FatalError`` if it does not exist."""
+    parts = _partitions(conn, topic)
+    if parts is None:
         raise FatalError(f"topic {topic} does not exist")
-    return sorted(t.partitions)
+    return parts
+
+
+def partition_count(conn: KafkaConnection, topic: str) -> int | None:
+    """Number of partitions, or None if the topic does not exist."""
+    parts = _partitions(conn, topic)
+    return None if parts is None else len(parts)
+
+
+# Moved to ``headrace.streams.producing``; importable from here while callers move over.
+_MOVED = {"DeliveryTracker": "Deliveries", "flush_or_raise": "flush", "produce": "produce",
+          "publish": "publish", "send_events": "send_events"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        from headrace.streams import producing
+
+        return getattr(producing, _MOVED[name])
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

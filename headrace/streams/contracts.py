@@ -23,17 +23,16 @@ from pydantic import (
 )
 
 from headrace.core.errors import ValidationFailed
-from headrace.core.naming import check_name
+
+# Re-exported: their home is headrace.core.types (the model store uses them too).
+from headrace.core.types import CODE_REF_PATTERN as CODE_REF_PATTERN
+from headrace.core.types import ENTRYPOINT_PATTERN as ENTRYPOINT_PATTERN
+from headrace.core.types import CodeRef as CodeRef
+from headrace.core.types import Framework as Framework
+from headrace.core.types import SafeName as SafeName
+from headrace.core.types import Task as Task
 
 MAX_EVENT_BYTES = 1_000_000
-def _safe_name(value: str) -> str:
-    try:
-        return check_name(value, what="name")
-    except ValidationFailed as exc:  # pydantic reports ValueErrors with the field's location
-        raise ValueError(str(exc)) from None
-
-
-SafeName = Annotated[str, AfterValidator(_safe_name)]
 _SCHEME_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
 OBJECT_STORE_SCHEMES = ("s3", "gs", "hdfs", "abfs")
 
@@ -83,43 +82,10 @@ class Contract(BaseModel):
         return self.model_dump_json().encode()
 
 
-class Framework(StrEnum):
-    TENSORFLOW = "tensorflow"
-    MXNET = "mxnet"
-
-
-class Task(StrEnum):
-    CLASSIFIER = "classifier"
-    REGRESSOR = "regressor"
-
-
 class TriggerKind(StrEnum):
     MANUAL = "manual"
     SCHEDULE = "schedule"
     EVENT = "event"
-
-
-CODE_REF_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}@[0-9a-f]{12,64}$"
-ENTRYPOINT_PATTERN = (r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,15}"
-                      r":[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class CodeRef(BaseModel):
-    """A model package registered with ``headrace code push``: ``NAME@<hex>`` (12 to 64 hex
-    of its sha256) and the ``module:function`` that builds the model. Never the code itself."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    code: str = Field(pattern=CODE_REF_PATTERN, max_length=128)
-    entrypoint: str = Field(pattern=ENTRYPOINT_PATTERN, max_length=256)
-
-    @property
-    def name(self) -> str:
-        return self.code.split("@", 1)[0]
-
-    @property
-    def digest_prefix(self) -> str:
-        return self.code.split("@", 1)[1]
 
 
 def _model_kind(value: Any) -> str:

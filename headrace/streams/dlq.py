@@ -6,11 +6,8 @@ import hashlib
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Producer
-
 from headrace.core.errors import HeadraceError, RecordRef
 from headrace.streams import headers as hdr
-from headrace.streams.clients import produce
 
 DLQ_TOPIC = "dlq.source-topic"
 DLQ_PARTITION = "dlq.source-partition"
@@ -66,8 +63,3 @@ class DeadLetter:
             if self.truncated else None,
         })
 
-
-def write_dead_letter(producer: Producer, dlq_topic: str, letter: DeadLetter,
-                      *, on_delivery: object = None) -> None:
-    produce(producer, dlq_topic, letter.payload(), key=letter.record.key,
-            headers=letter.headers(), on_delivery=on_delivery)

@@ -23,14 +23,9 @@ import pyarrow.parquet as pq
 
 from headrace.core.errors import ValidationFailed
 from headrace.streams import headers as hdr
-from headrace.streams.clients import (
-    DeliveryTracker,
-    KafkaConnection,
-    flush_or_raise,
-    make_producer,
-    produce,
-)
+from headrace.streams.clients import KafkaConnection
 from headrace.streams.codecs import encode_arrow, encode_json
+from headrace.streams.producing import BatchProducer
 
 RecordFormat = Literal["json", "arrow"]
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
@@ -263,19 +258,17 @@ def send_table(
     """Produce ``table``: one JSON message per row, or Arrow IPC messages of ``batch_rows``."""
     if key_column is not None and key_column not in table.column_names:
         raise ValidationFailed(f"key column {key_column!r} is not in {table.column_names}")
-    producer = make_producer(conn)
-    tracker = DeliveryTracker()
+    producer = BatchProducer(conn)
     messages = 0
     if fmt == "json":
         headers = hdr.build({hdr.CONTENT_TYPE: hdr.JSON})
         keys = table.column(key_column).to_pylist() if key_column else None
         for i, row in enumerate(table.to_pylist()):
             key = None if keys is None or keys[i] is None else str(keys[i])
-            produce(producer, topic, encode_json(row), key=key, headers=headers,
-                    on_delivery=tracker)
+            producer.produce(topic, encode_json(row), key, headers)
             messages += 1
             if messages % 50_000 == 0:
-                producer.poll(0)
+                producer.poll()
     else:
         headers = hdr.build({hdr.CONTENT_TYPE: hdr.ARROW})
         for batch in table.to_batches(max_chunksize=batch_rows):
@@ -283,10 +276,9 @@ def send_table(
             if key_column:
                 first = batch.column(batch.schema.get_field_index(key_column))[0].as_py()
                 key = None if first is None else str(first)
-            produce(producer, topic, encode_arrow(batch), key=key, headers=headers,
-                    on_delivery=tracker)
+            producer.produce(topic, encode_arrow(batch), key, headers)
             messages += 1
-    flush_or_raise(producer, tracker, timeout_s=max(conn.timeout_s, 30.0))
+    producer.flush(max(conn.timeout_s, 30.0))
     return SendResult(topic, table.num_rows, messages)
 
 

@@ -42,20 +42,63 @@ _WEEK_MS = str(7 * 24 * 3600 * 1000)
 _MONTH_MS = str(30 * 24 * 3600 * 1000)
 
 
+@dataclass(frozen=True)
+class ControlTopics:
+    """Where the control plane reads and writes; ``prefix`` namespaces every name (tests,
+    several tenants on a cluster)."""
+
+    prefix: str = ""
+
+    def _n(self, name: str) -> str:
+        return f"{self.prefix}.{name}" if self.prefix else name
+
+    @property
+    def train_requests(self) -> str:
+        return self._n(TRAIN_REQUESTS)
+
+    @property
+    def train_requests_dlq(self) -> str:
+        return self._n(TRAIN_REQUESTS_DLQ)
+
+    @property
+    def models(self) -> str:
+        return self._n(MODEL_EVENTS)
+
+    @property
+    def jobs(self) -> str:
+        return self._n(JOB_EVENTS)
+
+    @property
+    def schedules(self) -> str:
+        return self._n(SCHEDULES)
+
+    def data(self, stream: str) -> str:
+        return self._n(data_topic(stream))
+
+    def specs(self, *, data_streams: tuple[str, ...] = (), data_partitions: int = 1
+              ) -> list[TopicSpec]:
+        month = {"retention.ms": _MONTH_MS}
+        specs = [
+            TopicSpec(self.train_requests, 1, "TrainRequested events (manual, schedule, rule)",
+                      month),
+            TopicSpec(self.train_requests_dlq, 1, "unparseable train requests with the reason",
+                      month),
+            TopicSpec(self.models, 1, "ModelPublished: promotions and rollbacks", month),
+            TopicSpec(self.jobs, 1, "job lifecycle, progress, metrics and log lines", month),
+            TopicSpec(self.schedules, 1, "last fired slot per schedule (compacted)",
+                      {"cleanup.policy": "compact"}),
+        ]
+        specs += [TopicSpec(self.data(s), data_partitions, f"records ({s})") for s in data_streams]
+        return specs
+
+    @classmethod
+    def with_prefix(cls, prefix: str) -> ControlTopics:
+        return cls(prefix=check_name(prefix, what="topic prefix") if prefix else "")
+
+
 def catalog(settings: Settings) -> list[TopicSpec]:
     """Every topic for the configured streams, control-plane topics first."""
-    specs = [
-        TopicSpec(TRAIN_REQUESTS, 1, "TrainRequested events (manual, schedule, rule)",
-                  {"retention.ms": _MONTH_MS}),
-        TopicSpec(TRAIN_REQUESTS_DLQ, 1, "unparseable train requests with the reason",
-                  {"retention.ms": _MONTH_MS}),
-        TopicSpec(MODEL_EVENTS, 1, "ModelPublished: promotions and rollbacks",
-                  {"retention.ms": _MONTH_MS}),
-        TopicSpec(JOB_EVENTS, 1, "job lifecycle, progress, metrics and log lines",
-                  {"retention.ms": _MONTH_MS}),
-        TopicSpec(SCHEDULES, 1, "last fired slot per schedule (compacted)",
-                  {"cleanup.policy": "compact"}),
-    ]
+    specs = ControlTopics().specs()
     for stream in settings.streams:
         specs += [
             TopicSpec(data_topic(stream), settings.partitions, f"records to score ({stream})",

@@ -13,6 +13,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from headrace.core.errors import ConfigError, ValidationFailed
+from headrace.core.files import read_config_text
 from headrace.core.naming import check_name
 
 
@@ -232,12 +233,7 @@ def parse_cluster(data: Any, *, source: str = "cluster") -> ClusterSpec:
 
 def load_cluster(path: Path) -> ClusterSpec:
     """Read a cluster description from YAML; ``ConfigError`` on any bad input."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"cluster file not found: {path}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read cluster file {path}: {exc.strerror}") from None
+    text = read_config_text(path, what="cluster file")
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

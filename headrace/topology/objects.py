@@ -23,7 +23,7 @@ from kubernetes import client as k
 
 from headrace.streams.topics import data_topic, scorer_group
 from headrace.topology.cluster import Deploy
-from headrace.topology.plan import Plan, ScorerGroup
+from headrace.topology.placement import Plan, ScorerGroup
 from headrace.trainers.executors.kubernetes_security import (
     container_security_context,
     pod_security_context,

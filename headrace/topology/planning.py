@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from headrace.topology.cluster import ClusterSpec, Node, Stream, Volume
-from headrace.topology.plan import (
+from headrace.topology.placement import (
     Explanation,
     NodeRequirement,
     Plan,

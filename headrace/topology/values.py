@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from headrace.topology.cluster import Deploy
-from headrace.topology.plan import Plan, ScorerGroup
+from headrace.topology.placement import Plan, ScorerGroup
 
 
 def group_values(g: ScorerGroup) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import sys
 from headrace.core.errors import HeadraceError, RetriableError
 from headrace.core.settings import load_settings
 from headrace.streams.connection import connection_for
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
 from headrace.trainers.distributed.peers import GangMember
 from headrace.trainers.executors.base import ExitCode
 
@@ -37,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
         member = GangMember.from_env(os.environ)
         settings = load_settings()
         conn = connection_for(settings) if settings.bootstrap else None
+        from headrace.trainers.job_process import run_job
         from headrace.trainers.limits import RequestCaps
-        from headrace.trainers.running import run_job
 
         return run_job(root=settings.dfs_root, job_id=args.job_id, conn=conn,
                        topics=ControlTopics.with_prefix(args.topic_prefix),

@@ -17,7 +17,7 @@ from typing import Any
 
 from headrace.core.errors import ConfigError, PermanentError, RetriableError, ValidationFailed
 from headrace.store import versions
-from headrace.streams.clients import KafkaConnection, ensure_topics, send_events
+from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.contracts import (
     Framework,
     JobEvent,
@@ -30,13 +30,14 @@ from headrace.streams.contracts import (
     TriggerKind,
     parse,
 )
-from headrace.streams.control_io import EventSink, iter_records
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.producing import EventSink, send_events
+from headrace.streams.reading import iter_records
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs, promotion
 from headrace.trainers.admission import admit
+from headrace.trainers.control.triggers import Triggers, find_schedule, schedule_request
 from headrace.trainers.distributed.plan import plan_of
 from headrace.trainers.limits import RequestCaps
-from headrace.trainers.triggers import Triggers, find_schedule, schedule_request
 
 TERMINAL = (JobEventKind.SUCCEEDED, JobEventKind.FAILED)
 # (replication factor, topic config) for topics a request may have to create; None: (1, {}).
@@ -125,10 +126,10 @@ def follow_job(*, conn: KafkaConnection, job_id: str, topics: ControlTopics = Co
     done = {"v": False}
     for rec in iter_records(conn, topics.jobs, since_ms=since_ms, follow=True,
                             stop=lambda: done["v"] or time.monotonic() > deadline):
-        if rec.record.key is not None and rec.record.key.decode() != job_id:
+        if rec.key is not None and rec.key.decode() != job_id:
             continue
         try:
-            ev = parse(JobEvent, rec.record.value or b"")
+            ev = parse(JobEvent, rec.value or b"")
         except PermanentError:
             continue
         if ev.job_id != job_id:

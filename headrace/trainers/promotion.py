@@ -7,7 +7,7 @@ from pathlib import Path
 from headrace.core.errors import PermanentError
 from headrace.store.versions import PRODUCTION, ModelVersion, load_version, read_alias, set_alias
 from headrace.streams.contracts import ModelAction, ModelPublished
-from headrace.streams.control_io import EventSink
+from headrace.streams.producing import EventSink
 
 
 def announcement(root: Path, mv: ModelVersion, *, previous: int | None,

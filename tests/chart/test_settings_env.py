@@ -13,7 +13,7 @@ from pydantic_settings import BaseSettings
 from headrace.core.settings import Settings
 from headrace.scorers.settings import ScorerSettings
 from headrace.topology.pod_security import pod_spec_of
-from headrace.trainers.control_settings import ControlSettings
+from headrace.trainers.control.settings import ControlSettings
 from tests.chart.test_chart import CHART, VALUE_SETS, render_docs
 
 # Operator caps (Settings.max_*): the chart sets them on the control plane and, through

@@ -13,8 +13,8 @@ import pytest
 from headrace.streams.sending import read_records
 from headrace.topology.cluster import load_cluster
 from headrace.topology.planning import plan_placement
+from headrace.trainers.control.triggers import load_triggers
 from headrace.trainers.gate import load_gates
-from headrace.trainers.triggers import load_triggers
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

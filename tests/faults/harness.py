@@ -39,6 +39,7 @@ from headrace.streams.dlq import (
     DLQ_STAGE,
 )
 from headrace.streams.topics import TopicSpec
+from tests.fixtures import eventually
 
 FEATURES = tuple(f"f{i}" for i in range(8))
 CLASSES = ("no", "yes")
@@ -195,15 +196,17 @@ class ScorerProcess:
 
     def wait_ready(self, timeout_s: float = 45.0) -> float:
         """Seconds from process start until /readyz answers 200."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if not self.alive():
                 raise AssertionError(f"scorer exited {self.proc.returncode} before ready:\n"
                                      f"{self.log_tail()}")
-            if self.probe("/readyz") == 200:
-                return time.monotonic() - self.started
-            time.sleep(0.1)
-        raise AssertionError(f"scorer not ready in {timeout_s}s:\n{self.log_tail()}")
+            return self.probe("/readyz") == 200
+
+        try:
+            eventually(ready, timeout_s=timeout_s, interval_s=0.1, what="/readyz")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}:\n{self.log_tail()}") from None
+        return time.monotonic() - self.started
 
     def signal(self, sig: int) -> None:
         if self.alive():

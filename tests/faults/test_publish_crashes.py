@@ -34,6 +34,7 @@ from tests.faults.harness import (
     wait_covered,
     write_keras_mlp,
 )
+from tests.fixtures import eventually
 
 pytestmark = [pytest.mark.slow, needs_scorer]
 STEPS = ["mid-file-write", "files-written", "files-hashed", "manifest-written", "renamed"]
@@ -100,11 +101,8 @@ def test_publish_crashes_at_every_step_never_expose_a_partial_version(
                "updated_at": "2026-01-01T00:00:00+00:00", "reason": "corrupted after promote"}
     write_atomic(dfs / "models" / model / "aliases" / "production.json",
                  json.dumps(pointer).encode())
-    refused_at = time.monotonic()
-    while time.monotonic() - refused_at < 10:
-        if _metric(s.port, "headrace_scorer_model_load_failures") >= 1:
-            break
-        time.sleep(0.2)
+    eventually(lambda: _metric(s.port, "headrace_scorer_model_load_failures") >= 1,
+               timeout_s=10, interval_s=0.2, what="the corrupted version refused")
     failures = _metric(s.port, "headrace_scorer_model_load_failures")
 
     load.join()

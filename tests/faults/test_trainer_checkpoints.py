@@ -19,10 +19,10 @@ import pytest
 
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import ModelSpec
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
 from headrace.trainers.executors.base import ExitCode, is_retriable
-from headrace.trainers.running import run_job
+from headrace.trainers.job_process import run_job
 from tests.faults.harness import figures
 from tests.trainers.conftest import REPO, job_env, request
 

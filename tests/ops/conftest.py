@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from headrace.streams.clients import KafkaConnection, make_producer
-from headrace.streams.replay_io import Record, partition_count, probe_ends, read_range
+from headrace.streams.clients import KafkaConnection, make_producer, partition_count
+from headrace.streams.reading import Record, probe_ends, read_range
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,12 @@ from headrace.core.settings import Settings
 from headrace.ops.dashboard import Dashboard
 from headrace.store import versions
 from headrace.store.manifest import Manifest
-from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer, send_events
+from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.contracts import Framework, JobEvent, JobEventKind, Task
-from headrace.streams.dlq import DeadLetter, write_dead_letter
+from headrace.streams.dlq import DeadLetter
+from headrace.streams.producing import send_events, write_dead_letter
 from headrace.streams.topics import JOB_EVENTS, catalog, data_topic, dlq_topic
+from tests.fixtures import eventually
 
 MATRIX = [[40, 2, 1], [3, 35, 4], [0, 5, 50]]
 
@@ -91,12 +93,7 @@ def dash(conn: KafkaConnection, settings: Settings, scorer_metrics: str) -> Iter
 
 
 def _wait(cond: Any, what: str, timeout_s: float = 20) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    eventually(cond, timeout_s=timeout_s, interval_s=0.1, what=what)
 
 
 def get(url: str) -> tuple[int, Any]:

@@ -12,10 +12,11 @@ import pytest
 from headrace.core.errors import RecordRef, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.ops import deadletters
+from headrace.ops.provenance import REDRIVE_DLQ_OFFSET, REDRIVE_ID
 from headrace.streams import dlq as dlqh
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
-from headrace.streams.dlq import DeadLetter, write_dead_letter
-from headrace.streams.replay_io import REDRIVE_DLQ_OFFSET, REDRIVE_ID
+from headrace.streams.dlq import DeadLetter
+from headrace.streams.producing import write_dead_letter
 from headrace.streams.topics import catalog, data_topic, dlq_topic
 from tests.ops.conftest import read_all
 

@@ -14,7 +14,8 @@ from headrace.core.settings import Settings
 from headrace.store.manifest import Manifest
 from headrace.store.versions import publish, set_alias
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
-from headrace.streams.dlq import DeadLetter, write_dead_letter
+from headrace.streams.dlq import DeadLetter
+from headrace.streams.producing import write_dead_letter
 from headrace.streams.topics import catalog, data_topic, dlq_topic
 from tests.ops.conftest import read_all
 

@@ -12,7 +12,8 @@ from headrace.cli import main
 from headrace.core.errors import RecordRef, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
-from headrace.streams.dlq import DeadLetter, write_dead_letter
+from headrace.streams.dlq import DeadLetter
+from headrace.streams.producing import write_dead_letter
 from headrace.streams.topics import catalog, data_topic, dlq_topic
 from tests.ops.conftest import Written, read_all
 

@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 
 from headrace.core.errors import ValidationFailed
-from headrace.ops import checkpoints, replaying
+from headrace.ops import replay_checkpoints as checkpoints
+from headrace.ops import replaying
+from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET
 from headrace.ops.ranges import format_ms
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.replay_io import REPLAY_ID, REPLAY_ORIGIN_OFFSET, Record
+from headrace.streams.reading import Record
+from tests.fixtures import eventually
 from tests.ops.conftest import Written, read_all
 
 
@@ -141,12 +144,11 @@ def test_killed_replay_resumes_without_duplicating(
     proc = subprocess.Popen([sys.executable, "-c", _KILLABLE, conn.bootstrap, src, dst, str(dfs),
                              rid], cwd=Path(__file__).parents[2])
     path = checkpoints.checkpoint_path(dfs, rid)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if path.exists() and checkpoints.load(dfs, rid).records_out > 300:
-            break
+    def progressed() -> bool:
         assert proc.poll() is None, "the replay ended before it could be killed"
-        time.sleep(0.05)
+        return path.exists() and checkpoints.load(dfs, rid).records_out > 300
+
+    eventually(progressed, timeout_s=60, what="a checkpoint past 300 records")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     before = checkpoints.load(dfs, rid)

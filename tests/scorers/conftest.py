@@ -1,13 +1,9 @@
-"""Scorer test helpers: tiny real models in the store, a scorer on a thread, Kafka readers."""
+"""Scorer test helpers: tiny real models in the store and record senders; the scorer harness,
+the topic reader and the waits come from ``tests.fixtures`` (re-exported here)."""
 
 from __future__ import annotations
 
 import json
-import threading
-import time
-import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +12,16 @@ import pyarrow as pa
 import pytest
 
 from headrace.core.settings import Settings
-from headrace.scorers.running import Scorer
-from headrace.scorers.settings import load_scorer_settings
 from headrace.store.manifest import Manifest
 from headrace.store.versions import ModelVersion, publish, set_alias
 from headrace.streams import headers as hdr
-from headrace.streams.clients import KafkaConnection, make_consumer, make_producer
+from headrace.streams.clients import KafkaConnection, make_producer
 from headrace.streams.codecs import encode_arrow, encode_json
 from headrace.streams.topics import data_topic
+from tests.fixtures import eventually, http_get, read_topic, scorer_thread, wait_ready
+
+__all__ = ["eventually", "http_get", "read_topic", "scorer_thread", "wait_for", "wait_ready"]
+wait_for = eventually  # the name the scorer tests used before
 
 FEATURES = ("a", "b", "c", "d")
 CLASSES = ("no", "yes")
@@ -117,86 +115,8 @@ def send_arrow(conn: KafkaConnection, topic: str, tables: list[pa.Table], *,
     assert p.flush(15) == 0
 
 
-def read_topic(conn: KafkaConnection, topic: str, *, expect: int, timeout_s: float = 30.0,
-               settle_s: float = 0.5) -> list[Any]:
-    """Every message a fresh consumer reads from the start, waiting until ``expect`` arrived
-    (then ``settle_s`` more to catch extras)."""
-    from confluent_kafka import TopicPartition
-
-    c = make_consumer(conn, f"test-reader-{time.monotonic_ns()}")
-    md = c.list_topics(topic, timeout=10)
-    c.assign([TopicPartition(topic, p, 0) for p in md.topics[topic].partitions])
-    out: list[Any] = []
-    deadline = time.monotonic() + timeout_s
-    settle_until: float | None = None
-    try:
-        while time.monotonic() < deadline:
-            for m in c.consume(num_messages=10_000, timeout=0.2):
-                if m.error() is None:
-                    out.append(m)
-            if len(out) >= expect and settle_until is None:
-                settle_until = time.monotonic() + settle_s
-            if settle_until is not None and time.monotonic() >= settle_until:
-                break
-    finally:
-        c.close()
-    return out
-
-
-def http_get(port: int, path: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def wait_for(cond: Callable[[], bool], *, timeout_s: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def predictions(msgs: list[Any]) -> list[dict[str, Any]]:
     return [json.loads(m.value()) for m in msgs]
-
-
-@contextmanager
-def scorer_thread(settings: Settings, conn: KafkaConnection, **overrides: Any) -> Iterator[Scorer]:
-    stream = settings.streams[0]
-    opts: dict[str, Any] = {"stream": stream, "http_port": 0, "http_host": "127.0.0.1",
-                            "max_wait_ms": 20, "batch_size": 512, "model_poll_s": 30.0,
-                            "device": "cpu", "partitions": "0,1,2", "grace_s": 10}
-    opts.update(overrides)
-    scorer = Scorer(settings, load_scorer_settings(**opts), conn=conn)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            scorer.run(stop)
-        except BaseException as exc:  # surfaced in the test thread below
-            errors.append(exc)
-
-    t = threading.Thread(target=target, daemon=True)
-    t.start()
-    assert scorer.probes_up.wait(30)
-    try:
-        yield scorer
-    finally:
-        stop.set()
-        t.join(60)
-        assert not t.is_alive(), "scorer did not stop"
-    if errors:
-        raise errors[0]
-
-
-def wait_ready(scorer: Scorer, timeout_s: float = 60.0) -> None:
-    wait_for(lambda: http_get(scorer.http_port, "/readyz")[0] == 200, timeout_s=timeout_s,
-             what="/readyz")
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import numpy as np
 import pyarrow as pa
 
 from headrace.scorers.batching import Batcher, rows_in
+from headrace.scorers.stream_io import StreamIO
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.scoring_io import StreamIO
 from tests.scorers.conftest import FEATURES, send_arrow, send_json
 
 

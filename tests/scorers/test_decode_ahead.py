@@ -16,20 +16,20 @@ from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.json_rows import decode_rows
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import ModelHolder, load_model
+from headrace.scorers.stream_io import RawBatch, StreamIO
 from headrace.scorers.worker import Worker
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
-from headrace.streams.scoring_io import RawBatch, StreamIO
 from headrace.streams.topics import catalog, dlq_topic, predictions_topic
 from tests.scorers.conftest import (
     FEATURES,
+    eventually,
     publish_tf,
     read_topic,
     rows,
     scorer_thread,
     send_json,
-    wait_for,
     wait_ready,
 )
 
@@ -137,7 +137,7 @@ def test_scorer_keeps_scoring_when_its_helper_dies(
         keys += send_json(conn, data, rows(1500, seed=3), key_prefix="after")
         preds = read_topic(conn, predictions_topic(stream), expect=3000)
         reg = scorer.metrics.registry
-        wait_for(lambda: (reg.get_sample_value(
+        eventually(lambda: (reg.get_sample_value(
             "headrace_scorer_retries_total", {"stream": stream, "what": "decode_helper"})
             or 0) >= 1, timeout_s=10, what="the helper failure to be counted")
     assert sorted(json.loads(m.value())["key"] for m in preds) == sorted(keys)

@@ -1,14 +1,15 @@
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from headrace.core.settings import Settings
 from headrace.store.versions import set_alias
-from headrace.streams.clients import KafkaConnection, ensure_topics, send_events
+from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.contracts import ModelAction, ModelPublished
+from headrace.streams.producing import send_events
 from headrace.streams.topics import MODEL_EVENTS, catalog, predictions_topic
 from tests.scorers.conftest import (
+    eventually,
     http_get,
     predictions,
     publish_tf,
@@ -16,7 +17,6 @@ from tests.scorers.conftest import (
     rows,
     scorer_thread,
     send_json,
-    wait_for,
     wait_ready,
 )
 
@@ -40,14 +40,14 @@ def test_model_swap_mid_stream_loses_nothing_and_versions_switch(
         read_topic(conn, predictions_topic(stream), expect=1000, settle_s=0)
         v2 = publish_tf(dfs, stream, seed=2)  # moves the production alias
         _announce(conn, stream, v2, previous=v1.version)
-        wait_for(lambda: scorer.holder.current is not None
+        eventually(lambda: scorer.holder.current is not None
                  and scorer.holder.current.version == v2.version, what="swap to v2")
         send_json(conn, data, rows(1000, seed=2), key_prefix="b")
         read_topic(conn, predictions_topic(stream), expect=2000, settle_s=0)
         # Rollback is a swap too (the alias pointer moves back; found by polling or event).
         set_alias(dfs, stream, v1.version, reason="rollback")
         _announce(conn, stream, v1, previous=v2.version, action=ModelAction.ROLLBACK)
-        wait_for(lambda: scorer.holder.current is not None
+        eventually(lambda: scorer.holder.current is not None
                  and scorer.holder.current.version == v1.version, what="rollback to v1")
         send_json(conn, data, rows(500, seed=3), key_prefix="c")
         msgs = read_topic(conn, predictions_topic(stream), expect=2500)
@@ -73,11 +73,10 @@ def test_corrupted_model_is_refused_and_the_old_version_keeps_serving(
             f.seek(100)
             f.write(b"\x00corrupt\x00")
         _announce(conn, stream, v2, previous=v1.version)
-        wait_for(lambda: b'reason="integrity"' in http_get(scorer.http_port, "/metrics")[1],
+        eventually(lambda: b'reason="integrity"' in http_get(scorer.http_port, "/metrics")[1],
                  what="integrity failure counted")
         send_json(conn, data, rows(300), key_prefix="x")
         msgs = read_topic(conn, predictions_topic(stream), expect=300)
-        time.sleep(0.2)
         assert scorer.holder.current is not None and scorer.holder.current.version == v1.version
     assert {p["model_version"] for p in predictions(msgs)} == {v1.version}
     assert len(msgs) == 300

@@ -8,13 +8,13 @@ from headrace.core.settings import Settings
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.topics import catalog, predictions_topic
 from tests.scorers.conftest import (
+    eventually,
     http_get,
     publish_tf,
     read_topic,
     rows,
     scorer_thread,
     send_json,
-    wait_for,
     wait_ready,
 )
 
@@ -35,9 +35,9 @@ def test_not_ready_until_a_model_is_loaded_and_warmed_then_metrics_report(
         assert body["model"] == f"{stream}:{mv.version}" and body["partitions"] == 3
         send_json(conn, data, rows(700))
         read_topic(conn, predictions_topic(stream), expect=700, settle_s=0)
-        wait_for(lambda: b"headrace_scorer_rows_total{stream=" in http_get(
+        eventually(lambda: b"headrace_scorer_rows_total{stream=" in http_get(
             scorer.http_port, "/metrics")[1], what="metrics")
-        wait_for(lambda: b"headrace_scorer_consumer_lag{" in http_get(
+        eventually(lambda: b"headrace_scorer_consumer_lag{" in http_get(
             scorer.http_port, "/metrics")[1], what="lag gauge")
         text = http_get(scorer.http_port, "/metrics")[1].decode()
         assert http_get(scorer.http_port, "/livez")[0] == 200

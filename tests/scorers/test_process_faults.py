@@ -18,7 +18,7 @@ from confluent_kafka import TopicPartition
 from headrace.core.settings import Settings
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_consumer
 from headrace.streams.topics import catalog, predictions_topic, scorer_group
-from tests.scorers.conftest import publish_tf, read_topic, rows, send_json, wait_for
+from tests.scorers.conftest import eventually, publish_tf, read_topic, rows, send_json
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -113,7 +113,7 @@ def test_kill_9_mid_batch_then_restart_gives_every_offset_a_prediction(
     try:
         wanted = _input_offsets(conn, data, n)
         assert len(wanted) == n
-        wait_for(lambda: wanted <= set(_sources(read_topic(
+        eventually(lambda: wanted <= set(_sources(read_topic(
             conn, predictions_topic(stream), expect=n, settle_s=0, timeout_s=5))),
             timeout_s=90, what="every input offset predicted")
     finally:

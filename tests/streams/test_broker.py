@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from headrace.core.errors import BrokerUnavailable
 from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection, check_reachable, ensure_topics, list_topics
 from headrace.streams.topics import TopicSpec
+from tests.fixtures import eventually
 
 
 def test_embedded_broker_answers_metadata_and_stops_cleanly(tmp_path: Path) -> None:
@@ -41,6 +41,11 @@ def test_headrace_broker_command_prints_address_and_exits_on_sigint(tmp_path: Pa
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert "memory only" in err and "broker stopped" in out
-    time.sleep(0.2)
-    with pytest.raises(BrokerUnavailable):
-        check_reachable(KafkaConnection(bootstrap, timeout_s=1))
+    def unreachable() -> bool:
+        try:
+            check_reachable(KafkaConnection(bootstrap, timeout_s=1))
+        except BrokerUnavailable:
+            return True
+        return False
+
+    eventually(unreachable, timeout_s=10, what="the stopped broker to be unreachable")

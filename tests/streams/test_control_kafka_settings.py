@@ -34,10 +34,10 @@ from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection, send_events
 from headrace.streams.connection import connection_for
 from headrace.streams.contracts import JobEventKind
-from headrace.streams.control import ControlAppConfig, ControlHooks, build_app, topic_specs
+from headrace.streams.control_app import ControlAppConfig, ControlHooks, build_app, topic_specs
 from headrace.streams.control_health import ControlHealth
-from headrace.streams.control_topics import ControlTopics
 from headrace.streams.faust_kafka import broker_credentials
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from tests.trainers.conftest import REPO, job_env, request, stop, wait_events
 

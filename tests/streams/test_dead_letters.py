@@ -1,34 +1,14 @@
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
-
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from headrace.core.errors import RecordRef, ValidationFailed
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
-from headrace.streams.clients import (
-    DeliveryTracker,
-    KafkaConnection,
-    flush_or_raise,
-    make_consumer,
-    make_producer,
-    produce,
-)
+from headrace.streams.clients import KafkaConnection, make_producer
 from headrace.streams.codecs import decode_json_batch, encode_json
-
-
-def _read_all(conn: KafkaConnection, topic: str, n: int) -> list:
-    c = make_consumer(conn, f"g-{uuid.uuid4().hex[:8]}")
-    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    out: list = []
-    for _ in range(100):
-        out += [m for m in c.consume(100, timeout=0.2) if not m.error()]
-        if len(out) >= n:
-            break
-    c.close()
-    return out
+from headrace.streams.producing import Deliveries, flush, produce, write_dead_letter
+from tests.fixtures import read_topic
 
 
 def test_poison_record_lands_in_dlq_with_headers_and_the_partition_keeps_flowing(
@@ -38,21 +18,21 @@ def test_poison_record_lands_in_dlq_with_headers_and_the_partition_keeps_flowing
     p = make_producer(conn)
     values = [encode_json({"x": 1.0}), b"\xff\xfe not json", encode_json({"x": 2.0})]
     for v in values:
-        produce(p, src, v, key=b"k", headers=hdr.build({hdr.CONTENT_TYPE: hdr.JSON}))
+        produce(p, src, v, b"k", hdr.build({hdr.CONTENT_TYPE: hdr.JSON}))
     p.flush(10)
 
-    msgs = _read_all(conn, src, 3)
+    msgs = read_topic(conn, src, expect=3)
     batch = decode_json_batch([m.value() for m in msgs])
-    tracker = DeliveryTracker()
+    tracker = Deliveries()
     for i, exc in batch.errors:
         m = msgs[i]
         ref = RecordRef(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
                         tuple(m.headers() or ()))
-        dlq.write_dead_letter(p, dead, dlq.DeadLetter.from_error(ref, exc), on_delivery=tracker)
-    flush_or_raise(p, tracker, timeout_s=10)
+        write_dead_letter(p, dead, dlq.DeadLetter.from_error(ref, exc), on_delivery=tracker)
+    flush(p, tracker, timeout_s=10)
 
     assert batch.table.column("x").to_pylist() == [1.0, 2.0]  # the good ones after it decode
-    [letter] = _read_all(conn, dead, 1)
+    [letter] = read_topic(conn, dead, expect=1)
     h = hdr.to_dict(letter.headers())
     assert letter.value() == values[1] and letter.key() == b"k"
     assert h[dlq.DLQ_TOPIC] == src

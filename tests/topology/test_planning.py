@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from headrace.topology.cluster import ClusterSpec
-from headrace.topology.plan import Plan, moved_partitions
+from headrace.topology.placement import Plan, moved_partitions
 from headrace.topology.planning import group_name, plan_placement
 from tests.topology.conftest import gpu_node
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,8 +17,9 @@ import pytest
 
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEvent, ModelSpec, TrainRequested
-from headrace.streams.control_io import read_events
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
+from tests.fixtures import eventually
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ModelSpec(epochs=2, hidden=(16,), batch_size=32, learning_rate=0.01)
@@ -69,12 +69,15 @@ def stop(p: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
 
 def wait_events(conn: KafkaConnection, topic: str, pred: Callable[[list[JobEvent]], bool],
                 *, timeout: float = 90.0) -> list[JobEvent]:
-    deadline = time.monotonic() + timeout
     events: list[JobEvent] = []
-    while time.monotonic() < deadline:
-        events = read_events(conn, topic, JobEvent, idle_s=0.5)
-        if pred(events):
-            return events
-        time.sleep(0.5)
-    raise AssertionError(f"condition not met in {timeout}s; events: "
-                         f"{[(e.job_id, e.kind.value, e.reason) for e in events]}")
+
+    def met() -> bool:
+        events[:] = read_events(conn, topic, JobEvent, idle_s=0.5)
+        return pred(events)
+
+    try:
+        eventually(met, timeout_s=timeout, interval_s=0.5, what="the job events")
+    except AssertionError:
+        raise AssertionError(f"condition not met in {timeout}s; events: "
+                             f"{[(e.job_id, e.kind.value, e.reason) for e in events]}") from None
+    return events

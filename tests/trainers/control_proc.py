@@ -1,7 +1,9 @@
 """A control-plane process for tests: ``python -m tests.trainers.control_proc CONFIG_JSON``.
 
 The only test seam is the clock: with ``now_file`` set, ``now`` is read from that file
-(an ISO time), so a test can move time forward across restarts.
+(an ISO time), so a test can move time forward across restarts. With ``clock_log`` set, every
+time read is appended to that file: the schedules tick reads the clock once per tick, so a
+test can wait until the control plane has ticked at a given time instead of sleeping.
 """
 
 from __future__ import annotations
@@ -12,20 +14,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
+from headrace.trainers.control.service import run_control
+from headrace.trainers.control.triggers import load_triggers
 from headrace.trainers.limits import RequestCaps
-from headrace.trainers.service import run_control
-from headrace.trainers.triggers import load_triggers
 
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     now_file = cfg.get("now_file")
+    clock_log = cfg.get("clock_log")
 
     def now() -> datetime:
-        if now_file:
-            return datetime.fromisoformat(Path(now_file).read_text().strip())
-        return datetime.now(UTC)
+        t = (datetime.fromisoformat(Path(now_file).read_text().strip()) if now_file
+             else datetime.now(UTC))
+        if clock_log:
+            with open(clock_log, "a") as f:
+                f.write(t.isoformat() + "\n")
+        return t
 
     run_control(
         root=Path(cfg["root"]),

@@ -16,11 +16,11 @@ from types import SimpleNamespace as NS
 from typing import Any
 
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
 from headrace.topology.validation import to_manifest
-from headrace.trainers.control_settings import ControlSettings
+from headrace.trainers.control.service import ExecutorChoice, run_control
+from headrace.trainers.control.settings import ControlSettings
 from headrace.trainers.executors.kubernetes import KubeApis
-from headrace.trainers.service import ExecutorChoice, run_control
 
 
 class NotFound(Exception):

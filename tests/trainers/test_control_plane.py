@@ -4,19 +4,20 @@ per idempotency key, bad input dead-lettered or failed fast, schedules once per 
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from headrace.streams import dlq
-from headrace.streams.clients import KafkaConnection, make_producer, send_events
+from headrace.streams.clients import KafkaConnection, make_producer
 from headrace.streams.contracts import JobEvent, JobEventKind, ModelPublished, TrainRequested
-from headrace.streams.control_io import iter_records, read_events
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.producing import send_events
+from headrace.streams.reading import iter_records, read_events
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
+from tests.fixtures import eventually
 from tests.trainers.conftest import request, stop, wait_events
 
 pytestmark = pytest.mark.slow
@@ -54,7 +55,7 @@ def test_one_job_per_key_bad_input_dead_lettered_or_failed_fast(
     assert st is not None and st.state == "failed" and st.attempts == 0
 
     letters = list(iter_records(conn, topics.train_requests_dlq, idle_s=1.0))
-    assert letters[0].record.value == b"{not json"
+    assert letters[0].value == b"{not json"
     assert len(letters) == 2
     h = letters[1]
     assert h.header(dlq.DLQ_TOPIC) == topics.train_requests
@@ -83,7 +84,9 @@ def test_two_control_planes_run_one_job_for_a_request_delivered_three_times(
 
 
 def _set_now(path: Path, iso: str) -> None:
-    path.write_text(iso)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(iso)
+    tmp.replace(path)  # atomic: the control plane never reads a half-written time
 
 
 def _scheduled(conn: KafkaConnection, topics: ControlTopics) -> list[TrainRequested]:
@@ -91,33 +94,57 @@ def _scheduled(conn: KafkaConnection, topics: ControlTopics) -> list[TrainReques
             if r.trigger.kind == "schedule"]
 
 
+def _ticked_at(clock_log: Path, iso: str, proc: subprocess.Popen[bytes]) -> None:
+    """Wait until the control plane has run two more schedules ticks at ``iso`` (the second
+    read of the clock means the first tick has finished): whatever a tick at this time would
+    fire has been fired by then, however late the process started."""
+    want = datetime.fromisoformat(iso).isoformat()
+
+    def reads() -> int:
+        return (clock_log.read_text().splitlines().count(want) if clock_log.exists() else 0)
+
+    target = reads() + 2
+
+    def ticked() -> bool:
+        assert proc.poll() is None, "the control plane exited"
+        return reads() >= target
+
+    eventually(ticked, timeout_s=90, interval_s=0.1, what=f"a schedules tick at {iso}")
+
+
+def _slot_recorded(conn: KafkaConnection, topics: ControlTopics, slot: bytes) -> bool:
+    return any(slot in (r.value or b"") for r in iter_records(conn, topics.schedules, idle_s=0.5))
+
+
 def test_a_schedule_fires_once_per_slot_across_restarts(
         conn: KafkaConnection, dfs: Path, topics: ControlTopics, start_control: Start,
         tmp_path: Path) -> None:
     now = tmp_path / "now"
+    clock_log = tmp_path / "clock.log"
     trig = tmp_path / "triggers.yaml"
     trig.write_text(
         "schedules:\n"
         "  - name: nightly\n    cron: '* * * * *'\n"
         "    request: {model_name: demo, framework: mxnet, dataset_uri: missing.parquet}\n")
-    cfg = {"now_file": str(now), "triggers": str(trig), "app_id": "sched"}
+    cfg = {"now_file": str(now), "triggers": str(trig), "app_id": "sched",
+           "clock_log": str(clock_log)}
     _set_now(now, "2030-01-01T10:00:30+00:00")
     first = start_control(**cfg)
-    wait_events(conn, topics.jobs, lambda evs: True, timeout=5)
-    time.sleep(8)  # started, recovered, ticked: a new schedule waits for the next slot
-    assert _scheduled(conn, topics) == []
+    _ticked_at(clock_log, "2030-01-01T10:00:30+00:00", first)
+    assert _scheduled(conn, topics) == []  # a new schedule waits for the next slot
     _set_now(now, "2030-01-01T10:01:05+00:00")
-    _wait(lambda: len(_scheduled(conn, topics)) == 1)
-    time.sleep(2)
+    eventually(lambda: len(_scheduled(conn, topics)) == 1, what="the 10:01 slot fired")
+    # The fired slot is in the table's changelog before the process is stopped.
+    eventually(lambda: _slot_recorded(conn, topics, b"10:01:00"), what="the 10:01 slot recorded")
     stop(first)
 
     _set_now(now, "2030-01-01T10:01:40+00:00")  # same slot after a restart: nothing
-    start_control(**cfg)
-    time.sleep(10)
+    second = start_control(**cfg)
+    _ticked_at(clock_log, "2030-01-01T10:01:40+00:00", second)
     assert len(_scheduled(conn, topics)) == 1
     _set_now(now, "2030-01-01T10:02:00Z")
-    _wait(lambda: len(_scheduled(conn, topics)) == 2)
-    time.sleep(2)
+    eventually(lambda: len(_scheduled(conn, topics)) == 2, what="the 10:02 slot fired")
+    _ticked_at(clock_log, "2030-01-01T10:02:00+00:00", second)  # no second fire
     reqs = _scheduled(conn, topics)
     assert [r.idempotency_key for r in reqs] == [
         "schedule:nightly:2030-01-01T10:01:00Z",
@@ -126,24 +153,14 @@ def test_a_schedule_fires_once_per_slot_across_restarts(
                                                "2030-01-01T10:02:00Z"]
     # The last slot is on the compacted schedules topic.
     last = list(iter_records(conn, topics.schedules, idle_s=1.0))
-    assert last and b"10:02:00" in (last[-1].record.value or b"")
-    assert datetime.now(UTC).year < 2030  # the fake clock, not the real one, drove it
-
-
-def _wait(cond: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.5)
-    raise AssertionError("timed out")
+    assert last and b"10:02:00" in (last[-1].value or b"")
 
 
 def test_an_event_rule_requests_training_every_n_records(
         conn: KafkaConnection, dfs: Path, topics: ControlTopics, tmp_path: Path) -> None:
     from headrace.trainers.control import ControlPlane
+    from headrace.trainers.control.triggers import load_triggers
     from headrace.trainers.executors.local import LocalExecutor
-    from headrace.trainers.triggers import load_triggers
 
     trig = tmp_path / "t.yaml"
     trig.write_text("rules:\n  - name: fresh\n    stream: demo\n    every: 100\n"
@@ -180,8 +197,8 @@ def test_requests_over_a_cap_or_naming_bad_code_are_dead_lettered_and_start_noth
             code=cv.ref, entrypoint="tabular_net.keras_model:nope"))),
     ]
     send_events(conn, topics.train_requests, refused)
-    _wait(lambda: len(list(iter_records(conn, topics.train_requests_dlq, idle_s=0.5)))
-          >= len(refused), timeout=90)
+    eventually(lambda: len(list(iter_records(conn, topics.train_requests_dlq, idle_s=0.5)))
+               >= len(refused), timeout_s=90, interval_s=0.5, what="the refused requests' letters")
     letters = list(iter_records(conn, topics.train_requests_dlq, idle_s=0.5))
     assert [h.header(dlq.DLQ_STAGE) for h in letters] == ["admit"] * len(refused)
     assert [h.header(dlq.DLQ_ERROR_MESSAGE) for h in letters] == [

@@ -23,8 +23,8 @@ import pytest
 from headrace.streams import dlq
 from headrace.streams.clients import KafkaConnection, send_events
 from headrace.streams.contracts import JobEventKind
-from headrace.streams.control_io import iter_records
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.reading import iter_records
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from tests.trainers.conftest import REPO, job_env, request, stop, wait_events
 
@@ -67,7 +67,7 @@ def test_unwritable_dfs_fails_the_request_with_permission_denied(
     assert failed.reason is not None and denied in failed.reason
     assert "must be writable by uid" in failed.reason
     [letter] = list(iter_records(conn, topics.train_requests_dlq, idle_s=1.0))
-    assert letter.record.value == req.to_bytes()
+    assert letter.value == req.to_bytes()
     assert letter.header(dlq.DLQ_ERROR_CLASS) == "DfsNotWritable"
     assert denied in (letter.header(dlq.DLQ_ERROR_MESSAGE) or "")
     assert not (dfs / "jobs").exists()

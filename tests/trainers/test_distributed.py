@@ -25,8 +25,8 @@ from headrace.streams.contracts import (
     Resources,
     TrainRequested,
 )
-from headrace.streams.control_io import read_events
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
 from headrace.trainers.distributed.weights import checksums_in_log
 from headrace.trainers.executors.base import JobOutcome, JobSpec

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,11 @@ import pytest
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEventKind, ModelSpec
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
 from headrace.trainers.executors.base import ExitCode
-from headrace.trainers.running import run_job
+from headrace.trainers.job_process import run_job
+from tests.fixtures import eventually
 from tests.trainers.conftest import REPO, TINY, job_env, request, wait_events
 
 
@@ -33,12 +33,8 @@ def test_a_job_killed_mid_epoch_resumes_from_its_last_checkpoint_and_never_steps
            topics.prefix]
     proc = subprocess.Popen(cmd, cwd=REPO, env=job_env(broker, dfs),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        found = checkpoints.latest(ckdir)
-        if found is not None and found[1].step >= 100:
-            break
-        time.sleep(0.05)
+    eventually(lambda: (f := checkpoints.latest(ckdir)) is not None and f[1].step >= 100,
+               timeout_s=90, what="a checkpoint at step 100")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     found = checkpoints.latest(ckdir)
@@ -90,7 +86,7 @@ def test_a_process_exiting_hard_mid_publish_leaves_no_partial_version(
     script = textwrap.dedent(f"""
         import os
         from pathlib import Path
-        from headrace.trainers.running import run_job
+        from headrace.trainers.job_process import run_job
         def hook(at):
             if at == {step!r}:
                 os._exit(137)

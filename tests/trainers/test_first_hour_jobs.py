@@ -11,12 +11,12 @@ from headrace.core.errors import ValidationFailed
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEvent, ModelPublished
-from headrace.streams.control_io import read_events
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.gate import ConfusionLimit, load_gates
-from headrace.trainers.running import run_job
+from headrace.trainers.job_process import run_job
 from tests.trainers.conftest import request
 
 

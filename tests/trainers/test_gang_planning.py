@@ -14,7 +14,7 @@ from headrace.trainers.api import build_request
 from headrace.trainers.distributed.gang import member_specs
 from headrace.trainers.distributed.peers import GangMember
 from headrace.trainers.distributed.plan import GangPlan, plan_for
-from headrace.trainers.running import _locked
+from headrace.trainers.job_process import _locked
 from tests.trainers.conftest import request
 
 

@@ -10,13 +10,13 @@ import pyarrow as pa
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEventKind, ModelPublished, ModelSpec
-from headrace.streams.control_io import read_events
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.evaluation import Evaluation
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.gate import Gate, check, load_gates
-from headrace.trainers.running import run_job
+from headrace.trainers.job_process import run_job
 from tests.trainers.conftest import request, wait_events
 
 GOOD = ModelSpec(epochs=3, hidden=(16,), batch_size=32, learning_rate=0.01)

@@ -20,7 +20,7 @@ import pytest
 
 from headrace.streams.clients import KafkaConnection, send_events
 from headrace.streams.contracts import JobEventKind
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.topics import ControlTopics
 from headrace.topology.pod_security import manifest_violations
 from headrace.topology.validation import validate_object
 from headrace.trainers import jobs

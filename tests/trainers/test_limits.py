@@ -16,8 +16,8 @@ from headrace.streams.contracts import Resources, TrainRequested, parse
 from headrace.trainers import jobs
 from headrace.trainers.admission import admit
 from headrace.trainers.executors.base import ExitCode
+from headrace.trainers.job_process import run_job
 from headrace.trainers.limits import OverCap, RequestCaps
-from headrace.trainers.running import run_job
 from tests.trainers.conftest import TINY, request
 
 BIG = (16384,) * 50

@@ -7,7 +7,6 @@ import fcntl
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,7 +24,8 @@ from headrace.trainers.executors.base import (
     is_retriable,
 )
 from headrace.trainers.executors.local import LocalExecutor
-from headrace.trainers.running import LOCK
+from headrace.trainers.job_process import LOCK
+from tests.fixtures import eventually
 from tests.trainers.conftest import TINY, request
 
 
@@ -34,11 +34,13 @@ def _spec(jid: str) -> JobSpec:
 
 
 def _run_until_done(ex: LocalExecutor, timeout: float = 90) -> list[JobOutcome]:
-    deadline = time.monotonic() + timeout
     out: list[JobOutcome] = []
-    while ex.active() and time.monotonic() < deadline:
-        out += ex.poll()
-        time.sleep(0.05)
+
+    def finished() -> bool:
+        out.extend(ex.poll())
+        return not ex.active()
+
+    eventually(finished, timeout_s=timeout, what="the executor's jobs to finish")
     return out
 
 
@@ -58,10 +60,8 @@ def test_a_retriable_failure_is_retried_after_backoff_and_then_succeeds(dfs: Pat
     ex = LocalExecutor(root=dfs, backoff_s=1.0, max_attempts=3,
                        on_retry=lambda j, a, r, d: retries.append((a, r, d)))
     ex.submit(_spec(jid))
-    deadline = time.monotonic() + 30
-    while not retries and time.monotonic() < deadline:
-        ex.poll()
-        time.sleep(0.05)
+    eventually(lambda: ex.poll() is not None and retries, timeout_s=30,
+               what="the first attempt to be retried")
     os.close(fd)  # release: the retry can run
     outcomes = _run_until_done(ex)
     assert retries == [(2, f"job {jid} is running elsewhere (lock held)", 1.0)]

@@ -19,8 +19,8 @@ from headrace.trainers.admission import admit
 from headrace.trainers.backends import get_backend
 from headrace.trainers.datasets import load_dataset, split
 from headrace.trainers.executors.base import ExitCode
+from headrace.trainers.job_process import run_job
 from headrace.trainers.limits import RequestCaps
-from headrace.trainers.running import run_job
 from tests.trainers.conftest import REPO, request
 
 EXAMPLE = REPO / "examples" / "model_code"

@@ -14,10 +14,10 @@ import yaml
 from headrace.cli import main
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEventKind, TrainRequested
-from headrace.streams.control_io import read_events
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
-from headrace.trainers.triggers import load_triggers, schedule_request
+from headrace.trainers.control.triggers import load_triggers, schedule_request
 from tests.trainers.conftest import wait_events
 
 SLOT = "2026-01-01T02:00:00Z"

@@ -14,13 +14,13 @@ import pytest
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEventKind, ModelPublished, ModelSpec, Task
-from headrace.streams.control_io import read_events
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.backends import get_backend
 from headrace.trainers.datasets import load_dataset, make_demo, split
 from headrace.trainers.executors.base import ExitCode
-from headrace.trainers.running import run_job
+from headrace.trainers.job_process import run_job
 from tests.trainers.conftest import TINY, request, wait_events
 
 

@@ -21,7 +21,7 @@ from headrace.store import versions
 from headrace.store.dfs import jobs_dir
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEvent, JobEventKind, parse
-from headrace.streams.replay_io import Follower, Record
+from headrace.streams.reading import Follower, Record
 from headrace.streams.topics import JOB_EVENTS
 
 MAX_LOG_LINES = 500

@@ -314,11 +314,11 @@ NO_KUBE_CONFIG = ("no Kubernetes configuration: not running in a pod (KUBERNETES
                   "is unset) and no kubeconfig (KUBECONFIG or ~/.kube/config)")
 
 
-def kube_apis(*, context: str | None = None) -> KubeApis:
-    """In-cluster config when running in a pod, else the kubeconfig; ``ConfigError`` naming
-    what is missing if neither exists (never a silent fallback to local training)."""
+def load_kube_config(*, context: str | None = None) -> None:
+    """Load the in-cluster config when running in a pod, else the kubeconfig (``context``);
+    ``ConfigError`` (one line naming what is missing) if there is neither -- never a silent
+    fallback to local training."""
     try:
-        from kubernetes import client
         from kubernetes import config as kube_config
     except ImportError:
         raise ConfigError("the Kubernetes executor needs the kubernetes package "
@@ -328,11 +328,18 @@ def kube_apis(*, context: str | None = None) -> KubeApis:
     except kube_config.ConfigException:
         try:
             kube_config.load_kube_config(context=context)
-        except (kube_config.ConfigException, FileNotFoundError, OSError) as exc:
+        except (kube_config.ConfigException, OSError, TypeError) as exc:
             detail = _one_line(exc)
             if "no configuration found" in detail.lower() or isinstance(exc, FileNotFoundError):
                 raise ConfigError(NO_KUBE_CONFIG) from None
             raise ConfigError(f"kubeconfig unusable: {detail}") from None
+
+
+def kube_apis(*, context: str | None = None) -> KubeApis:
+    """The API objects on the loaded configuration (see :func:`load_kube_config`)."""
+    load_kube_config(context=context)
+    from kubernetes import client
+
     return KubeApis(batch=client.BatchV1Api(), core=client.CoreV1Api(),
                     custom=client.CustomObjectsApi())
 
@@ -354,4 +361,5 @@ __all__ = [
     "from_kube_config",
     "job_spec_for",
     "kube_apis",
+    "load_kube_config",
 ]

@@ -1,7 +1,7 @@
-"""Kafka helpers for operations: range reads, true end offsets, timestamp lookups, copying.
+"""Reading topics without a consumer group: range reads, true end offsets, timestamp lookups,
+followers, and the one record type (``Record``) for every path that is not the scorer's.
 
-Only ``headrace.streams`` talks to confluent-kafka; ``headrace.ops`` (replay, DLQ redrive,
-dashboard) uses these helpers.
+Replay, DLQ redrive, the dashboard, the demo and the control plane's readers use these.
 
 End bounds. The high watermark alone is not trusted: on the embedded broker (Tansu) it is the
 *base* offset + 1 of the last multi-record batch. :func:`probe_ends` takes the watermark as a
@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -28,52 +28,28 @@ from confluent_kafka import (
     Consumer,
     KafkaError,
     KafkaException,
-    Message,
-    Producer,
     TopicPartition,
 )
 
-from headrace.core.errors import BrokerUnavailable, FatalError, RetriableError
-from headrace.streams.clients import KafkaConnection, make_admin, make_consumer, make_producer
+from headrace.core.errors import BrokerUnavailable, FatalError, RecordRef, RetriableError
+from headrace.streams.clients import KafkaConnection, make_consumer, partition_count, partitions_of
+from headrace.streams.contracts import Contract, parse
 
-# Headers added to every replayed record (a replay of a replay replaces them). Two only: each
-# header costs throughput (measured: 6 headers ran at ~0.65x pass-through, 2 at ~0.8x). The
-# origin topic is in the replay's checkpoint (ops/replays/<replay-id>.json) and the origin
-# partition is the same number, so replay-id + origin offset identify the source record.
-REPLAY_ID = "replay-id"
-REPLAY_ORIGIN_OFFSET = "replay-origin-offset"
-REDRIVE_ID = "redrive-id"
-REDRIVE_DLQ_OFFSET = "redrive-dlq-offset"  # "<dlq partition>:<dlq offset>"
+C = TypeVar("C", bound=Contract)
 
 _EOF = KafkaError._PARTITION_EOF
 _READ_CONF: dict[str, Any] = {"enable.partition.eof": True, "isolation.level": "read_uncommitted"}
 
 
-@dataclass(frozen=True)
-class Record:
-    """A consumed record as plain data (for the slow paths: DLQ, resume scans, dashboard)."""
+Record = RecordRef  # the one record type: where a record came from, and its bytes
 
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
-    timestamp_ms: int | None
 
-    @classmethod
-    def of(cls, m: Any) -> Record:
-        ts_type, ts = m.timestamp()
-        return cls(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
-                   tuple((k, v or b"") for k, v in (m.headers() or ())),
-                   ts if ts_type != 0 else None)
-
-    def header(self, name: str) -> str | None:
-        value = None
-        for k, v in self.headers:
-            if k == name:
-                value = v.decode("utf-8", "replace")
-        return value
+def record_of(m: Any) -> Record:
+    """A consumed message as plain data (for the slow paths: DLQ, resume scans, dashboard)."""
+    ts_type, ts = m.timestamp()
+    return Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(),
+                  tuple((k, v or b"") for k, v in (m.headers() or ())),
+                  ts if ts_type != 0 else None)
 
 
 def _consume(c: Consumer, n: int, timeout_s: float) -> list[Any]:
@@ -83,19 +59,6 @@ def _consume(c: Consumer, n: int, timeout_s: float) -> list[Any]:
 def _reader(conn: KafkaConnection, purpose: str) -> Consumer:
     # A throwaway group id: librdkafka wants one, but nothing here ever commits.
     return make_consumer(conn, f"headrace-ops.{purpose}.{uuid.uuid4().hex[:8]}", **_READ_CONF)
-
-
-def partition_count(conn: KafkaConnection, topic: str) -> int | None:
-    """Number of partitions, or None if the topic does not exist."""
-    try:
-        # All topics, not ``topic=``: a metadata request naming a topic may auto-create it.
-        md = make_admin(conn).list_topics(timeout=conn.timeout_s)
-    except KafkaException as exc:
-        raise BrokerUnavailable(f"Kafka at {conn.bootstrap} did not answer: {exc}") from None
-    t = md.topics.get(topic)
-    if t is None or t.error is not None or not t.partitions:
-        return None
-    return len(t.partitions)
 
 
 def watermarks(
@@ -245,7 +208,7 @@ def read_range(
     with RangeReader(conn, topic, ranges, purpose="read") as reader:
         deadline = time.monotonic() + timeout_s
         while not reader.done and time.monotonic() < deadline:
-            out.extend(Record.of(m) for m in reader.poll(10_000, 0.5))
+            out.extend(record_of(m) for m in reader.poll(10_000, 0.5))
             if limit is not None and len(out) >= limit:
                 return out[:limit]
     return out
@@ -348,110 +311,6 @@ class RangeReader:
         return out
 
 
-class AckTracker:
-    """Delivery callback: counts acks, remembers the first error and the highest offset acked
-    per partition (where a resume scan of the target may start)."""
-
-    def __init__(self) -> None:
-        self.acked = 0
-        self.error: KafkaError | None = None
-        self.max_offset: dict[int, int] = {}
-
-    def __call__(self, err: KafkaError | None, msg: Any) -> None:
-        if err is not None:
-            if self.error is None:
-                self.error = err
-            return
-        self.acked += 1
-        p, o = msg.partition(), msg.offset()
-        if o is not None and o >= 0 and o > self.max_offset.get(p, -1):
-            self.max_offset[p] = o
-
-
-class Copier:
-    """Produces consumed messages to ``target`` (same partition number), same key, value and
-    headers, plus ``replay-id`` and ``replay-origin-offset``; the timestamp is the time of the
-    copy unless ``keep_timestamps`` (old timestamps can fall under the target's retention).
-    ``flush`` returns only when every record is acknowledged."""
-
-    def __init__(self, conn: KafkaConnection, target: str, *, replay_id: str,
-                 keep_timestamps: bool = False, **producer_overrides: Any) -> None:
-        self.target = target
-        self.replay_id = replay_id.encode()
-        self.keep_timestamps = keep_timestamps
-        self.tracker = AckTracker()
-        self.producer: Producer = make_producer(conn, **producer_overrides)
-        self._fixed: dict[int, list[tuple[str, bytes]]] = {}
-
-    def copy(self, msgs: list[Any]) -> int:
-        produce, poll = self.producer.produce, self.producer.poll
-        target, cb, keep = self.target, self.tracker, self.keep_timestamps
-        fixed = self._fixed
-        for m in msgs:
-            hs = m.headers()
-            hs = [h for h in hs if not h[0].startswith("replay-")] if hs else []
-            p = m.partition()
-            const = fixed.get(p)
-            if const is None:
-                const = fixed[p] = self._fixed_headers(m.topic(), p)
-            hs.extend(const)
-            hs.append((REPLAY_ORIGIN_OFFSET, b"%d" % m.offset()))
-            ts_type, ts = m.timestamp()
-            while True:
-                try:
-                    if keep and ts_type:
-                        produce(target, m.value(), m.key(), partition=p, on_delivery=cb,
-                                timestamp=ts, headers=hs)
-                    else:
-                        produce(target, m.value(), m.key(), partition=p, on_delivery=cb,
-                                headers=hs)
-                    break
-                except BufferError:
-                    poll(0.05)
-        poll(0)
-        return len(msgs)
-
-    def _fixed_headers(self, topic: str, partition: int) -> list[tuple[str, bytes]]:
-        return [(REPLAY_ID, self.replay_id)]
-
-    def flush(self, *, timeout_s: float) -> None:
-        flush_tracked(self.producer, self.tracker, timeout_s=timeout_s)
-
-
-def flush_tracked(producer: Producer, tracker: AckTracker, *, timeout_s: float) -> None:
-    remaining = producer.flush(timeout_s)
-    if tracker.error is not None:
-        err, tracker.error = tracker.error, None
-        raise (RetriableError if err.retriable() else FatalError)(f"delivery failed: {err.str()}")
-    if remaining:
-        raise RetriableError(f"{remaining} records not acknowledged within {timeout_s:.0f}s")
-
-
-def new_producer(conn: KafkaConnection, **overrides: Any) -> Producer:
-    return make_producer(conn, **overrides)
-
-
-def produce_raw(producer: Producer, topic: str, value: bytes | None, *, key: bytes | None,
-                headers: list[tuple[str, bytes]], partition: int | None,
-                on_delivery: Callable[[KafkaError | None, Message], None] | None = None) -> None:
-    kwargs: dict[str, Any] = {"key": key, "headers": headers}
-    if partition is not None:
-        kwargs["partition"] = partition
-    if on_delivery is not None:
-        kwargs["on_delivery"] = on_delivery
-    while True:
-        try:
-            producer.produce(topic, value, **kwargs)
-            return
-        except BufferError:
-            producer.poll(0.05)
-
-
-def message_fields(m: Any) -> tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes]]]:
-    """(partition, offset, key, value, headers) of a consumed message."""
-    return m.partition(), m.offset(), m.key(), m.value(), list(m.headers() or ())
-
-
 def scan_headers(
     conn: KafkaConnection, topic: str, starts: Mapping[int, int], *, match: Mapping[str, str],
     collect: str, timeout_s: float = 60.0,
@@ -516,7 +375,56 @@ class Follower:
             msgs = _consume(self._consumer, max_messages, timeout_s)
         except KafkaException:
             return []
-        return [Record.of(m) for m in msgs if m.error() is None]
+        return [record_of(m) for m in msgs if m.error() is None]
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def _start_offsets(consumer: Any, topic: str, parts: list[int], since_ms: int | None
+                   ) -> list[TopicPartition]:
+    if since_ms is None:
+        return [TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts]
+    found = consumer.offsets_for_times([TopicPartition(topic, p, since_ms) for p in parts],
+                                       timeout=10.0)
+    return [TopicPartition(topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING)
+            for tp in found]
+
+
+def iter_records(
+    conn: KafkaConnection, topic: str, *, since_ms: int | None = None,
+    idle_s: float = 1.0, follow: bool = False, stop: Callable[[], bool] | None = None,
+) -> Iterator[Record]:
+    """Every record of ``topic`` (from ``since_ms``): until ``idle_s`` without a new one, or,
+    with ``follow``, until ``stop()`` is true. Partitions are assigned (no group, no commits);
+    the end is found by idleness because Tansu's high watermark is unreliable."""
+    consumer = make_consumer(conn, "headrace-reader", **{"enable.partition.eof": False})
+    try:
+        parts = partitions_of(conn, topic)
+        consumer.assign(_start_offsets(consumer, topic, parts, since_ms))
+        last = time.monotonic() + 1.0  # the first fetch after an assignment takes a while
+        while True:
+            if stop is not None and stop():
+                return
+            msgs = consumer.consume(500, timeout=0.1)
+            for m in msgs:
+                if m.error() is not None:
+                    continue  # partition EOF and transient fetch errors
+                last = time.monotonic()
+                yield record_of(m)
+            if not follow and not msgs and time.monotonic() - last > idle_s:
+                return
+    finally:
+        consumer.close()
+
+
+def read_events(conn: KafkaConnection, topic: str, model: type[C], *,
+                since_ms: int | None = None, idle_s: float = 1.0) -> list[C]:
+    """The parseable contract events of ``topic`` (others are skipped)."""
+    out: list[C] = []
+    for rec in iter_records(conn, topic, since_ms=since_ms, idle_s=idle_s):
+        try:
+            out.append(parse(model, rec.value or b""))
+        except Exception:
+            continue
+    return out

@@ -17,14 +17,14 @@ from typing import Any
 
 from headrace.core.errors import ConfigError, RecordRef
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.control import ControlAppConfig, ControlHooks, run_control_app
-from headrace.streams.control_topics import ControlTopics
-from headrace.trainers.control import ControlPlane, Table, utcnow
-from headrace.trainers.control_settings import ControlSettings
+from headrace.streams.control_app import ControlAppConfig, ControlHooks, run_control_app
+from headrace.streams.topics import ControlTopics
+from headrace.trainers.control.plane import ControlPlane, Table, utcnow
+from headrace.trainers.control.settings import ControlSettings
+from headrace.trainers.control.triggers import Triggers
 from headrace.trainers.executors.base import Executor
 from headrace.trainers.executors.local import LocalExecutor
 from headrace.trainers.limits import RequestCaps
-from headrace.trainers.triggers import Triggers
 
 
 @dataclass(frozen=True)

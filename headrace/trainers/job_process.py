@@ -45,8 +45,8 @@ from headrace.store.dfs import job_dir, write_atomic
 from headrace.store.manifest import Manifest
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEvent, JobEventKind, JobState, Task, TrainRequested
-from headrace.streams.control_io import EventSink
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.producing import EventSink
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, job_checks, jobs
 from headrace.trainers.backends import distributed_runtime, get_backend
 from headrace.trainers.backends.base import Backend, DistributedRuntime, Model

@@ -15,10 +15,11 @@ import yaml
 from headrace.core.errors import ConfigError, RetriableError
 from headrace.topology.cluster import ClusterSpec, load_cluster
 from headrace.topology.objects import ScorerOptions, executor_rbac, scorer_objects
-from headrace.topology.plan import Plan, load_plan, moved_partitions
+from headrace.topology.placement import Plan, load_plan, moved_partitions
 from headrace.topology.planning import plan_placement
 from headrace.topology.validation import validate_all
 from headrace.topology.values import chart_values
+from headrace.trainers.executors.kubernetes import load_kube_config
 
 
 @dataclass(frozen=True)
@@ -146,15 +147,12 @@ def _one_line(exc: Any) -> str:
 
 def kube_api_client(context: str | None = None) -> Any:
     """The API client from in-cluster config or the kubeconfig; one-line error if neither."""
-    from kubernetes import client, config
+    from kubernetes import client
 
     try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        try:
-            config.load_kube_config(context=context)
-        except (config.ConfigException, OSError, TypeError) as exc:
-            raise RetriableError(f"no reachable Kubernetes cluster: {_one_line(exc)}") from None
+        load_kube_config(context=context)
+    except ConfigError as exc:
+        raise RetriableError(f"no reachable Kubernetes cluster: {exc}") from None
     return client.ApiClient()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from headrace.topology.plan import Plan
+from headrace.topology.placement import Plan
 from headrace.topology.planning import partition_ranges
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from headrace.core.errors import ConfigError
+from headrace.core.files import read_config_text
 from headrace.topology.cluster import Toleration
 
 Reason = Literal[
@@ -126,12 +127,7 @@ def moved_partitions(previous: Plan, current: Plan) -> int:
 
 
 def load_plan(path: Path) -> Plan:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"plan file not found: {path}") from None
-    except OSError as exc:
-        raise ConfigError(f"cannot read plan file {path}: {exc.strerror}") from None
+    text = read_config_text(path, what="plan file")
     try:
         return Plan.model_validate_json(text)
     except ValidationError as exc:

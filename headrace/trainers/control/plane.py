@@ -1,5 +1,5 @@
 """The control plane's logic: route train requests into jobs exactly once, drive the executor,
-fire schedules and event rules. The faust app (``headrace.streams.control``) calls it.
+fire schedules and event rules. The faust app (``headrace.streams.control_app``) calls it.
 
 Dedup, in two layers:
 
@@ -30,13 +30,13 @@ from headrace.streams.contracts import (
     TriggerKind,
     parse,
 )
-from headrace.streams.control_io import EventSink
-from headrace.streams.control_topics import ControlTopics
+from headrace.streams.producing import EventSink
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.admission import admit
+from headrace.trainers.control.triggers import Triggers, make_request, schedule_request, slot_key
 from headrace.trainers.executors.base import Executor, JobOutcome, JobSpec
 from headrace.trainers.limits import RequestCaps
-from headrace.trainers.triggers import Triggers, make_request, schedule_request, slot_key
 
 log = logging.getLogger(__name__)
 Table = MutableMapping[str, Any]

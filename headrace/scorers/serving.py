@@ -24,12 +24,12 @@ from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import ModelHolder
 from headrace.scorers.probing import ProbeServer, ProbeState
 from headrace.scorers.settings import ScorerSettings
+from headrace.scorers.stream_io import ModelEventsListener, StreamIO
 from headrace.scorers.swapping import ModelWatcher
 from headrace.scorers.worker import Worker
 from headrace.streams import topics
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.connection import connection_for
-from headrace.streams.scoring_io import ModelEventsListener, StreamIO
 
 log = logging.getLogger(__name__)
 

@@ -36,10 +36,9 @@ from mode import Worker
 from headrace.core.errors import ConfigError, HeadraceError, PermanentError, RecordRef
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.control_health import ControlHealth, HealthServer
-from headrace.streams.control_io import EventSink
-from headrace.streams.control_topics import ControlTopics
 from headrace.streams.faust_kafka import ControlApp, faust_broker_settings
-from headrace.streams.topics import TopicSpec
+from headrace.streams.producing import EventSink
+from headrace.streams.topics import ControlTopics, TopicSpec
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,62 @@
+"""The import-linter contracts catch a forbidden import wherever it is planted.
+
+Each case copies the package and ``pyproject.toml`` to a temp dir, adds one import the README
+forbids to a module that is not that library's home, and runs ``lint-imports`` on the copy.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+PLANTS = [
+    ("headrace/core/errors.py", "tensorflow"),
+    ("headrace/store/dfs.py", "mxnet"),
+    ("headrace/scorers/batching.py", "keras"),
+    ("headrace/scorers/worker.py", "aiokafka"),
+    ("headrace/trainers/jobs.py", "confluent_kafka"),
+    ("headrace/ops/demo.py", "faust"),
+    ("headrace/cli/_context.py", "kafka"),
+    ("headrace/ops/demo.py", "kubernetes"),
+    ("headrace/scorers/worker.py", "kubernetes"),
+]
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    dst = tmp_path / "tree"
+    shutil.copytree(ROOT / "headrace", dst / "headrace",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(ROOT / "pyproject.toml", dst / "pyproject.toml")
+    return dst
+
+
+def _lint(tree: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    return subprocess.run([str(LINT), "--no-cache"], cwd=tree, env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+def test_contracts_pass_on_the_unmodified_tree(tmp_path: Path) -> None:
+    result = _lint(_copy_tree(tmp_path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+@pytest.mark.parametrize(("module", "library"), PLANTS, ids=[f"{m}:{lib}" for m, lib in PLANTS])
+def test_a_planted_forbidden_import_breaks_the_contracts(tmp_path: Path, module: str,
+                                                         library: str) -> None:
+    tree = _copy_tree(tmp_path)
+    target = tree / module
+    target.write_text(target.read_text() + f"\nimport {library}  # planted\n")
+    result = _lint(tree)
+    assert result.returncode != 0, result.stdout
+    dotted = module.removesuffix(".py").replace("/", ".")
+    assert f"{dotted} -> {library}" in result.stdout, result.stdout
