@@ -25,8 +25,10 @@ def read_vocabulary(path: Path) -> pa.Array:
 
 
 def tokens(texts: pa.Array) -> pa.ListArray:
-    """Each text's tokens: lower-cased, split on whitespace."""
-    return pc.utf8_split_whitespace(pc.utf8_lower(texts.cast(pa.string())))
+    """Each text's tokens: lower-cased, split on whitespace (a blank text: null, no tokens)."""
+    trimmed = pc.utf8_trim_whitespace(pc.utf8_lower(texts.cast(pa.string())))
+    blank = pc.equal(trimmed, "")
+    return pc.utf8_split_whitespace(pc.if_else(blank, pa.scalar(None, pa.string()), trimmed))
 
 
 def token_counts(texts: pa.Array) -> np.ndarray:

@@ -68,6 +68,15 @@ def _feeder(inp: ModelInput, version_path: Path) -> Callable[[np.ndarray], np.nd
     return lambda x: x
 
 
+def _data_names(version_path: Path, names: list[str]) -> list[str]:
+    """The symbol's data inputs for the signature's, in order: the input names when the export
+    kept them, else Gluon's defaults (``data``; ``data0``, ``data1``... for several)."""
+    inputs = set(mx.sym.load(str(version_path / SYMBOL_FILE)).list_inputs())
+    if set(names) <= inputs:
+        return names
+    return ["data"] if len(names) == 1 else [f"data{i}" for i in range(len(names))]
+
+
 def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
                 max_batch: int) -> InputsFn:
     ctx = mx_context(device)
@@ -75,7 +84,8 @@ def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
     outputs = manifest.output_signature()
     names = [inp.name for inp in signature]
     net = mx.gluon.nn.SymbolBlock.imports(
-        str(version_path / SYMBOL_FILE), names, str(version_path / PARAMS_FILE), ctx=ctx)
+        str(version_path / SYMBOL_FILE), _data_names(version_path, names),
+        str(version_path / PARAMS_FILE), ctx=ctx)
     net.hybridize(static_alloc=True, static_shape=True)
     feed = {inp.name: _feeder(inp, version_path) for inp in signature}
 
