@@ -16,7 +16,8 @@ from contextlib import suppress
 import numpy as np
 
 from headrace.core.errors import ValidationFailed
-from headrace.streams.codecs import arrow_flags, decode_arrow
+from headrace.scorers.arrow_limits import stream_rows
+from headrace.streams.codecs import arrow_flags
 from headrace.streams.scoring_io import RawBatch, StreamIO
 
 IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liveness latency)
@@ -31,7 +32,7 @@ def rows_in(batch: RawBatch) -> int:
     for value, arrow in zip(values, arrow_flags(values), strict=True):
         if arrow:
             with suppress(ValidationFailed):  # else one row: it is dead-lettered whole
-                rows += decode_arrow(value).num_rows - 1
+                rows += stream_rows(value) - 1  # from metadata: a bomb is not decompressed
     return rows
 
 

@@ -336,7 +336,8 @@ class Worker:
               ) -> Outputs:
         if not model.tabular:
             return self.build_inputs(batch, model)
-        feats = decode(batch, model.features, ahead, self._scratch)
+        feats = decode(batch, model.features, ahead, self._scratch,
+                       self.limits.max_arrow_bytes)
         scores, model_errors = score_rows(model, feats.x)
         bad = list(feats.bad)
         if model_errors:

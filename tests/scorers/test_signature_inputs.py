@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from headrace.scorers import sizing
+from headrace.scorers.arrow_limits import check_size, decompressed_bytes
 from headrace.scorers.inputs import InputLimits, decode_inputs, signature_bytes
-from headrace.scorers.inputs.arrow_limits import check_size, decompressed_bytes
 from headrace.scorers.predictions import Source, rows, top_k_for
 from headrace.store import tokens
 from headrace.store.signature import ModelOutput, OutputKind
@@ -140,7 +140,7 @@ def test_arrow_decompression_bomb_is_measured_from_metadata_and_refused() -> Non
     assert len(bomb) < 64 * 1024
     assert decompressed_bytes(bomb) >= 4 * n
     assert decompressed_bytes(encode_arrow(table)) >= 4 * n  # uncompressed: the same figure
-    with pytest.raises(Exception, match="decompresses to .* over the limit of 1048576"):
+    with pytest.raises(Exception, match=r"decompresses to .* over the limit of 1048576"):
         check_size(bomb, 1 << 20)
     pool = pa.default_memory_pool()
     before = pool.bytes_allocated()

@@ -29,9 +29,9 @@ import pyarrow as pa
 
 from headrace.core.errors import ValidationFailed
 from headrace.core.limits import MAX_RECORD_BYTES
+from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES, check_size
 from headrace.scorers.decoding import BadInput, is_arrow_mask
 from headrace.scorers.inputs import columns
-from headrace.scorers.inputs.arrow_limits import DEFAULT_MAX_ARROW_BYTES, check_size
 from headrace.scorers.inputs.columns import Limits, Reasons
 from headrace.store.signature import InputKind, ModelInput
 from headrace.streams import headers as hdr
@@ -212,7 +212,11 @@ def _records_group(records: list[dict[str, Any]], signature: Signature, limits: 
     for inp in signature:
         if inp.kind == InputKind.NUMERIC:
             for c in inp.columns:
-                cols[c] = _numbers([r.get(c) for r in records], inp, c, pre)
+                vals = [r.get(c) for r in records]
+                for k, v in enumerate(vals):
+                    if v is None and c not in records[k]:
+                        pre.setdefault(k, f"input {inp.name!r}: field {c!r} is missing")
+                cols[c] = _numbers(vals, inp, c, pre)
             continue
         values = [r.get(inp.name) for r in records]
         for k, v in enumerate(values):
