@@ -108,13 +108,6 @@ def decode_batch(images: Sequence[bytes], spec: ImageSpec
     return out, errors
 
 
-def sniff(data: bytes) -> str | None:
-    """``image/png`` / ``image/jpeg`` from the magic bytes, else None."""
-    if data[:8] == b"\x89PNG\r\n\x1a\n":
-        return "image/png"
-    if data[:3] == b"\xff\xd8\xff":
-        return "image/jpeg"
-    return None
 
 
 def _short(exc: BaseException) -> str:
