@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,7 @@ from headrace.store.signature import ModelOutput, OutputKind
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import encode_arrow
 from headrace.streams.scoring_io import RawBatch
+from tests.scorers import signature_models as sm
 from tests.scorers.signature_models import GRID, IMAGE, META, TEXT, decoded, digits, encode
 
 
@@ -187,3 +189,25 @@ def test_tokens_map_text_to_ids_padded_and_cut() -> None:
     ids = tokens.encode(pa.array(["Good movie", "bad   good movie good", None]), vocab, 3)
     assert ids.tolist() == [[2, 3, 0], [1, 2, 3], [0, 0, 0]]
     assert tokens.token_counts(pa.array(["a b  c", ""])).tolist() == [3, 0]
+
+
+def test_two_models_with_one_signature_score_one_decoded_batch(tmp_path: Path) -> None:
+    from headrace.scorers.models import load_model
+    from headrace.scorers.worker import score_inputs
+
+    sm.tf_digits(tmp_path, "a", seed=1)
+    sm.tf_digits(tmp_path, "b", seed=2)
+    a, b = (load_model(root=tmp_path, name=n, alias="production", device="cpu", max_batch=64)
+            for n in ("a", "b"))
+    assert not a.tabular and a.signature == b.signature
+    png = [encode(i) for i in digits(6)]
+    dec = decode_inputs(batch(png, [[(hdr.CONTENT_TYPE, b"image/png")]] * 6), a.signature)
+    ya, ea = score_inputs(a, dec.arrays)
+    yb, eb = score_inputs(b, dec.arrays)
+    assert not ea and not eb
+    assert ya[0].shape == yb[0].shape == (6, 10)
+    assert not np.allclose(ya[0], yb[0])  # two models, one decoding
+    # A model with another signature cannot take it: decode again for that one.
+    sm.tf_tensor(tmp_path, "c")
+    c = load_model(root=tmp_path, name="c", alias="production", device="cpu", max_batch=64)
+    assert c.signature != dec.signature
