@@ -156,3 +156,45 @@ def tf_two_inputs(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVe
                ModelOutput(name="weight", kind=OutputKind.VALUES, shape=(1,)))
     m = _manifest(name, "tensorflow", (IMAGE, META), outputs)
     return _publish(root, m, lambda d: model.save(d / "model.keras"), alias), model
+
+
+MX_TEXT = ModelInput(name="review", kind=InputKind.TEXT, dtype="string", max_length=6,
+                     vocabulary="vocab.txt")
+
+
+def mx_text_and_meta(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVersion, Any]:
+    """MXNet: token ids of a text (from the version's vocabulary file) plus numeric metadata
+    in; a 3-class head and a regression head out."""
+    import numpy
+
+    if not hasattr(numpy, "bool"):
+        numpy.bool = bool  # type: ignore[attr-defined]
+    import mxnet as mx
+
+    mx.random.seed(4)
+
+    class Net(mx.gluon.nn.HybridBlock):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = mx.gluon.nn.Embedding(len(VOCAB) + 2, 4)
+            self.cls = mx.gluon.nn.Dense(3)
+            self.reg = mx.gluon.nn.Dense(1)
+
+        def hybrid_forward(self, F: Any, ids: Any, meta: Any) -> Any:
+            x = F.concat(F.mean(self.embed(ids), axis=1), meta, dim=1)
+            return F.softmax(self.cls(x)), self.reg(x)
+
+    net = Net()
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    net(mx.nd.zeros((1, 6)), mx.nd.zeros((1, 2)))
+    outputs = (ModelOutput(name="sentiment", kind=OutputKind.CLASSES,
+                           classes=("neg", "neutral", "pos")),
+               ModelOutput(name="stars", kind=OutputKind.VALUES, shape=(1,)))
+    m = _manifest(name, "mxnet", (MX_TEXT, META), outputs, family="text")
+
+    def save(d: Path) -> None:
+        (d / "vocab.txt").write_text("".join(f"{t}\n" for t in VOCAB))
+        net.export(str(d / "model"), epoch=0)
+
+    return _publish(root, m, save, alias), net

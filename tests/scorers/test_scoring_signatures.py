@@ -274,3 +274,35 @@ def test_a_swap_from_a_tabular_model_to_an_image_model_scores_the_new_inputs(
         assert js[f"b{i}"]["model_version"] == v2.version
         np.testing.assert_allclose(js[f"b{i}"]["scores"], expect[i], rtol=1e-5, atol=1e-6)
     assert dead_reasons(dead) == {"tabular": "input 'image' is missing"}
+
+
+def test_mxnet_text_plus_numeric_model_with_two_outputs(
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
+    stream = settings.streams[0]
+    ensure_topics(conn, catalog(settings))
+    mv, net = sm.mx_text_and_meta(dfs, stream)  # sets numpy.bool, which MXNet needs, first
+    import mxnet as mx
+
+    from headrace.store import tokens
+
+    texts = ["good movie", "the plot was awful", "fine fine", "unknown words here"]
+    meta = np.random.default_rng(2).normal(size=(4, 2)).astype(np.float32)
+    items = [json_item(f"j{i}", {"review": t, "age": float(meta[i, 0]),
+                                 "size": float(meta[i, 1])}) for i, t in enumerate(texts)]
+    items.append(json_item("long", {"review": "good " * 7, "age": 1, "size": 1}))
+    produce(conn, data, items)
+    with scorer_thread(settings, conn) as scorer:
+        wait_ready(scorer)
+        msgs = read_topic(conn, predictions_topic(stream), expect=4)
+        dead = read_topic(conn, dlq_topic(stream), expect=1)
+    js, _ = split(msgs)
+    ids = tokens.encode(pa.array(texts), pa.array(list(sm.VOCAB)), 6).astype(np.float32)
+    cls, reg = (y.asnumpy() for y in net(mx.nd.array(ids), mx.nd.array(meta)))
+    for i in range(4):
+        p = js[f"j{i}"]
+        assert p["model_version"] == mv.version
+        np.testing.assert_allclose(p["scores"], cls[i], rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(p["outputs"]["stars"]["scores"], reg[i], rtol=1e-4,
+                                   atol=1e-5)
+    assert dead_reasons(dead) == {"long": "input 'review': text of 7 tokens is over the "
+                                          "model's 6"}
