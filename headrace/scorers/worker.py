@@ -170,6 +170,9 @@ def score_inputs(model: LoadedModel, inputs: dict[str, np.ndarray]
 
 
 class Worker:
+    limits = InputLimits()  # class defaults: the bench builds a bare Worker for build()
+    top_k: int | None = None
+
     def __init__(
         self,
         *,
