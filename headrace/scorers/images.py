@@ -22,6 +22,9 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 DEFAULT_MAX_PIXELS = 40_000_000  # a 6300 x 6300 photo; more is refused before decoding
+# Our own limit (``ImageSpec.max_pixels``) is checked from the header first; Pillow's would
+# refuse images an operator allowed.
+Image.MAX_IMAGE_PIXELS = None
 FORMATS = ("JPEG", "PNG")
 MODES = {1: "L", 3: "RGB", 4: "RGBA"}
 
@@ -55,7 +58,8 @@ def header(data: bytes) -> tuple[str, int, int, str]:
             warnings.simplefilter("ignore")
             im = Image.open(io.BytesIO(data), formats=FORMATS)
             return str(im.format), int(im.width), int(im.height), str(im.mode)
-    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError,
+            Image.DecompressionBombError) as exc:
         raise ImageRefused(f"undecodable image ({_short(exc)})") from None
 
 
@@ -99,6 +103,8 @@ def decode_batch(images: Sequence[bytes], spec: ImageSpec
             out[i] = decode_one(images[i], spec)
         except ImageRefused as exc:
             errors[i] = str(exc)
+        except Exception as exc:  # a hostile file may trip any decoder bug: its row only
+            errors[i] = f"undecodable image ({type(exc).__name__}: {_short(exc)})"
 
     if len(images) < 4:
         for i in range(len(images)):
