@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from headrace.streams.clients import KafkaConnection
 from headrace.streams.codecs import decode_arrow
 from headrace.streams.summaries import summarise
 from headrace.streams.tailing import tail
+from tests.streams.test_send_and_tail import _new_stream
 
 
 def _png(value: int, size: tuple[int, int] = (8, 8)) -> bytes:
@@ -41,7 +41,7 @@ def _cli(broker: str, *args: str) -> int:
 @pytest.mark.parametrize("fmt", ["json", "raw", "arrow"])
 def test_an_image_folder_is_sent_one_record_per_file(
         broker: str, conn: KafkaConnection, tmp_path: Path, fmt: str) -> None:
-    stream = f"s{uuid.uuid4().hex[:8]}"
+    stream = _new_stream(broker)
     folder = tmp_path / "imgs"
     folder.mkdir()
     files = {f"{i}.png": _png(i * 10) for i in range(5)}
@@ -72,7 +72,7 @@ def test_an_image_folder_is_sent_one_record_per_file(
 def test_tensor_image_and_text_parquet_goes_out_as_json_and_tail_summarises_it(
         broker: str, conn: KafkaConnection, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    stream = f"s{uuid.uuid4().hex[:8]}"
+    stream = _new_stream(broker)
     grid = np.arange(3 * 64, dtype=np.float32).reshape(3, 8, 8)
     tensor_type = pa.fixed_shape_tensor(pa.float32(), (8, 8))
     table = pa.table({
