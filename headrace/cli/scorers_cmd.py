@@ -47,6 +47,12 @@ def score(
     decode_processes: Annotated[int | None, typer.Option(
         "--decode-processes", help="Helper processes decoding JSON ahead of scoring "
         "(default 1; 0: none).", min=0, max=64)] = None,
+    top_k: Annotated[int | None, typer.Option(
+        "--top-k", help="Labels with scores in each prediction of a classifier (default 5 "
+        "when it has more than 10 classes, else none; 0: none).", min=0, max=1000)] = None,
+    max_batch_bytes: Annotated[int | None, typer.Option(
+        "--max-batch-bytes", help="Most payload (and decoded input) bytes per micro-batch "
+        "(default 64 MiB).", min=1024)] = None,
 ) -> None:
     """Score a stream until SIGTERM: predictions.STREAM, bad input to data.STREAM.dlq."""
     where = _context.service(ctx, "score", own_broker=False)
@@ -57,7 +63,7 @@ def score(
         stream=stream, model=model, batch_size=batch_size, max_wait_ms=max_wait_ms,
         partitions=partitions, transactional=transactional, idempotent=idempotent,
         http_port=http_port, device=device, grace_s=grace_s,
-        decode_processes=decode_processes)
+        decode_processes=decode_processes, top_k=top_k, max_batch_bytes=max_batch_bytes)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()

@@ -24,6 +24,7 @@ from headrace.streams.sending import (
     send_table,
     write_side_file,
 )
+from headrace.streams.summaries import summarise
 from headrace.streams.tailing import TailedMessage, tail
 
 out = Console(highlight=False, soft_wrap=True)
@@ -97,27 +98,36 @@ def topics(
 def send(
     ctx: typer.Context,
     stream: Annotated[str, typer.Argument(help="Stream name; records go to data.<stream>.")],
-    file: Annotated[Path, typer.Argument(help="A .jsonl, .csv or .parquet file.")],
-    fmt: Annotated[str, typer.Option("--format", help="json: a message per record; "
-                                     "arrow: Arrow IPC batches.")] = "json",
+    file: Annotated[Path, typer.Argument(help="A .jsonl, .csv or .parquet file, or a folder "
+                                         "of .png/.jpg images (one record per file).")],
+    fmt: Annotated[str, typer.Option("--format", help="json: a message per record (images "
+                                     "as base64); arrow: Arrow IPC batches; raw: a message per "
+                                     "image, its bytes as they are.")] = "json",
     batch_rows: Annotated[int, typer.Option(help="Rows per Arrow message.", min=1)] = 10_000,
-    key: Annotated[str | None, typer.Option(help="Column to use as the message key.")] = None,
+    key: Annotated[str | None, typer.Option(help="Column to use as the message key (an image "
+                                            "folder: the file name).")] = None,
     skip_bad: Annotated[bool, typer.Option(
         "--skip-bad", help="Send the good records; write the bad lines to NAME.bad.SUFFIX.")]
         = False,
     model: Annotated[str | None, typer.Option(
         "--model", help="Type columns by this model's inputs (default: the stream's name).")]
         = None,
+    image_input: Annotated[str, typer.Option(
+        "--image-input", help="An image folder: the model input the images go to.")
+    ] = "image",
 ) -> None:
-    """Publish a file's records to data.<stream>."""
-    if fmt not in ("json", "arrow"):
-        raise typer.BadParameter("must be json or arrow", param_hint="--format")
+    """Publish a file's records (or a folder's images) to data.<stream>."""
+    if fmt not in ("json", "arrow", "raw"):
+        raise typer.BadParameter("must be json, arrow or raw", param_hint="--format")
     topic = topic_names.data_topic(stream)
     settings = _context.settings(ctx)
     numeric, strings = _model_columns(settings.dfs_root, model or stream)
-    got = read_checked(file, numeric=numeric, strings=strings)  # the whole file, before Kafka
+    got = read_checked(file, numeric=numeric, strings=strings,  # the whole file, before Kafka
+                       image_column=image_input)
     if got.bad and not skip_bad:
         raise ValidationFailed(bad_lines_message(file, got))
+    if key is None and file.is_dir():
+        key = "key"
     conn = _context.connection(ctx)
     existing = list_topics(conn)
     if topic not in existing:
@@ -163,15 +173,16 @@ def _streams_in(existing: dict[str, int]) -> list[str]:
 
 
 def _print(msg: TailedMessage, as_json: bool) -> None:
+    value = summarise(msg.value)  # images and big tensors as one-line summaries
     if as_json:
         out.print_json(json.dumps({
             "topic": msg.topic, "partition": msg.partition, "offset": msg.offset,
             "timestamp_ms": msg.timestamp_ms, "key": msg.key, "headers": msg.headers,
-            "value": msg.value}, default=str), indent=None)
+            "value": value}, default=str), indent=None)
         return
     head = " ".join(f"{k}={v}" for k, v in msg.headers.items())
     out.print(f"[dim]{msg.topic}[{msg.partition}]@{msg.offset} key={msg.key} {head}[/]")
-    out.print(json.dumps(msg.value, default=str) if not isinstance(msg.value, str) else msg.value,
+    out.print(json.dumps(value, default=str) if not isinstance(value, str) else value,
               markup=False)
 
 

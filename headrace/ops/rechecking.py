@@ -18,7 +18,7 @@ from headrace.scorers.decoding import decode
 from headrace.store.signature import InputKind
 from headrace.store.versions import resolve
 from headrace.streams import dlq as dlqh
-from headrace.streams.scoring_io import RawBatch
+from headrace.streams.consuming import RawBatch
 
 CHECKED_STAGES = ("decode", "validate")
 

@@ -1,4 +1,5 @@
-"""Micro-batching: consume until ``batch_size`` rows or ``max_wait_ms`` after the first one.
+"""Micro-batching: consume until ``batch_size`` rows, ``max_batch_bytes`` of payload, or
+``max_wait_ms`` after the first one.
 
 The consumer hands out messages, and an Arrow message holds many rows: each consume asks for as
 many messages as the rows still wanted divided by the rows a message has held lately (a running
@@ -15,8 +16,9 @@ from contextlib import suppress
 import numpy as np
 
 from headrace.core.errors import ValidationFailed
+from headrace.scorers.arrow_limits import stream_rows
 from headrace.scorers.stream_io import RawBatch, StreamIO
-from headrace.streams.codecs import arrow_flags, decode_arrow
+from headrace.streams.codecs import arrow_flags
 
 IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liveness latency)
 
@@ -30,14 +32,16 @@ def rows_in(batch: RawBatch) -> int:
     for value, arrow in zip(values, arrow_flags(values), strict=True):
         if arrow:
             with suppress(ValidationFailed):  # else one row: it is dead-lettered whole
-                rows += decode_arrow(value).num_rows - 1
+                rows += stream_rows(value) - 1  # from metadata: a bomb is not decompressed
     return rows
 
 
 class Batcher:
-    def __init__(self, io: StreamIO, *, max_rows: int, max_wait_s: float) -> None:
+    def __init__(self, io: StreamIO, *, max_rows: int, max_wait_s: float,
+                 max_bytes: int | None = None) -> None:
         self.io = io
         self.max_rows = max_rows
+        self.max_bytes = max_bytes  # payload bytes a batch may hold (images are big)
         self.max_wait_s = max_wait_s
         self.assignment_changed = threading.Event()
         self.rows_per_message: float | None = None  # running estimate; 1 for JSON
@@ -59,7 +63,9 @@ class Batcher:
         deadline = time.monotonic() + (self.max_wait_s if block else 0.0)
         rows = rows_in(batch)
         self._observe(rows, len(batch))
-        while rows < self.max_rows and not stop.is_set():
+        limit = self.max_bytes
+        size = sum(map(len, batch.values)) if limit else 0
+        while rows < self.max_rows and not stop.is_set() and (not limit or size < limit):
             left = deadline - time.monotonic()
             if block and left <= 0:
                 break
@@ -69,6 +75,8 @@ class Batcher:
                 batch.extend(more)
                 got = rows_in(more)
                 rows += got
+                if limit:
+                    size += sum(map(len, more.values))
                 self._observe(got, len(more))
             elif not block:
                 break

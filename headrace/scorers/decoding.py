@@ -20,11 +20,12 @@ import numpy as np
 import pyarrow as pa
 
 from headrace.core.errors import ValidationFailed
+from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES, check_size
 from headrace.scorers.buffers import Scratch
 from headrace.scorers.json_rows import JsonRows, decode_rows
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import arrow_flags, decode_arrow
-from headrace.streams.scoring_io import RawBatch
+from headrace.streams.consuming import RawBatch
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,8 @@ class DecodedAhead:
 
 
 def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None = None,
-           scratch: Scratch | None = None) -> Features:
+           scratch: Scratch | None = None, max_arrow_bytes: int = DEFAULT_MAX_ARROW_BYTES
+           ) -> Features:
     """All good rows of the batch in one matrix, written in place (no per-part concatenation),
     in ``scratch``'s memory when it is free."""
     width = len(features)
@@ -90,6 +92,7 @@ def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None 
 
     for i in np.flatnonzero(arrow).tolist():
         try:
+            check_size(batch.values[i], max_arrow_bytes)  # a bomb is refused before reading
             table = decode_arrow(batch.values[i])
             columns.append((i, _arrow_features(table, features)))
         except ValidationFailed as exc:

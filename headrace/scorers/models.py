@@ -12,8 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from headrace.core.errors import PermanentError, RetriableError
-from headrace.scorers.adapters import ModelFn, adapter_for, buckets
+from headrace.scorers import sizing
+from headrace.scorers.adapters import InputsFn, ModelFn, adapter_for, buckets
+from headrace.scorers.inputs import Signature, signature_bytes
+from headrace.scorers.inputs.columns import empty
 from headrace.store.manifest import Manifest
+from headrace.store.signature import InputKind, ModelOutput
 from headrace.store.versions import resolve
 
 log = logging.getLogger(__name__)
@@ -31,6 +35,16 @@ class LoadedModel:
     features: tuple[str, ...]
     classes: tuple[str, ...]
     label_json: tuple[str, ...] = field(default=())  # JSON-encoded class names, output order
+    # Models with a signature beyond one numeric input: ``inputs_fn`` scores decoded inputs.
+    signature: Signature = ()
+    outputs: tuple[ModelOutput, ...] = ()
+    inputs_fn: InputsFn | None = None
+    batch_rows: int = 0  # rows per micro-batch (fewer than batch_size for big inputs)
+
+    @property
+    def tabular(self) -> bool:
+        """One numeric input and one output: the fast path (``fn`` on a float32 matrix)."""
+        return self.inputs_fn is None
 
     @property
     def num_outputs(self) -> int:
@@ -41,7 +55,24 @@ class LoadedModel:
         return f"{self.name}:{self.version}"
 
 
-def load_model(*, root: Path, name: str, alias: str, device: str, max_batch: int) -> LoadedModel:
+@dataclass(frozen=True)
+class Sizing:
+    max_batch_bytes: int = sizing.DEFAULT_MAX_BATCH_BYTES
+    device_memory_mb: int | None = None
+
+
+def is_tabular(m: Manifest) -> bool:
+    sig = m.input_signature()
+    return (len(sig) == 1 and sig[0].kind == InputKind.NUMERIC
+            and len(m.output_signature()) == 1 and tuple(sig[0].columns) == tuple(m.features))
+
+
+def _not_tabular(x: np.ndarray) -> np.ndarray:
+    raise TypeError("this model takes named inputs: score it with inputs_fn")
+
+
+def load_model(*, root: Path, name: str, alias: str, device: str, max_batch: int,
+               sizes: Sizing | None = None) -> LoadedModel:
     """Resolve ``name@alias`` (every file's sha256 verified), load it, and warm it.
 
     Raises ``IntegrityError``/``VersionNotFound`` (refuse: keep serving the current model) or
@@ -52,19 +83,50 @@ def load_model(*, root: Path, name: str, alias: str, device: str, max_batch: int
     except OSError as exc:
         raise RetriableError(f"reading {name}@{alias} from the DFS failed: {exc}") from exc
     m = mv.manifest
-    if m.input_dtype != "float32":
-        raise PermanentError(f"{mv.name}:{mv.version}: input dtype {m.input_dtype} unsupported")
+    sizes = sizes or Sizing()
+    if is_tabular(m):
+        return _load_tabular(mv.path, mv.name, mv.version, mv.manifest_sha256, m, device,
+                             max_batch)
+    sig = m.input_signature()
+    row_bytes = signature_bytes(sig)
+    rows = sizing.batch_rows(batch_size=max_batch, row_bytes=row_bytes,
+                             max_batch_bytes=sizes.max_batch_bytes)
+    call = sizing.call_rows(batch_rows=rows, row_bytes=row_bytes,
+                            device_memory_bytes=sizing.device_memory_bytes(
+                                device, sizes.device_memory_mb))
     try:
-        fn = adapter_for(m.framework).load(version_path=mv.path, manifest=m, device=device,
-                                           max_batch=max_batch)
+        inputs_fn = adapter_for(m.framework).load_inputs(
+            version_path=mv.path, manifest=m, device=device, max_batch=call)
     except OSError as exc:
         raise RetriableError(f"loading {mv.name}:{mv.version} failed: {exc}") from exc
-    except (ValueError, RuntimeError, KeyError) as exc:  # framework refuses the files
+    except (ValueError, RuntimeError, KeyError, TypeError) as exc:
         raise PermanentError(f"{mv.name}:{mv.version} does not load: {exc}") from exc
     model = LoadedModel(
         name=mv.name, version=mv.version, manifest=m, manifest_sha256=mv.manifest_sha256,
+        fn=_not_tabular, features=tuple(m.features), classes=tuple(m.classes),
+        label_json=tuple(json.dumps(c) for c in m.classes), signature=sig,
+        outputs=m.output_signature(), inputs_fn=inputs_fn, batch_rows=rows)
+    warm_inputs(model, call_rows=call)
+    return model
+
+
+def _load_tabular(path: Path, name: str, version: int, sha: str, m: Manifest, device: str,
+                  max_batch: int) -> LoadedModel:
+    mv_name, mv_version = name, version
+    if m.input_dtype != "float32":
+        raise PermanentError(f"{mv_name}:{mv_version}: input dtype {m.input_dtype} unsupported")
+    try:
+        fn = adapter_for(m.framework).load(version_path=path, manifest=m, device=device,
+                                           max_batch=max_batch)
+    except OSError as exc:
+        raise RetriableError(f"loading {mv_name}:{mv_version} failed: {exc}") from exc
+    except (ValueError, RuntimeError, KeyError) as exc:  # framework refuses the files
+        raise PermanentError(f"{mv_name}:{mv_version} does not load: {exc}") from exc
+    model = LoadedModel(
+        name=mv_name, version=mv_version, manifest=m, manifest_sha256=sha,
         fn=fn, features=tuple(m.features), classes=tuple(m.classes),
-        label_json=tuple(json.dumps(c) for c in m.classes),
+        label_json=tuple(json.dumps(c) for c in m.classes), signature=m.input_signature(),
+        outputs=m.output_signature(), batch_rows=max_batch,
     )
     warm(model, max_batch=max_batch)
     return model
@@ -80,6 +142,19 @@ def warm(model: LoadedModel, *, max_batch: int) -> None:
             raise PermanentError(
                 f"{model.ref}: output shape {y.shape[1:]} does not match the manifest's "
                 f"{model.num_outputs} output(s)")
+    log.info("model %s warmed in %.2fs", model.ref, time.perf_counter() - t0)
+
+
+def warm_inputs(model: LoadedModel, *, call_rows: int) -> None:
+    """Every bucket once, with inputs of every kind, before the model serves."""
+    assert model.inputs_fn is not None
+    t0 = time.perf_counter()
+    for size in buckets(min(call_rows, WARM_UP_LIMIT)):
+        ys = model.inputs_fn({inp.name: empty(inp, size) for inp in model.signature})
+        want = [(size, o.width) for o in model.outputs]
+        if [y.shape for y in ys] != want:
+            raise PermanentError(f"{model.ref}: output shapes {[y.shape[1:] for y in ys]} do "
+                                 f"not match the manifest's {[w[1:] for w in want]}")
     log.info("model %s warmed in %.2fs", model.ref, time.perf_counter() - t0)
 
 

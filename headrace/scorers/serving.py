@@ -20,8 +20,9 @@ from headrace.core import heap
 from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings
 from headrace.scorers.decode_pool import DecodePool
+from headrace.scorers.inputs import InputLimits
 from headrace.scorers.metrics import ScorerMetrics
-from headrace.scorers.models import ModelHolder
+from headrace.scorers.models import ModelHolder, Sizing
 from headrace.scorers.probing import ProbeServer, ProbeState
 from headrace.scorers.settings import ScorerSettings
 from headrace.scorers.stream_io import ModelEventsListener, StreamIO
@@ -78,6 +79,8 @@ class Scorer:
             watcher = ModelWatcher(
                 root=self.settings.dfs_root, name=s.model_name, alias=s.alias, device=s.device,
                 max_batch=s.batch_size, holder=self.holder, metrics=self.metrics,
+                sizes=Sizing(max_batch_bytes=s.max_batch_bytes,
+                             device_memory_mb=s.device_memory_mb),
                 events=ModelEventsListener(self.conn), poll_s=s.model_poll_s)
             self.state.model_ready = lambda: self.holder.current is not None
             self.state.model_ref = lambda: (self.holder.current.ref
@@ -113,7 +116,10 @@ class Scorer:
                 predictions_topic=topics.predictions_topic(s.stream),
                 dlq_topic=topics.dlq_topic(s.stream), batch_size=s.batch_size,
                 max_wait_s=s.max_wait_ms / 1000.0, grace_s=s.grace_s,
-                transactional=s.transactional, stop=stop, decoders=decoders)
+                transactional=s.transactional, stop=stop, decoders=decoders,
+                limits=InputLimits(max_image_pixels=s.max_image_pixels,
+                                   max_arrow_bytes=s.max_arrow_bytes),
+                top_k=s.top_k, max_batch_bytes=s.max_batch_bytes)
             worker_box.append(worker)
             self.worker = worker
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0

@@ -35,6 +35,24 @@ class ScorerSettings(BaseSettings):
         default=1, ge=0, le=64,
         description="Helper processes that decode big JSON batches while the previous batch is "
                     "scored; 0: decode in the scoring thread.")
+    top_k: int | None = Field(
+        default=None, ge=0, le=1000,
+        description="Labels with scores in each prediction of a classifier with a signature; "
+                    "default: 5 when it has more than 10 classes, else none; 0: none.")
+    max_batch_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1024, le=1 << 40,
+        description="Most payload bytes per micro-batch, and most decoded input bytes (rows of "
+                    "big inputs such as images are capped to fit).")
+    device_memory_mb: int | None = Field(
+        default=None, ge=1, le=1 << 24,
+        description="Device memory to size model calls by (default on gpu:N: 16384; cpu: "
+                    "unbounded).")
+    max_arrow_bytes: int = Field(
+        default=256 * 1024 * 1024, ge=1024, le=1 << 40,
+        description="An Arrow message decompressing to more is dead-lettered before reading.")
+    max_image_pixels: int = Field(
+        default=40_000_000, ge=1, le=1 << 34,
+        description="An image with more pixels is dead-lettered before decoding.")
     transactional: bool = False
     idempotent: bool = Field(
         default=True,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from headrace.core.errors import HeadraceError, PermanentError, RetriableError
 from headrace.scorers.metrics import ScorerMetrics
-from headrace.scorers.models import LoadedModel, ModelHolder, load_model
+from headrace.scorers.models import LoadedModel, ModelHolder, Sizing, load_model
 from headrace.scorers.stream_io import ModelEventsListener
 from headrace.store.versions import IntegrityError, VersionNotFound, read_alias
 
@@ -36,10 +36,12 @@ class ModelWatcher:
         metrics: ScorerMetrics,
         events: ModelEventsListener | None,
         poll_s: float,
+        sizes: Sizing | None = None,
     ) -> None:
         self.root, self.name, self.alias = root, name, alias
         self.device, self.max_batch = device, max_batch
         self.holder, self.metrics, self.events, self.poll_s = holder, metrics, events, poll_s
+        self.sizes = sizes
         self._refused: tuple[int, str] | None = None
         self._thread: threading.Thread | None = None
 
@@ -61,7 +63,7 @@ class ModelWatcher:
             return None
         try:
             model = load_model(root=self.root, name=self.name, alias=self.alias,
-                               device=self.device, max_batch=self.max_batch)
+                               device=self.device, max_batch=self.max_batch, sizes=self.sizes)
         except IntegrityError as exc:
             self._refused = target
             self._failed("integrity", exc)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from headrace.core.errors import FatalError, RecordRef, RetriableError
+from headrace.scorers import predictions
 from headrace.scorers.batching import Batcher
 from headrace.scorers.buffers import Scratch
 from headrace.scorers.decode_pool import DecodePool
@@ -43,6 +44,7 @@ from headrace.scorers.encoding import (
     arrow_predictions,
     json_predictions,
 )
+from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder
 from headrace.scorers.stream_io import (
@@ -135,7 +137,42 @@ def score_rows(model: LoadedModel, x: np.ndarray) -> tuple[np.ndarray, dict[int,
     return scores, errors
 
 
+def score_inputs(model: LoadedModel, inputs: dict[str, np.ndarray]
+                 ) -> tuple[list[np.ndarray], dict[int, Exception]]:
+    """``score_rows`` for a model with named inputs and several outputs."""
+    assert model.inputs_fn is not None
+    n = len(next(iter(inputs.values()))) if inputs else 0
+    ys = [np.zeros((n, o.width), np.float32) for o in model.outputs]
+    errors: dict[int, Exception] = {}
+    todo = [(0, n)] if n else []
+    while todo:
+        lo, hi = todo.pop()
+        try:
+            got = model.inputs_fn({k: v[lo:hi] for k, v in inputs.items()})
+            want = [(hi - lo, o.width) for o in model.outputs]
+            if [g.shape for g in got] != want:
+                raise ValueError(f"model returned shapes {[g.shape for g in got]}, expected "
+                                 f"{want}")
+        except Exception as exc:
+            if hi - lo == 1:
+                errors[lo] = exc
+            else:
+                mid = (lo + hi) // 2
+                todo += [(mid, hi), (lo, mid)]
+            continue
+        finite = np.ones(hi - lo, bool)
+        for y, g in zip(ys, got, strict=True):
+            y[lo:hi] = g
+            finite &= np.isfinite(g).all(axis=1)
+        for i in np.flatnonzero(~finite).tolist():
+            errors[lo + i] = ValueError("model returned a non-finite score")
+    return ys, errors
+
+
 class Worker:
+    limits = InputLimits()  # class defaults: the bench builds a bare Worker for build()
+    top_k: int | None = None
+
     def __init__(
         self,
         *,
@@ -150,6 +187,9 @@ class Worker:
         transactional: bool,
         stop: threading.Event,
         decoders: DecodePool | None = None,
+        limits: InputLimits | None = None,
+        top_k: int | None = None,
+        max_batch_bytes: int | None = None,
     ) -> None:
         self.io = io
         self.holder = holder
@@ -159,7 +199,11 @@ class Worker:
         self.grace_s = grace_s
         self.transactional = transactional
         self.stop = stop
-        self.batcher = Batcher(io, max_rows=batch_size, max_wait_s=max_wait_s)
+        self.batcher = Batcher(io, max_rows=batch_size, max_wait_s=max_wait_s,
+                               max_bytes=max_batch_bytes)
+        self.batch_size = batch_size
+        self.limits = limits or InputLimits()
+        self.top_k = top_k
         self.ahead_min = min(AHEAD_MIN_RECORDS, batch_size // 2)
         self.last_progress = time.monotonic()
         self._stop_seen: float | None = None
@@ -175,6 +219,9 @@ class Worker:
         try:
             while not self.stop.is_set():
                 self.last_progress = time.monotonic()
+                model = self.holder.current
+                self.batcher.max_rows = (model.batch_rows if model is not None
+                                         and model.batch_rows else self.batch_size)
                 batch = self.batcher.next_batch(self.stop, block=self._ahead is None)
                 if self._ahead is not None:
                     self._finish_ahead(batch)
@@ -200,7 +247,8 @@ class Worker:
     def _decode_ahead(self, batch: RawBatch) -> bool:
         """Hand a big JSON batch's records to the decode helpers; False: score it now."""
         model = self.holder.current
-        if (self.decoders is None or model is None or self.ahead_min < AHEAD_FLOOR
+        if (self.decoders is None or model is None or not model.tabular
+                or self.ahead_min < AHEAD_FLOOR
                 or len(batch) < self.ahead_min):  # too few messages, let alone JSON ones
             return False
         arrow = is_arrow_mask(batch)
@@ -232,8 +280,9 @@ class Worker:
             if self._revocations != ahead.revocations:
                 batch, decoded = self.batcher.keep_owned(batch), None
             model = self.holder.current
-            if model is not None and tuple(model.features) != ahead.features:
-                decoded = None  # a swap changed the features: decode for the new model
+            if model is not None and (not model.tabular
+                                      or tuple(model.features) != ahead.features):
+                decoded = None  # a swap changed the inputs: decode for the new model
             if len(batch):
                 if decoded is not None:
                     self.metrics.decoded_ahead.inc(len(decoded.json[1]) + len(decoded.json[2]))
@@ -288,7 +337,10 @@ class Worker:
     # -- transform -----------------------------------------------------------------------
     def build(self, batch: RawBatch, model: LoadedModel, ahead: DecodedAhead | None = None
               ) -> Outputs:
-        feats = decode(batch, model.features, ahead, self._scratch)
+        if not model.tabular:
+            return self.build_inputs(batch, model)
+        feats = decode(batch, model.features, ahead, self._scratch,
+                       self.limits.max_arrow_bytes)
         scores, model_errors = score_rows(model, feats.x)
         bad = list(feats.bad)
         if model_errors:
@@ -309,6 +361,54 @@ class Worker:
         self._json(batch, feats, scores, model, ~row_is_arrow, out)
         if row_is_arrow.any():
             self._arrow(batch, feats, scores, model, row_is_arrow, out)
+        return out
+
+    def build_inputs(self, batch: RawBatch, model: LoadedModel,
+                     decoded: Decoded | None = None) -> Outputs:
+        """A model with named inputs: decode into its signature (or take a batch decoded for
+        an equal one), score, predict with labels, top-k and every output."""
+        if decoded is None or decoded.signature != model.signature:
+            decoded = decode_inputs(batch, model.signature, self.limits)
+        ys, model_errors = score_inputs(model, decoded.arrays)
+        bad = list(decoded.bad)
+        if model_errors:
+            rows = np.fromiter(model_errors, np.int64, len(model_errors))
+            for r in rows.tolist():
+                m = int(decoded.message[r])
+                bad.append(BadInput(m, int(decoded.row[r]) if decoded.is_arrow[m] else None,
+                                    model_errors[r], "model"))
+            keep = np.ones(decoded.num_rows, bool)
+            keep[rows] = False
+            ys = [y[keep] for y in ys]
+            decoded = decoded.take(keep)
+        out = Outputs(letters=[self._letter(batch, decoded, b) for b in bad])
+        msgs = decoded.message
+        out.scored_rows = len(msgs)
+        out.row_timestamps_ms = batch.timestamps_ms[msgs]
+        if not len(msgs):
+            return out
+        keys = [batch.keys[i] for i in msgs.tolist()]
+        recs = predictions.rows(
+            list(zip(model.outputs, ys, strict=True)),
+            predictions.Source(keys=keys, topics=[batch.topics[i] for i in msgs.tolist()],
+                               partitions=batch.partitions[msgs], offsets=batch.offsets[msgs],
+                               rows=decoded.row),
+            model_name=model.name, model_version=model.version, top_k=self.top_k)
+        arrow_rows = decoded.is_arrow[msgs]
+        if not arrow_rows.any():
+            out.json_values = predictions.json_lines(recs)
+            out.json_keys = keys
+            return out
+        starts = np.flatnonzero(np.r_[True, msgs[1:] != msgs[:-1]])
+        ends = np.r_[starts[1:], len(msgs)]
+        for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
+            i = int(msgs[s])
+            if decoded.is_arrow[i]:
+                out.arrow_values.append(arrow_predictions(predictions.arrow_table(recs[s:e])))
+                out.arrow_keys.append(batch.keys[i])
+            else:
+                out.json_values += predictions.json_lines(recs[s:e])
+                out.json_keys += keys[s:e]
         return out
 
     def _json(self, batch: RawBatch, feats: Features, scores: np.ndarray, model: LoadedModel,
@@ -350,7 +450,7 @@ class Worker:
             out.arrow_values.append(arrow_predictions(table))
             out.arrow_keys.append(batch.keys[i])
 
-    def _letter(self, batch: RawBatch, feats: Features, bad: BadInput) -> DeadLetter:
+    def _letter(self, batch: RawBatch, feats: Features | Decoded, bad: BadInput) -> DeadLetter:
         i = bad.message
         value = batch.values[i]
         if bad.row is not None and i in feats.arrow_tables:

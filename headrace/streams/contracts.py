@@ -213,6 +213,21 @@ class ModelPublished(Contract):
     ts: datetime = Field(default_factory=utcnow)
 
 
+class TopLabel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    label: str
+    score: float
+
+
+class OutputValue(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scores: list[float]
+    label: str | None = None
+    top_k: list[TopLabel] | None = None
+
+
 class Prediction(Contract):
     SCHEMA: ClassVar[str] = "headrace.Prediction"
 
@@ -225,6 +240,11 @@ class Prediction(Contract):
     scores: list[float]
     label: str | int | float | None = None
     row: int = 0  # row index inside an Arrow batch message
+    # Classifiers with many classes: the k best labels with their scores, best first.
+    top_k: list[TopLabel] | None = None
+    # Models with several outputs: each output by name (its scores or values, label, top_k);
+    # ``scores``/``label``/``top_k`` above are the first output's.
+    outputs: dict[str, OutputValue] | None = None
 
 
 CONTRACTS: dict[str, type[Contract]] = {

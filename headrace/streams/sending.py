@@ -1,12 +1,17 @@
-"""Publish a file of records (JSONL, CSV or Parquet) to a data stream.
+"""Publish a file of records (JSONL, CSV or Parquet) or a folder of images to a data stream.
 
 The whole file is read and validated before the first message is produced, so a malformed
 file sends nothing -- unless the caller chooses to send the good records and set the bad ones
 aside (``headrace send --skip-bad``); either way each bad record is named by its line number.
+Formats: ``json`` (one object per record; binary columns such as encoded images as base64
+strings, tensors as nested arrays), ``arrow`` (Arrow IPC batches, columns as they are), ``raw``
+(one message per record holding its one binary column as is, with the image content type its
+bytes show: ``image/png`` / ``image/jpeg``). A folder of PNG/JPEG files is one record per file.
 """
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -26,8 +31,10 @@ from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.codecs import encode_arrow, encode_json
 from headrace.streams.producing import BatchProducer
+from headrace.streams.summaries import image_type
 
-RecordFormat = Literal["json", "arrow"]
+RecordFormat = Literal["json", "arrow", "raw"]
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
             ".parquet": "parquet", ".pq": "parquet"}
 
@@ -92,14 +99,29 @@ def write_side_file(path: Path, got: ReadRecords) -> Path:
     return out
 
 
+def read_image_folder(path: Path, *, column: str = "image") -> pa.Table:
+    """A folder's PNG/JPEG files as a table: ``key`` (the file name) and ``column`` (bytes)."""
+    files = sorted(p for p in path.iterdir() if p.is_file()
+                   and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise ValidationFailed(f"{path}: holds no .png or .jpg files")
+    data = [f.read_bytes() for f in files]
+    bad = [f.name for f, d in zip(files, data, strict=True) if image_type(d) is None]
+    if bad:
+        raise ValidationFailed(f"{path}: not PNG or JPEG: {bad[:5]}")
+    return pa.table({"key": [f.name for f in files], column: pa.array(data, pa.binary())})
+
+
 def read_checked(path: Path, *, numeric: Sequence[str] = (),
-                 strings: Sequence[str] = ()) -> ReadRecords:
+                 strings: Sequence[str] = (), image_column: str = "image") -> ReadRecords:
     """Read a file, setting aside the records that cannot be sent (with line numbers).
 
     ``numeric`` / ``strings``: columns the model takes as numbers / strings (from its
     signature). Other columns are typed by what most records hold; a record whose value does not
     fit its column's type is bad, so one stray text cell never turns a number column to text.
     """
+    if path.is_dir():
+        return ReadRecords(read_image_folder(path, column=image_column))
     kind = SUFFIXES.get(path.suffix.lower())
     if kind is None:
         raise ValidationFailed(
@@ -260,10 +282,12 @@ def send_table(
         raise ValidationFailed(f"key column {key_column!r} is not in {table.column_names}")
     producer = BatchProducer(conn)
     messages = 0
-    if fmt == "json":
+    if fmt == "raw":
+        messages = _send_raw(producer, topic, table, key_column)
+    elif fmt == "json":
         headers = hdr.build({hdr.CONTENT_TYPE: hdr.JSON})
         keys = table.column(key_column).to_pylist() if key_column else None
-        for i, row in enumerate(table.to_pylist()):
+        for i, row in enumerate(json_ready(table).to_pylist()):
             key = None if keys is None or keys[i] is None else str(keys[i])
             producer.produce(topic, encode_json(row), key, headers)
             messages += 1
@@ -280,6 +304,42 @@ def send_table(
             messages += 1
     producer.flush(max(conn.timeout_s, 30.0))
     return SendResult(topic, table.num_rows, messages)
+
+
+def json_ready(table: pa.Table) -> pa.Table:
+    """Binary columns as base64 strings, fixed-shape tensors as nested lists."""
+    for j, f in enumerate(table.schema):
+        col = table.column(j)
+        if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type):
+            text = [None if v is None else base64.b64encode(v).decode()
+                    for v in col.to_pylist()]
+            table = table.set_column(j, f.name, pa.array(text, pa.string()))
+        elif isinstance(f.type, pa.FixedShapeTensorType):
+            nested = col.combine_chunks().to_numpy_ndarray().tolist()
+            table = table.set_column(j, f.name, pa.array(nested))
+    return table
+
+
+def _send_raw(producer: BatchProducer, topic: str, table: pa.Table,
+              key_column: str | None) -> int:
+    binary = [f.name for f in table.schema
+              if pa.types.is_binary(f.type) or pa.types.is_large_binary(f.type)]
+    if len(binary) != 1:
+        raise ValidationFailed(f"raw format needs exactly one binary column, found {binary}")
+    values = table.column(binary[0]).to_pylist()
+    if key_column is None and "key" in table.column_names:
+        key_column = "key"
+    keys = table.column(key_column).to_pylist() if key_column else [None] * len(values)
+    types = [None if v is None else image_type(v) for v in values]
+    if None in types:
+        raise ValidationFailed(f"raw format: row {types.index(None)} of {binary[0]!r} is not "
+                               f"a PNG or JPEG image")
+    for n, (value, key, ctype) in enumerate(zip(values, keys, types, strict=True), 1):
+        producer.produce(topic, value, None if key is None else str(key),
+                         hdr.build({hdr.CONTENT_TYPE: ctype}))
+        if n % 10_000 == 0:
+            producer.poll()
+    return len(values)
 
 
 def send_file(conn: KafkaConnection, topic: str, path: Path, *, fmt: RecordFormat = "json",

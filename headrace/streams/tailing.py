@@ -9,11 +9,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, make_consumer, partitions_of
 from headrace.streams.codecs import decode_arrow
+from headrace.streams.summaries import image_type
 
 
 @dataclass(frozen=True)
@@ -29,18 +31,32 @@ class TailedMessage:
 
 
 def decode_value(value: bytes | None, headers: dict[str, str]) -> Any:
+    """The value decoded: JSON, Arrow rows (tensors as nested lists), an image's bytes as
+    they are. ``summaries.summarise`` shortens it for display."""
     if value is None:
         return None
     ctype = headers.get(hdr.CONTENT_TYPE)
     if ctype == hdr.ARROW:
         try:
-            return decode_arrow(value).to_pylist()
+            table = decode_arrow(value)
         except Exception as exc:
             return f"<undecodable Arrow: {exc}>"
+        return _tensor_columns(table).to_pylist()
+    if (ctype or "").startswith("image/") or image_type(value):
+        return value
     try:
         return json.loads(value)
     except (ValueError, UnicodeDecodeError):
         return value.decode("utf-8", "replace")
+
+
+def _tensor_columns(table: pa.Table) -> pa.Table:
+    """Fixed-shape tensor columns as nested lists (their own Python form is a flat list)."""
+    for j, f in enumerate(table.schema):
+        if isinstance(f.type, pa.FixedShapeTensorType):
+            nested = table.column(j).combine_chunks().to_numpy_ndarray().tolist()
+            table = table.set_column(j, f.name, pa.array(nested))
+    return table
 
 
 def tail(

@@ -10,7 +10,7 @@ import pyarrow as pa
 from headrace.scorers.decoding import decode
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import encode_arrow
-from headrace.streams.scoring_io import RawBatch
+from headrace.streams.consuming import RawBatch
 
 FEATURES = ("a", "b-c", "d e")  # any feature name works, not only identifiers
 

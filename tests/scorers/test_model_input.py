@@ -18,7 +18,7 @@ from headrace.scorers.decoding import decode
 from headrace.scorers.models import load_model
 from headrace.scorers.worker import score_rows
 from headrace.streams.codecs import encode_json
-from headrace.streams.scoring_io import RawBatch
+from headrace.streams.consuming import RawBatch
 from tests.scorers.conftest import publish_tf, rows
 
 

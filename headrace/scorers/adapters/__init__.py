@@ -2,7 +2,10 @@
 
 Each adapter module exposes ``load(version_path=, manifest=, device=, max_batch=)`` returning a
 ``ModelFn``: a callable on a float32 ``(rows, features)`` array returning ``(rows, outputs)``
-float32 scores. The framework is imported only when a model of that kind is loaded.
+float32 scores (tabular models: the fast path), and ``load_inputs(...)`` returning an
+``InputsFn``: a callable on the decoded inputs by name (the manifest's ``input_signature``)
+returning one float32 ``(rows, width)`` array per output, in ``output_signature`` order.
+The framework is imported only when a model of that kind is loaded.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from headrace.core.errors import ConfigError
 from headrace.store.manifest import Manifest
 
 ModelFn = Callable[[np.ndarray], np.ndarray]
+Inputs = dict[str, np.ndarray]
+InputsFn = Callable[[Inputs], list[np.ndarray]]
 
 MIN_BUCKET = 64
 ADAPTERS = {"tensorflow": "tensorflow", "mxnet": "mxnet"}  # framework -> module
@@ -28,6 +33,9 @@ ADAPTERS = {"tensorflow": "tensorflow", "mxnet": "mxnet"}  # framework -> module
 class Adapter(Protocol):
     def load(self, *, version_path: Path, manifest: Manifest, device: str,
              max_batch: int) -> ModelFn: ...
+
+    def load_inputs(self, *, version_path: Path, manifest: Manifest, device: str,
+                    max_batch: int) -> InputsFn: ...
 
 
 def adapter_for(framework: str) -> Adapter:
@@ -79,5 +87,34 @@ def chunked(fn: ModelFn, max_batch: int) -> ModelFn:
         if len(x) <= max_batch:
             return fn(x)
         return np.concatenate([fn(x[s:s + max_batch]) for s in range(0, len(x), max_batch)])
+
+    return call
+
+
+def rows_of(inputs: Inputs) -> int:
+    return len(next(iter(inputs.values())))
+
+
+def chunked_inputs(fn: InputsFn, max_batch: int, *, pad: bool) -> InputsFn:
+    """Call ``fn`` on at most ``max_batch`` rows at a time; ``pad``: up to a bucket size (a
+    compiled graph then sees only a few shapes)."""
+    sizes = np.asarray(buckets(max_batch))
+
+    def call(inputs: Inputs) -> list[np.ndarray]:
+        n = rows_of(inputs)
+        parts: list[list[np.ndarray]] = []
+        for start in range(0, max(n, 1), max_batch):
+            chunk = {k: v[start:start + max_batch] for k, v in inputs.items()}
+            m = rows_of(chunk)
+            size = int(sizes[np.searchsorted(sizes, m)]) if pad else m
+            if size != m:
+                chunk = {k: np.concatenate([v, np.zeros((size - m, *v.shape[1:]), v.dtype)
+                                            if v.dtype != object else
+                                            np.full(size - m, "", object)])
+                         for k, v in chunk.items()}
+            parts.append([y[:m] for y in fn(chunk)])
+        if len(parts) == 1:
+            return parts[0]
+        return [np.concatenate([p[j] for p in parts]) for j in range(len(parts[0]))]
 
     return call

@@ -1,11 +1,14 @@
 """MXNet adapter: an exported Gluon HybridBlock re-imported as a hybridized ``SymbolBlock``.
 
 MXNet 1.9 needs NumPy < 2 and ``numpy.bool`` set before import. Batches are padded to
-power-of-two buckets: a static-shape cached graph is then built once per bucket.
+power-of-two buckets: a static-shape cached graph is then built once per bucket. A model with a
+signature takes its inputs in signature order (the symbol's data names are the input names);
+text is turned into token ids here, with the vocabulary file the version ships.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy
@@ -15,10 +18,13 @@ if not hasattr(numpy, "bool"):
 
 import mxnet as mx
 import numpy as np
+import pyarrow as pa
 
 from headrace.core.errors import ConfigError
-from headrace.scorers.adapters import ModelFn, bucketed
+from headrace.scorers.adapters import Inputs, InputsFn, ModelFn, bucketed, chunked_inputs, rows_of
+from headrace.store import tokens
 from headrace.store.manifest import Manifest
+from headrace.store.signature import InputKind, ModelInput
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -46,3 +52,49 @@ def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int)
         return np.asarray(y.asnumpy(), dtype=np.float32).reshape(len(x), outputs)
 
     return bucketed(call, max_batch)
+
+
+def _feeder(inp: ModelInput, version_path: Path) -> Callable[[np.ndarray], np.ndarray]:
+    if inp.kind == InputKind.TEXT:
+        if not inp.vocabulary or not inp.max_length:
+            raise ValueError(f"text input {inp.name!r} of an MXNet model needs a vocabulary "
+                             f"file and max_length")
+        vocab = tokens.read_vocabulary(version_path / inp.vocabulary)
+        length = inp.max_length
+        return lambda x: tokens.encode(pa.array(x.tolist(), pa.string()), vocab, length
+                                       ).astype(np.float32)
+    if inp.kind == InputKind.CATEGORY:
+        raise ValueError(f"category input {inp.name!r}: MXNet models take numbers")
+    return lambda x: x
+
+
+def _data_names(version_path: Path, names: list[str]) -> list[str]:
+    """The symbol's data inputs for the signature's, in order: the input names when the export
+    kept them, else Gluon's defaults (``data``; ``data0``, ``data1``... for several)."""
+    inputs = set(mx.sym.load(str(version_path / SYMBOL_FILE)).list_inputs())
+    if set(names) <= inputs:
+        return names
+    return ["data"] if len(names) == 1 else [f"data{i}" for i in range(len(names))]
+
+
+def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
+                max_batch: int) -> InputsFn:
+    ctx = mx_context(device)
+    signature = manifest.input_signature()
+    outputs = manifest.output_signature()
+    names = [inp.name for inp in signature]
+    net = mx.gluon.nn.SymbolBlock.imports(
+        str(version_path / SYMBOL_FILE), _data_names(version_path, names),
+        str(version_path / PARAMS_FILE), ctx=ctx)
+    net.hybridize(static_alloc=True, static_shape=True)
+    feed = {inp.name: _feeder(inp, version_path) for inp in signature}
+
+    def call(inputs: Inputs) -> list[np.ndarray]:
+        n = rows_of(inputs)
+        args = [mx.nd.array(feed[k](inputs[k]), ctx=ctx) for k in names]
+        ys = net(*args)
+        ys = list(ys) if isinstance(ys, list | tuple) else [ys]
+        return [np.asarray(y.asnumpy(), np.float32).reshape(n, o.width)
+                for y, o in zip(ys, outputs, strict=True)]
+
+    return chunked_inputs(call, max_batch, pad=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -16,9 +17,18 @@ import numpy as np
 import tensorflow as tf
 
 from headrace.core.errors import ConfigError
-from headrace.scorers.adapters import ModelFn, bucketed, chunked
+from headrace.scorers.adapters import (
+    Inputs,
+    InputsFn,
+    ModelFn,
+    bucketed,
+    chunked,
+    chunked_inputs,
+    rows_of,
+)
 from headrace.scorers.buffers import is_aligned
 from headrace.store.manifest import Manifest
+from headrace.store.signature import InputKind, ModelInput
 
 MODEL_FILE = "model.keras"
 
@@ -59,3 +69,67 @@ def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int)
         return np.asarray(y, dtype=np.float32).reshape(len(x), outputs)
 
     return bucketed(call, max_batch) if "GPU" in dev else chunked(call, max_batch)
+
+
+_TF_DTYPES = {"float32": tf.float32, "float64": tf.float64, "int64": tf.int64,
+              "int32": tf.int32, "uint8": tf.uint8}
+
+
+def _spec(inp: ModelInput) -> tf.TensorSpec:
+    if inp.kind in (InputKind.TEXT, InputKind.CATEGORY):
+        return tf.TensorSpec([None], tf.string, name=inp.name)
+    dtype = tf.float32 if inp.kind in (InputKind.NUMERIC, InputKind.IMAGE) else _TF_DTYPES.get(
+        inp.dtype, tf.float32)
+    return tf.TensorSpec([None, *inp.row_shape], dtype, name=inp.name)
+
+
+def _to_tensor(x: np.ndarray, spec: tf.TensorSpec) -> tf.Tensor:
+    if spec.dtype == tf.string:
+        return tf.constant(x.astype(object), tf.string)
+    if spec.dtype == tf.float32:
+        return as_tensor(np.ascontiguousarray(x, np.float32))
+    return tf.convert_to_tensor(x, spec.dtype)
+
+
+def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
+                max_batch: int) -> InputsFn:
+    """A functional Keras model called with a dict of named tensors; several outputs come back
+    as a list (or a dict, ordered by the manifest's outputs)."""
+    dev = tf_device(device)
+    with tf.device(dev):
+        model = keras.saving.load_model(version_path / MODEL_FILE, compile=False)
+    signature = manifest.input_signature()
+    outputs = manifest.output_signature()
+    specs = {inp.name: _spec(inp) for inp in signature}
+    names = [o.name for o in outputs]
+    # A model whose string input is (batch, 1) takes the texts as a column.
+    column = {inp.name for inp in signature if specs[inp.name].dtype == tf.string
+              and _input_rank(model, inp.name) == 2}
+
+    @tf.function(input_signature=[specs])
+    def forward(x: dict[str, tf.Tensor]) -> list[tf.Tensor]:
+        feed = {k: (tf.expand_dims(v, -1) if k in column else v) for k, v in x.items()}
+        if len(feed) == 1 and len(model.inputs) == 1:
+            y = model(next(iter(feed.values())), training=False)
+        else:
+            y = model(feed, training=False)
+        if isinstance(y, dict):
+            return [y[n] for n in names]
+        return list(y) if isinstance(y, list | tuple) else [y]
+
+    def call(inputs: Inputs) -> list[np.ndarray]:
+        n = rows_of(inputs)
+        with tf.device(dev):
+            ys = forward({k: _to_tensor(inputs[k], specs[k]) for k in specs})
+        return [np.asarray(y, np.float32).reshape(n, o.width) for y, o in
+                zip(ys, outputs, strict=True)]
+
+    return chunked_inputs(call, max_batch, pad="GPU" in dev)
+
+
+def _input_rank(model: keras.Model, name: str) -> int:
+    for t in getattr(model, "inputs", None) or ():
+        if getattr(t, "name", "").split(":")[0] == name:
+            return len(t.shape)
+    ins: list[Any] = list(getattr(model, "inputs", None) or ())
+    return len(ins[0].shape) if len(ins) == 1 else 1

@@ -1,0 +1,315 @@
+"""Decode a consumed batch into a model's inputs (its signature), columnar, per input kind.
+
+A message is one of three things:
+
+* Arrow IPC (starts with 0xFFFFFFFF): many rows; a column per input (numeric columns, a
+  fixed-size list or fixed-shape tensor, binary encoded images, strings). Its decompressed size
+  is read from its metadata and checked against the limit before anything is read.
+* a raw image: content-type ``image/jpeg`` or ``image/png``, for a model with one image input
+  (the payload is that image; its key identifies it). Only payloads that are not JSON-looking
+  have their headers read (headers cost ~2.5 µs a message).
+* one JSON object: numbers by name, nested arrays for tensors, base64 strings for images,
+  strings for text and categories.
+
+The result is a ``Decoded`` value keyed by the signature: any loaded model whose signature is
+equal can score it (two models can share one decoded batch). Bad rows become ``BadInput``s
+whose reasons name the input; the rest of the batch is scored.
+"""
+
+from __future__ import annotations
+
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import numpy as np
+import pyarrow as pa
+
+from headrace.core.errors import ValidationFailed
+from headrace.core.limits import MAX_RECORD_BYTES
+from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES, check_size
+from headrace.scorers.decoding import BadInput, is_arrow_mask
+from headrace.scorers.inputs import columns
+from headrace.scorers.inputs.columns import Limits, Reasons
+from headrace.store.signature import InputKind, ModelInput
+from headrace.streams import headers as hdr
+from headrace.streams.codecs import decode_arrow
+from headrace.streams.consuming import RawBatch
+
+Signature = tuple[ModelInput, ...]
+IMAGE_TYPES = ("image/jpeg", "image/png")
+_JSONISH = frozenset(b"{[\" \t\r\n")
+
+__all__ = ["Decoded", "InputLimits", "Signature", "decode_inputs"]
+
+
+@dataclass(frozen=True)
+class InputLimits(Limits):
+    max_arrow_bytes: int = DEFAULT_MAX_ARROW_BYTES
+
+
+@dataclass
+class Decoded:
+    """Rows to score: ``arrays[name][i]`` came from message ``message[i]``, row ``row[i]``."""
+
+    signature: Signature
+    arrays: dict[str, np.ndarray]
+    message: np.ndarray  # int64
+    row: np.ndarray  # int32
+    is_arrow: np.ndarray  # bool, one per message
+    arrow_tables: dict[int, pa.Table] = field(default_factory=dict)
+    bad: list[BadInput] = field(default_factory=list)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.message)
+
+    def take(self, keep: np.ndarray) -> Decoded:
+        return Decoded(self.signature, {k: v[keep] for k, v in self.arrays.items()},
+                       self.message[keep], self.row[keep], self.is_arrow, self.arrow_tables,
+                       self.bad)
+
+
+def single_image(signature: Signature) -> ModelInput | None:
+    return signature[0] if len(signature) == 1 and signature[0].kind == InputKind.IMAGE else None
+
+
+def decode_inputs(batch: RawBatch, signature: Signature,
+                  limits: InputLimits | None = None) -> Decoded:
+    limits = limits or InputLimits()
+    arrow = is_arrow_mask(batch)
+    bad: list[BadInput] = []
+    parts: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]] = []
+    tables: dict[int, pa.Table] = {}
+
+    records: list[dict[str, Any]] = []
+    rec_msgs: list[int] = []
+    image = single_image(signature)
+    for i in np.flatnonzero(~arrow).tolist():
+        value = batch.values[i]
+        rec = _record(batch, i, value, image, bad)
+        if rec is not None:
+            records.append(rec)
+            rec_msgs.append(i)
+    if records:
+        arrays, reasons = _records_group(records, signature, limits)
+        msgs = np.asarray(rec_msgs, np.int64)
+        parts.append(_keep(arrays, reasons, msgs, np.zeros(len(msgs), np.int32), bad, False))
+
+    for i in np.flatnonzero(arrow).tolist():
+        try:
+            check_size(batch.values[i], limits.max_arrow_bytes)
+            table = decode_arrow(batch.values[i])
+            _check_table(table)
+        except ValidationFailed as exc:
+            bad.append(BadInput(i, None, exc, exc.stage or "decode"))
+            continue
+        tables[i] = table
+        n = table.num_rows
+        names = set(table.column_names)
+
+        def get(name: str, t: pa.Table = table, names: set[str] = names) -> pa.Array | None:
+            return t.column(name) if name in names else None
+
+        arrays, reasons = _group(get, n, signature, limits)
+        parts.append(_keep(arrays, reasons, np.full(n, i, np.int64),
+                           np.arange(n, dtype=np.int32), bad, True))
+
+    if len(parts) == 1:
+        arrays, msg, row = parts[0]
+    elif parts:
+        arrays = {inp.name: np.concatenate([p[0][inp.name] for p in parts])
+                  for inp in signature}
+        msg = np.concatenate([p[1] for p in parts])
+        row = np.concatenate([p[2] for p in parts])
+    else:
+        arrays = {inp.name: columns.empty(inp, 0) for inp in signature}
+        msg, row = np.zeros(0, np.int64), np.zeros(0, np.int32)
+    # Back in message order, so predictions follow their inputs.
+    order = np.lexsort((row, msg))
+    if len(order) and not (order[1:] > order[:-1]).all():
+        arrays = {k: v[order] for k, v in arrays.items()}
+        msg, row = msg[order], row[order]
+    return Decoded(signature, arrays, msg, row, arrow, tables, bad)
+
+
+def _keep(arrays: dict[str, np.ndarray], reasons: Reasons, msgs: np.ndarray, rows: np.ndarray,
+          bad: list[BadInput], is_arrow: bool
+          ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    if not reasons:
+        return arrays, msgs, rows
+    for r, why in sorted(reasons.items()):
+        bad.append(BadInput(int(msgs[r]), int(rows[r]) if is_arrow else None,
+                            ValidationFailed(why, stage="validate"), "validate"))
+    keep = np.ones(len(msgs), bool)
+    keep[list(reasons)] = False
+    return {k: v[keep] for k, v in arrays.items()}, msgs[keep], rows[keep]
+
+
+def _group(get: columns.Getter, n: int, signature: Signature, limits: Limits
+           ) -> tuple[dict[str, np.ndarray], Reasons]:
+    arrays: dict[str, np.ndarray] = {}
+    reasons: Reasons = {}
+    for inp in signature:
+        arrays[inp.name], why = columns.build(inp, get, n, limits)
+        for r, w in why.items():
+            reasons.setdefault(r, w)
+    return arrays, reasons
+
+
+def _check_table(table: pa.Table) -> None:
+    if table.num_rows == 0:
+        raise ValidationFailed("Arrow payload holds no rows", stage="decode")
+    names = table.column_names
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise ValidationFailed(f"Arrow batch repeats column(s) {dup[:5]}", stage="validate")
+
+
+# -- JSON and raw messages ---------------------------------------------------------------
+def _record(batch: RawBatch, i: int, value: bytes, image: ModelInput | None,
+            bad: list[BadInput]) -> dict[str, Any] | None:
+    def refuse(why: str, stage: str = "decode") -> None:
+        bad.append(BadInput(i, None, ValidationFailed(why, stage=stage), stage))
+
+    if not value:
+        refuse("empty payload")
+        return None
+    if len(value) > MAX_RECORD_BYTES:
+        refuse(f"payload of {len(value)} bytes exceeds the limit")
+        return None
+    if value[0] not in _JSONISH:
+        ctype = (hdr.get(batch.headers_of(i), hdr.CONTENT_TYPE) or "").split(";")[0].strip()
+        if ctype in IMAGE_TYPES:
+            if image is None:
+                refuse(f"a raw {ctype} message, but the model takes more than one image input "
+                       f"or none", "validate")
+                return None
+            return {image.name: value}
+        if ctype == hdr.ARROW:
+            refuse("content-type says Arrow IPC but the payload is not an Arrow IPC stream "
+                   "(no 0xFFFFFFFF continuation marker)")
+            return None
+    try:
+        rec = msgspec.json.decode(value)
+    except msgspec.DecodeError as exc:
+        refuse(f"undecodable JSON record: {exc}")
+        return None
+    if not isinstance(rec, dict):
+        refuse("JSON record is not an object", "validate")
+        return None
+    return rec
+
+
+def _records_group(records: list[dict[str, Any]], signature: Signature, limits: Limits
+                   ) -> tuple[dict[str, np.ndarray], Reasons]:
+    """JSON records to one Arrow array per field the signature names, then the common path."""
+    n = len(records)
+    pre: Reasons = {}
+    cols: dict[str, pa.Array] = {}
+    for inp in signature:
+        if inp.kind == InputKind.NUMERIC:
+            for c in inp.columns:
+                vals = [r.get(c) for r in records]
+                for k, v in enumerate(vals):
+                    if v is None and c not in records[k]:
+                        pre.setdefault(k, f"input {inp.name!r}: field {c!r} is missing")
+                cols[c] = _numbers(vals, inp, c, pre)
+            continue
+        values = [r.get(inp.name) for r in records]
+        for k, v in enumerate(values):
+            if v is None:
+                pre.setdefault(k, f"input {inp.name!r} is missing")
+        if inp.kind == InputKind.IMAGE:
+            cols[inp.name] = _image_bytes(values, inp, pre)
+        elif inp.kind == InputKind.TENSOR:
+            cols[inp.name] = _nested(values, inp, pre)
+        else:
+            cols[inp.name] = _texts(values, inp, pre)
+    arrays, reasons = _group(cols.get, n, signature, limits)
+    for r, w in reasons.items():
+        pre.setdefault(r, w)
+    return arrays, pre
+
+
+def _numbers(values: list[Any], inp: ModelInput, col: str, pre: Reasons) -> pa.Array:
+    try:
+        if not any(v is True or v is False for v in values):
+            return pa.array(values, pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        pass
+    out: list[float | None] = []
+    for k, v in enumerate(values):
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            out.append(float(v))
+        else:
+            if v is not None:
+                pre.setdefault(k, f"input {inp.name!r}: field {col!r} is not a number")
+            out.append(None)
+    return pa.array(out, pa.float64())
+
+
+def _image_bytes(values: list[Any], inp: ModelInput, pre: Reasons) -> pa.Array:
+    out: list[bytes | None] = []
+    for k, v in enumerate(values):
+        if isinstance(v, bytes):
+            out.append(v)  # a raw image message
+        elif isinstance(v, str):
+            try:
+                out.append(binascii.a2b_base64(v, strict_mode=True))
+            except (binascii.Error, ValueError):
+                pre.setdefault(k, f"input {inp.name!r}: not base64 of an encoded image")
+                out.append(None)
+        else:
+            if v is not None:
+                pre.setdefault(k, f"input {inp.name!r}: an image must be a base64 string")
+            out.append(None)
+    return pa.array(out, pa.binary())
+
+
+def _nested(values: list[Any], inp: ModelInput, pre: Reasons) -> pa.Array:
+    """Nested arrays as a list-of-lists array as deep as the tensor's shape; rows that do not
+    fit that type (strings, another depth) are found one by one, only when some do not."""
+    leaf = pa.int64() if np.issubdtype(columns.numpy_dtype(inp), np.integer) else pa.float64()
+    target: pa.DataType = leaf
+    for _ in inp.shape:
+        target = pa.list_(target)
+    try:
+        return pa.array(values, target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        pass
+    good: list[Any] = []
+    for k, v in enumerate(values):
+        try:
+            pa.array([v], target)
+            good.append(v)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+            pre.setdefault(k, f"input {inp.name!r}: wrong tensor dtype or shape, the model takes "
+                              f"{inp.dtype} {tuple(inp.shape)}")
+            good.append(None)
+    return pa.array(good, target)
+
+
+def _texts(values: list[Any], inp: ModelInput, pre: Reasons) -> pa.Array:
+    out: list[str | None] = []
+    for k, v in enumerate(values):
+        if isinstance(v, str):
+            out.append(v)
+        else:
+            if v is not None:
+                pre.setdefault(k, f"input {inp.name!r}: expected a string")
+            out.append(None)
+    return pa.array(out, pa.string())
+
+
+def signature_bytes(signature: Sequence[ModelInput]) -> int:
+    """Bytes one row's inputs take once decoded (strings: counted as 256)."""
+    total = 0
+    for inp in signature:
+        if inp.kind in (InputKind.TEXT, InputKind.CATEGORY):
+            total += 256
+        else:
+            total += int(np.prod(inp.row_shape)) * np.dtype(columns.numpy_dtype(inp)).itemsize
+    return total
