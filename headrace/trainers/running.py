@@ -49,6 +49,7 @@ from headrace.trainers.datasets import Dataset, Split, load_dataset, split
 from headrace.trainers.evaluation import Evaluation, baseline, evaluate, render_confusion_png
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.gate import Gate, GateResult, check, load_gates
+from headrace.trainers.inputs import ModelPlan, export_signature, inputs_for, plan_for
 from headrace.trainers.limits import RequestCaps
 from headrace.trainers.promotion import promote
 
@@ -191,19 +192,20 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
     sp = split(ds, validation_split=req.spec.validation_split, seed=req.spec.seed)
     backend = get_backend(req.framework)  # the framework first: user code imports it
     job_checks.load_code(root, req, ds)
-    n_out = len(ds.classes) if req.spec.task == Task.CLASSIFIER else 1
-    model = backend.create(spec=req.spec, n_features=len(ds.features), n_outputs=n_out,
-                           seed=req.spec.seed)
+    plan = plan_for(spec=req.spec, x_train=sp.x_train, classes=ds.classes, root=root)
+    model = backend.create(spec=req.spec, n_features=len(ds.features), n_outputs=plan.n_outputs,
+                           seed=req.spec.seed, plan=plan)
     job_checks.after_build(model, sp, ctx.caps)
-    log.info("dataset %s: %d rows, %d features, %s; device %s", req.dataset_uri, ds.rows,
-             len(ds.features), f"classes {list(ds.classes)}" if ds.classes else "regression",
+    log.info("dataset %s: %d rows, inputs %s, %s; model %s on %s", req.dataset_uri, ds.rows,
+             ", ".join(f"{i.name} ({i.kind.value})" for i in plan.inputs),
+             f"classes {list(ds.classes)}" if ds.classes else "regression", plan.family,
              model.device)
     _train(ctx, model, sp)
     ev = evaluate(task=req.spec.task, outputs=model.predict(sp.x_val), y=sp.y_val,
                   classes=ds.classes)
     log.info("validation: %s", _fmt(ev.metrics))
     result = _gate(ctx, gate, ev, ds, sp)
-    mv = _publish(ctx, model, ds, ev, result, publish_hook)
+    mv = _publish(ctx, model, ds, ev, result, publish_hook, plan)
     _finish(ctx, mv, result, t0)
 
 
@@ -315,14 +317,14 @@ def _evaluate_version(mv: versions.ModelVersion, ds: Dataset, sp: Split) -> Eval
     if m.task != ctx_task(ds) or m.classes != ds.classes or m.label != ds.label:
         log.warning("production v%d is not comparable (task, label or classes differ)", mv.version)
         return None
-    try:
-        cols = [ds.features.index(f) for f in m.features]
-    except ValueError:
-        log.warning("production v%d uses features this dataset lacks", mv.version)
+    x_val = inputs_for(sp.x_val, m.input_signature())
+    if x_val is None:
+        log.warning("production v%d takes inputs this dataset lacks", mv.version)
         return None
     backend: Backend = get_backend(m.framework)
-    predictor = backend.load_exported(mv.path, task=m.task, n_features=len(m.features))
-    return evaluate(task=m.task, outputs=predictor.predict(sp.x_val[:, cols]), y=sp.y_val,
+    predictor = backend.load_exported(mv.path, task=m.task, n_features=len(m.features),
+                                      signature=m.input_signature())
+    return evaluate(task=m.task, outputs=predictor.predict(x_val), y=sp.y_val,
                     classes=ds.classes)
 
 
@@ -331,11 +333,12 @@ def ctx_task(ds: Dataset) -> Task:
 
 
 def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result: GateResult,
-             hook: versions.PublishHook | None) -> versions.ModelVersion:
+             hook: versions.PublishHook | None, plan: ModelPlan) -> versions.ModelVersion:
     req = ctx.request
     manifest = Manifest(
         name=req.model_name, framework=req.framework, task=req.spec.task,
         features=ds.features, label=ds.label, classes=ds.classes, metrics=ev.metrics,
+        inputs=export_signature(plan, req.framework), outputs=plan.outputs, family=plan.family,
         confusion_matrix=ev.confusion_matrix, dataset=ds.identity,
         trigger_event_id=req.event_id, job_id=ctx.job_id,
         extra={"gate": result.model_dump(), "spec": json.loads(req.spec.model_dump_json()),
