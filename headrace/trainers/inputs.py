@@ -92,6 +92,7 @@ class ModelPlan:
     n_outputs: int
     stats: dict[str, InputStats] = field(default_factory=dict)
     init_weights: Path | None = None
+    target: tuple[float, float] | None = None  # regressor: (mean, std) of the training labels
 
     def input(self, kind: InputKind) -> ModelInput | None:
         return next((i for i in self.inputs if i.kind == kind), None)
@@ -149,8 +150,8 @@ def vocabulary_file(name: str) -> str:
     return f"vocabulary-{name}.json"
 
 
-def plan_for(*, spec: ModelSpec, x_train: Inputs, classes: tuple[str, ...], root: Path
-             ) -> ModelPlan:
+def plan_for(*, spec: ModelSpec, x_train: Inputs, classes: tuple[str, ...], root: Path,
+             y_train: np.ndarray | None = None) -> ModelPlan:
     """The family checked against the inputs, statistics learned on ``x_train``. User code
     (a CodeRef) gets the raw inputs: its own ``preprocess`` learns what it needs."""
     n_out = len(classes) if spec.task == Task.CLASSIFIER else 1
@@ -163,8 +164,13 @@ def plan_for(*, spec: ModelSpec, x_train: Inputs, classes: tuple[str, ...], root
         init = confined(root, spec.init_weights)
         if not init.is_file():
             raise FamilyError(f"initial weights {spec.init_weights!r} do not exist on the DFS")
+    target = None
+    if spec.task == Task.REGRESSOR and y_train is not None and len(y_train):
+        # The model outputs label units: its last layer scales by the training labels' spread.
+        std = float(np.std(y_train, dtype=np.float64))
+        target = (float(np.mean(y_train, dtype=np.float64)), std if std > 1e-12 else 1.0)
     return ModelPlan(spec.model, x_train.signature, default_outputs(spec.task, classes), n_out,
-                     learn_stats(x_train, max_tokens=spec.max_tokens), init)
+                     learn_stats(x_train, max_tokens=spec.max_tokens), init, target)
 
 
 def export_signature(plan: ModelPlan, framework: Framework) -> tuple[ModelInput, ...]:

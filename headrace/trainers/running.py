@@ -192,7 +192,8 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
     sp = split(ds, validation_split=req.spec.validation_split, seed=req.spec.seed)
     backend = get_backend(req.framework)  # the framework first: user code imports it
     job_checks.load_code(root, req, ds)
-    plan = plan_for(spec=req.spec, x_train=sp.x_train, classes=ds.classes, root=root)
+    plan = plan_for(spec=req.spec, x_train=sp.x_train, y_train=sp.y_train, classes=ds.classes,
+                    root=root)
     model = backend.create(spec=req.spec, n_features=len(ds.features), n_outputs=plan.n_outputs,
                            seed=req.spec.seed, plan=plan)
     job_checks.after_build(model, sp, ctx.caps)

@@ -54,6 +54,9 @@ class Net(gluon.HybridBlock):
         self.softmax = softmax
         with self.name_scope():
             self.body = body
+            if plan.target is not None:  # a regressor outputs label units
+                self.target = self.params.get_constant(
+                    "target", mx.nd.array([plan.target[0], plan.target[1]]))
             for n, inp in enumerate(plan.inputs):
                 st = plan.stats.get(inp.name)
                 if inp.kind in (InputKind.NUMERIC, InputKind.TENSOR) and st is not None \
@@ -80,6 +83,10 @@ class Net(gluon.HybridBlock):
                 x = F.one_hot(x, depth=len(st.vocabulary) + 1)
             feats.append(x)
         out = self.body(*feats)
+        if "target" in consts:
+            t = consts["target"]
+            out = F.broadcast_add(F.broadcast_mul(out, F.slice_axis(t, axis=0, begin=1, end=2)),
+                                  F.slice_axis(t, axis=0, begin=0, end=1))
         return F.softmax(out, axis=-1) if self.softmax else out
 
 

@@ -51,6 +51,8 @@ def build_keras(family: str | Builder, *, spec: ModelSpec, plan: ModelPlan) -> k
     out = builder(spec, feats, plan)
     if spec.task == Task.CLASSIFIER:
         out = keras.layers.Softmax(name="probabilities")(out)
+    elif plan.target is not None:
+        out = keras.layers.Rescaling(plan.target[1], offset=plan.target[0], name="label_units")(out)
     inputs: Any = raw if len(raw) > 1 else next(iter(raw.values()))
     model = keras.Model(inputs, out, name=f"headrace_{plan.family}")
     if plan.init_weights is not None:
