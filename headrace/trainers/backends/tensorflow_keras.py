@@ -99,7 +99,7 @@ class KerasBackend:
         model = build_keras(plan.family, spec=spec, plan=plan)
         loss = "sparse_categorical_crossentropy" if spec.task == Task.CLASSIFIER else "mse"
         model.compile(optimizer=keras.optimizers.Adam(learning_rate=spec.learning_rate),
-                      loss=loss)
+                      loss=loss, jit_compile=False)  # XLA on CPU: minutes per net
         return KerasModel(model, self.device())
 
     def _create_from_code(self, spec: ModelSpec, n_features: int, n_outputs: int
