@@ -206,3 +206,22 @@ def test_tensorflow_starts_from_initial_weights_on_the_dfs(dfs: Path, tmp_path: 
     # One epoch at a tiny learning rate from the first model's weights keeps its accuracy.
     assert second.manifest.metrics["accuracy"] == pytest.approx(
         first.manifest.metrics["accuracy"], abs=0.03)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_scorer_adapters_load_a_standardising_tabular_model_and_feed_it_raw_values(
+        framework: str, dfs: Path, tmp_path: Path) -> None:
+    from headrace.scorers.adapters import adapter_for
+
+    uri = put_dataset(root=dfs, path=fd.tabular_csv(tmp_path / "wine.csv", "wine")).uri
+    mv = train(dfs, uri, framework, epochs=5, batch_size=16, hidden=(16,), learning_rate=0.01)
+    spec = ModelSpec(epochs=5, batch_size=16, hidden=(16,), learning_rate=0.01)
+    ds = load_dataset(root=dfs, uri=uri, spec=spec)
+    raw = ds.x.columns["features"]  # unscaled values, as records carry them
+    assert raw.max() > 1000
+    fn = adapter_for(framework).load(version_path=mv.path, manifest=mv.manifest, device="cpu",
+                                     max_batch=256)
+    expected = get_backend(framework).load_exported(
+        mv.path, task=Task.CLASSIFIER, n_features=13,
+        signature=mv.manifest.input_signature()).predict(ds.x)
+    np.testing.assert_allclose(fn(np.ascontiguousarray(raw)), expected, rtol=1e-4, atol=1e-5)
