@@ -100,8 +100,7 @@ class TriggerKind(StrEnum):
 
 
 # Built-in model families (headrace.trainers.backends build each in both frameworks).
-FAMILIES = ("mlp", "cnn", "text", "mobilenet_v2", "resnet50", "mobilenet", "densenet121",
-            "vgg16")
+FAMILIES = ("mlp", "cnn", "text", "mobilenet_v2", "resnet50", "mobilenet", "vgg16")
 
 
 def _family(value: str) -> str:

@@ -32,7 +32,7 @@ from headrace.streams.contracts import CodeRef, Framework, ModelSpec, Task
 from headrace.trainers import images
 
 FEATURES = "features"  # the name of the numeric input (the scorer's tabular matrix)
-IMAGE_FAMILIES = ("cnn", "mobilenet_v2", "resnet50", "mobilenet", "densenet121", "vgg16")
+IMAGE_FAMILIES = ("cnn", "mobilenet_v2", "resnet50", "mobilenet", "vgg16")
 APPLICATION_MIN_SIZE = 32  # Keras Applications / Gluon zoo nets need at least 32x32
 
 

@@ -94,3 +94,13 @@ def intents_jsonl(path: Path, *, rows: int = 600, seed: int = 0) -> Path:
         buf.write(json.dumps({"utterance": text, "label": intent}) + "\n")
     path.write_text(buf.getvalue())
     return path
+
+
+def digits_png_bytes(index: int = 0) -> bytes:
+    """One digit as PNG bytes."""
+    from sklearn.datasets import load_digits
+
+    img = np.clip(load_digits().images[index] * (255 / 16), 0, 255).astype(np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(img, mode="L").save(buf, format="PNG")
+    return buf.getvalue()

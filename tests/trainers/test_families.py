@@ -225,3 +225,35 @@ def test_the_scorer_adapters_load_a_standardising_tabular_model_and_feed_it_raw_
         mv.path, task=Task.CLASSIFIER, n_features=13,
         signature=mv.manifest.input_signature()).predict(ds.x)
     np.testing.assert_allclose(fn(np.ascontiguousarray(raw)), expected, rtol=1e-4, atol=1e-5)
+
+
+def test_mxnet_starts_from_initial_weights_on_the_dfs(dfs: Path, tmp_path: Path) -> None:
+    uri = put_dataset(root=dfs, path=fd.digits_tensor_parquet(tmp_path / "d.parquet")).uri
+    first = train(dfs, uri, "mxnet", **{**CNN, "epochs": 4})
+    assert first.manifest.job_id is not None
+    ckdir = jobs.checkpoints_dir(dfs, first.manifest.job_id)
+    last = max((p for p in ckdir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    (dfs / "datasets" / "init.npz").write_bytes((last / "body.npz").read_bytes())
+    second = train(dfs, uri, "mxnet", **{**CNN, "epochs": 1, "learning_rate": 1e-7},
+                   init_weights="datasets/init.npz")
+    assert second.manifest.metrics["accuracy"] == pytest.approx(
+        first.manifest.metrics["accuracy"], abs=0.03)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("family", ["resnet50", "mobilenet", "vgg16"])
+def test_every_application_family_builds_offline_and_predicts(framework: str,
+                                                              family: str) -> None:
+    from headrace.store.signature import ModelInput
+    from headrace.trainers.inputs import Inputs, ModelPlan
+
+    sig = (ModelInput(name="image", kind=InputKind.IMAGE, height=32, width=32, channels=3,
+                      shape=(32, 32, 3)),)
+    plan = ModelPlan(family, sig, (), 4)
+    model = get_backend(framework).create(spec=ModelSpec(model=family), n_features=0,
+                                          n_outputs=4, seed=0, plan=plan)
+    blob = fd.digits_png_bytes()
+    probs = model.predict(Inputs({"image": np.array([blob] * 3, dtype=object)}, sig))
+    assert probs.shape == (3, 4)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-4)

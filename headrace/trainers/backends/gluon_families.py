@@ -31,7 +31,7 @@ from headrace.trainers.inputs import ModelPlan  # noqa: E402
 Builder = Callable[[ModelSpec, ModelPlan], gluon.HybridBlock]
 FAMILIES: dict[str, Builder] = {}
 ZOO = {"mobilenet_v2": "mobilenetv2_1.0", "resnet50": "resnet50_v1",
-       "mobilenet": "mobilenet1.0", "densenet121": "densenet121", "vgg16": "vgg16"}
+       "mobilenet": "mobilenet1.0", "vgg16": "vgg16"}
 
 
 def register(name: str) -> Callable[[Builder], Builder]:

@@ -24,7 +24,7 @@ from headrace.trainers.inputs import InputStats, ModelPlan
 Builder = Callable[[ModelSpec, dict[str, Any], ModelPlan], Any]
 FAMILIES: dict[str, Builder] = {}
 APPLICATIONS = {"mobilenet_v2": "MobileNetV2", "resnet50": "ResNet50", "mobilenet": "MobileNet",
-                "densenet121": "DenseNet121", "vgg16": "VGG16"}
+                "vgg16": "VGG16"}
 
 
 def register(name: str) -> Callable[[Builder], Builder]:

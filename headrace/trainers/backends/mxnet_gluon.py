@@ -171,9 +171,11 @@ def _load_initial(body: gluon.HybridBlock, path: Path, ctx: Any) -> None:
             return
         params = body._collect_params_with_prefix()
         with np.load(path) as data:
+            # A job's checkpoint (body.npz) names the body's parameters "body.<name>".
+            names = {k.removeprefix("body."): k for k in data.files}
             for k, p in params.items():
-                if k in data.files and data[k].shape == p.shape:
-                    p.set_data(mx.nd.array(data[k], ctx=ctx))
+                if k in names and data[names[k]].shape == p.shape:
+                    p.set_data(mx.nd.array(data[names[k]], ctx=ctx))
     except (mx.base.MXNetError, OSError, ValueError, KeyError) as exc:
         line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise PermanentError(f"initial weights {path.name} do not load: {line}") from None
