@@ -119,7 +119,7 @@ class KerasBackend:
         model = keras.Sequential(layers)
         model.compile(optimizer=keras.optimizers.Adam(learning_rate=spec.learning_rate),
                       loss="sparse_categorical_crossentropy" if spec.task == Task.CLASSIFIER
-                      else "mse")
+                      else "mse", jit_compile=False)
         out = KerasModel(model, self.device())
         out.adaptable = [layer for layer in pre if hasattr(layer, "adapt")]
         return out
