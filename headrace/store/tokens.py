@@ -2,7 +2,7 @@
 
 Both the trainer (which learns a vocabulary on the training split) and the scorer's MXNet
 adapter (which applies the one a version ships) use this module, so they tokenize alike. The
-standardisation is the one Keras ``TextVectorization`` applies by default (lower case, strip
+standardisation is the one Keras ``TextVectorization`` applies by default (ASCII lower case, strip
 ASCII punctuation, split on whitespace), so a TensorFlow model given the same vocabulary
 produces the same token ids.
 
@@ -36,7 +36,8 @@ def _strings(values: pa.Array | pa.ChunkedArray | Sequence[str] | np.ndarray) ->
 
 def split_tokens(texts: pa.Array | Sequence[str] | np.ndarray) -> pa.ListArray:
     """Standardised tokens per row."""
-    s = pc.replace_substring_regex(pc.utf8_lower(_strings(texts)), STRIP_REGEX, "")
+    # ASCII lower case, as tf.strings.lower (Keras) does by default.
+    s = pc.replace_substring_regex(pc.ascii_lower(_strings(texts)), STRIP_REGEX, "")
     tokens: pa.ListArray = pc.utf8_split_whitespace(s)
     return tokens
 
