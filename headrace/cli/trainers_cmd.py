@@ -44,6 +44,16 @@ def _hidden(value: str) -> tuple[int, ...]:
     return sizes
 
 
+def _params(values: list[str]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for v in values:
+        key, sep, raw = v.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{v!r} is not KEY=VALUE", param_hint="--param")
+        out[key] = raw.split(",") if "," in raw else raw
+    return out
+
+
 def train(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Model name.")],
@@ -59,6 +69,14 @@ def train(
         help="Your model code, NAME@HEX from `headrace code push`.")] = None,
     entrypoint: Annotated[str, typer.Option(
         help="With --code: the builder, package.module:function.")] = "model:build",
+    model: Annotated[str, typer.Option(
+        "--model", "-m", help="Model family: mlp, cnn, text, mobilenet_v2, resnet50, ...")]
+        = "mlp",
+    init_weights: Annotated[str | None, typer.Option(
+        help="Initial weights on the DFS (models/... or datasets/...).")] = None,
+    param: Annotated[list[str] | None, typer.Option(
+        "--param", "-p", help="A family hyperparameter KEY=VALUE (repeatable), e.g. "
+                              "filters=32,64 image_size=32,32 embedding_dim=64.")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait",
                                        help="Follow the job until it ends.")] = True,
     idempotency_key: Annotated[str | None, typer.Option(
@@ -78,7 +96,8 @@ def train(
                                 task=task, label=label, epochs=epochs, hidden=_hidden(hidden),
                                 idempotency_key=idempotency_key, code=code,
                                 entrypoint=entrypoint, workers=workers, servers=servers,
-                                strategy=strategy)
+                                strategy=strategy, model=model,
+                                init_weights=init_weights, params=_params(param or []))
     s = _context.settings(ctx)
     # Refused here with one line (the control plane checks again): caps, and the code where
     # this machine sees the DFS.
@@ -355,6 +374,9 @@ def register(app: typer.Typer) -> None:
     app.command("control")(control)
     app.add_typer(jobs_app, name="jobs")
     app.add_typer(models_app, name="models")
+    from headrace.cli import datasets_cmd
+
+    datasets_cmd.register(datasets_app)
     app.add_typer(datasets_app, name="datasets")
     app.add_typer(job_app, name="job")
     app.add_typer(schedule_app, name="schedule")

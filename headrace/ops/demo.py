@@ -112,6 +112,8 @@ def run_demo(*, settings: Settings, records: int, epochs: int, say: Callable[[st
         say("5/6 training with MXNet; the scorer swaps when it is published")
         train(tour, settings, Framework.MXNET, dataset_uri, epochs)
         stream_and_watch(tour, rows.slice(half), expect_version=tour.versions["mxnet"])
+        tour.stage = "train an image model"
+        train_image_model(tour, settings)
         tour.stage = "summary"
         summary(tour, time.monotonic() - t0)
         return 0
@@ -207,6 +209,49 @@ def train(tour: Tour, settings: Settings, framework: Framework, dataset_uri: str
     tour.say(f"  published {MODEL}:{published.version} ({framework.value})"
                        + (f", accuracy {acc:.3f}" if acc is not None else "")
                        + " -> production")
+
+
+def train_image_model(tour: Tour, settings: Settings) -> None:
+    """Digits (8x8 PNGs, 10 classes) through ``datasets put`` and a ``cnn`` job, published as
+    model ``digits``. Scoring image records is the scorers' (see docs/scoring.md)."""
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        tour.say("+ image model skipped: scikit-learn is not installed")
+        return
+    from PIL import Image
+
+    from headrace.trainers import jobs
+    from headrace.trainers.dataset_files import put_dataset
+
+    tour.say("+ an image model: digits as PNG folders, a cnn with MXNet")
+    folder = settings.dfs_root / "ops" / "demo-digits"
+    d = load_digits()
+    for i, (img, y) in enumerate(zip((d.images * (255 / 16)).astype("uint8"), d.target,
+                                     strict=True)):
+        (folder / str(y)).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img, mode="L").save(folder / str(y) / f"{i:04d}.png")
+    info = put_dataset(root=settings.dfs_root, path=folder, name="digits")
+    tour.say(f"  {info.uri}: {info.rows} rows, kinds {info.kinds}")
+    req = TrainRequested(
+        idempotency_key=f"demo-digits-{int(time.time())}", model_name="digits",
+        framework=Framework.MXNET, dataset_uri=info.uri,
+        spec=ModelSpec(model="cnn", epochs=6, hidden=(64,), batch_size=64, learning_rate=0.003),
+        trigger=Trigger(source="headrace demo"))
+    send_events(tour.conn, TRAIN_REQUESTS, [req], key_of=lambda e: e.idempotency_key)
+    job_id = jobs.job_id_for(req.idempotency_key)
+
+    def done() -> bool:
+        st = jobs.read_status(settings.dfs_root, job_id)
+        if st is not None and st.state.value == "failed":
+            raise FatalError(f"training job {job_id} failed: {st.reason}")
+        return st is not None and st.state.value == "succeeded"
+
+    wait_until(done, timeout_s=TRAIN_TIMEOUT_S, what=f"image job {job_id} to finish",
+               stack=tour.stack)
+    mv = versions.resolve(settings.dfs_root, "digits@production")
+    tour.say(f"  published digits:{mv.version} (cnn, mxnet), validation accuracy "
+                       f"{mv.manifest.metrics.get('accuracy', 0.0):.3f} -> production")
 
 
 def _has_model(settings: Settings) -> bool:

@@ -88,13 +88,34 @@ class TriggerKind(StrEnum):
     EVENT = "event"
 
 
+# Built-in model families (headrace.trainers.backends build each in both frameworks).
+FAMILIES = ("mlp", "cnn", "text", "mobilenet_v2", "resnet50", "mobilenet", "vgg16")
+
+
+def _family(value: str) -> str:
+    if value not in FAMILIES:
+        raise ValueError(f"unknown model family {value!r}: use one of {', '.join(FAMILIES)}")
+    return value
+
+
+def _init_weights(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value.startswith(("models/", "datasets/")) or ".." in value.split("/"):
+        raise ValueError("init_weights must be a DFS path under models/ or datasets/")
+    if not value.endswith((".keras", ".weights.h5", ".params", ".npz")):
+        raise ValueError("init_weights must be a .keras, .weights.h5, .params or .npz file")
+    return value
+
+
 def _model_kind(value: Any) -> str:
     return "code" if isinstance(value, dict | CodeRef) else "family"
 
 
 # A tagged union: an error names only the branch the value took (a string or an object).
 ModelChoice = Annotated[
-    Annotated[str, Field(min_length=1, max_length=64), Tag("family")]
+    Annotated[str, Field(min_length=1, max_length=64), AfterValidator(_family),
+              Tag("family")]
     | Annotated[CodeRef, Tag("code")],
     Discriminator(_model_kind),
 ]
@@ -121,6 +142,17 @@ class ModelSpec(BaseModel):
     # Distributed training (with resources.workers > 1 or resources.servers > 0): auto is
     # all-reduce for TensorFlow and parameter servers for MXNet.
     strategy: Literal["auto", "allreduce", "parameter_server"] = "auto"
+    # Family hyperparameters (each family reads the ones it uses; docs/training.md).
+    filters: tuple[Annotated[int, Field(ge=1, le=1024)], ...] = Field(
+        default=(32, 64), min_length=1, max_length=8)  # cnn: conv blocks
+    embedding_dim: int = Field(default=64, ge=2, le=4096)  # text, category embeddings
+    max_tokens: int = Field(default=20_000, ge=10, le=1_000_000)  # text vocabulary
+    max_length: int = Field(default=64, ge=1, le=4096)  # text tokens per row
+    image_size: tuple[Annotated[int, Field(ge=8, le=4096)],
+                      Annotated[int, Field(ge=8, le=4096)]] | None = None  # (height, width)
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    init_weights: Annotated[str | None, AfterValidator(_init_weights)] = Field(
+        default=None, max_length=1024)
 
 
 class Resources(BaseModel):

@@ -50,13 +50,19 @@ def build_request(*, model_name: str, framework: str, dataset_uri: str,
                   learning_rate: float = 1e-3, idempotency_key: str | None = None,
                   source: str = "cli", code: str | None = None,
                   entrypoint: str = "model:build", workers: int = 1, servers: int = 0,
-                  strategy: str = "auto") -> TrainRequested:
+                  strategy: str = "auto", model: str = "mlp",
+                  init_weights: str | None = None,
+                  params: dict[str, object] | None = None) -> TrainRequested:
     """A validated TrainRequested (raises ValidationFailed with one line, also for a
     distributed strategy the framework cannot run). ``code``: a package from ``headrace code
-    push`` (NAME@HEX) built by ``entrypoint``."""
-    spec: dict[str, Any] = {"task": task, "label": label, "epochs": epochs,
+    push`` (NAME@HEX) built by ``entrypoint`` (instead of the family ``model``). ``params``:
+    family hyperparameters of ModelSpec (``filters``, ``image_size``, ``embedding_dim``, ...)."""
+    spec: dict[str, Any] = {**(params or {}), "task": task, "label": label, "epochs": epochs,
                             "hidden": list(hidden), "batch_size": batch_size,
-                            "learning_rate": learning_rate, "strategy": strategy}
+                            "learning_rate": learning_rate, "strategy": strategy,
+                            "model": model}
+    if init_weights:
+        spec["init_weights"] = init_weights
     if code is not None:
         spec["model"] = {"code": code, "entrypoint": entrypoint}
     data = {

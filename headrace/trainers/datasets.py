@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from headrace.core.errors import PermanentError, RetriableError
 from headrace.store.dfs import resolve_dataset, sha256_file, write_atomic
 from headrace.store.manifest import DatasetIdentity
+from headrace.store.signature import InputKind, ModelInput
 from headrace.streams.contracts import ModelSpec, Task
+from headrace.trainers import columns, images
+from headrace.trainers.columns import ColumnKind
+from headrace.trainers.inputs import APPLICATION_MIN_SIZE, FEATURES, IMAGE_FAMILIES, Inputs
+
+INPUT_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"  # store.signature's input names
 
 
 class DatasetError(PermanentError):
@@ -24,20 +32,20 @@ class Dataset:
     features: tuple[str, ...]
     label: str
     classes: tuple[str, ...]  # empty for a regressor
-    x: np.ndarray  # float32 [rows, features]
+    x: Inputs  # every model input, rows first
     y: np.ndarray  # int64 class index, or float32 target
     identity: DatasetIdentity
 
     @property
     def rows(self) -> int:
-        return int(self.x.shape[0])
+        return len(self.x)
 
 
 @dataclass(frozen=True)
 class Split:
-    x_train: np.ndarray
+    x_train: Inputs
     y_train: np.ndarray
-    x_val: np.ndarray
+    x_val: Inputs
     y_val: np.ndarray
 
 
@@ -89,7 +97,9 @@ def _to_arrays(table: pa.Table, *, uri: str, fingerprint: str, spec: ModelSpec) 
     cols = table.column_names
     if spec.label not in cols:
         raise DatasetError(f"dataset {uri!r} has no label column {spec.label!r}")
-    features = tuple(spec.features) if spec.features else tuple(c for c in cols if c != spec.label)
+    kinds = columns.kinds_of(table, label=spec.label)
+    features = (tuple(spec.features) if spec.features else
+                tuple(c for c in cols if c != spec.label and kinds[c] != ColumnKind.LABEL))
     missing = [c for c in features if c not in cols]
     if missing:
         raise DatasetError(f"dataset {uri!r} lacks feature columns: {', '.join(missing[:5])}")
@@ -97,39 +107,36 @@ def _to_arrays(table: pa.Table, *, uri: str, fingerprint: str, spec: ModelSpec) 
         raise DatasetError(f"dataset {uri!r} has no feature columns")
     if table.num_rows < 10:
         raise DatasetError(f"dataset {uri!r} has {table.num_rows} rows; at least 10 are needed")
-    bad = [f"{c} ({table.schema.field(c).type})" for c in features
-           if not _numeric(table.schema.field(c).type)]
+    bad = [f"{c} ({table.schema.field(c).type})" for c in features if kinds[c] is None]
     if bad:
-        raise DatasetError(
-            f"dataset {uri!r}: feature columns must be numeric: {', '.join(bad[:5])}")
+        raise DatasetError(f"dataset {uri!r}: feature columns must be numeric, category, "
+                           f"tensor, image or text: {', '.join(bad[:5])}")
     for c in features:
-        if table.column(c).null_count:
+        if table.column(c).null_count and kinds[c] != ColumnKind.TEXT:
             raise DatasetError(f"dataset {uri!r}: feature column {c!r} has null values")
-    x = np.stack([table.column(c).to_numpy().astype(np.float32) for c in features], axis=1)
-    if not np.isfinite(x).all():
-        raise DatasetError(f"dataset {uri!r}: features contain NaN or infinite values")
+    x = _inputs(table, features, kinds, uri=uri, spec=spec)
     label_col = table.column(spec.label)
     if label_col.null_count:
         raise DatasetError(f"dataset {uri!r}: label column {spec.label!r} has null values")
     ltype = table.schema.field(spec.label).type
     classes: tuple[str, ...] = ()
     if spec.task == Task.CLASSIFIER:
-        if not (pa.types.is_integer(ltype) or pa.types.is_string(ltype)
-                or pa.types.is_large_string(ltype) or pa.types.is_boolean(ltype)):
+        if not (pa.types.is_integer(ltype) or columns.is_string(ltype)
+                or pa.types.is_boolean(ltype)):
             raise DatasetError(
                 f"dataset {uri!r}: classifier label {spec.label!r} must be integer or string, "
                 f"not {ltype}")
-        raw = label_col.to_pylist()
-        uniq = sorted(set(raw), key=lambda v: (isinstance(v, str), v))
+        uniq_arr = pc.unique(label_col)
+        uniq = sorted(uniq_arr.to_pylist(), key=lambda v: (isinstance(v, str), v))
         if len(uniq) < 2:
             raise DatasetError(f"dataset {uri!r}: label {spec.label!r} has a single class")
         if len(uniq) > 10_000:
             raise DatasetError(f"dataset {uri!r}: label {spec.label!r} has {len(uniq)} classes")
         classes = tuple(str(v) for v in uniq)
-        index = {v: i for i, v in enumerate(uniq)}
-        y = np.array([index[v] for v in raw], dtype=np.int64)
+        y = pc.index_in(label_col, value_set=pa.array(uniq, type=label_col.type)
+                        ).to_numpy().astype(np.int64)
     else:
-        if not _numeric(ltype):
+        if not columns.is_numeric(ltype):
             raise DatasetError(
                 f"dataset {uri!r}: regressor label {spec.label!r} must be numeric, not {ltype}")
         y = label_col.to_numpy().astype(np.float32)
@@ -137,8 +144,67 @@ def _to_arrays(table: pa.Table, *, uri: str, fingerprint: str, spec: ModelSpec) 
                    DatasetIdentity(uri=uri, fingerprint=fingerprint, rows=table.num_rows))
 
 
-def _numeric(t: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
+def _inputs(table: pa.Table, features: tuple[str, ...], kinds: dict[str, ColumnKind | None],
+            *, uri: str, spec: ModelSpec) -> Inputs:
+    """The signature and arrays: numeric columns become one ``features`` matrix (in column
+    order), every other column its own input named after it."""
+    numeric = [c for c in features if kinds[c] == ColumnKind.NUMERIC]
+    sig: list[ModelInput] = []
+    arrays: dict[str, np.ndarray] = {}
+    if numeric:
+        x = np.stack([table.column(c).to_numpy().astype(np.float32) for c in numeric], axis=1)
+        if not np.isfinite(x).all():
+            raise DatasetError(f"dataset {uri!r}: features contain NaN or infinite values")
+        sig.append(ModelInput(name=FEATURES, kind=InputKind.NUMERIC, columns=tuple(numeric),
+                              shape=(len(numeric),), preprocessing=("standardize",)))
+        arrays[FEATURES] = x
+    for c in features:
+        kind = kinds[c]
+        if kind == ColumnKind.NUMERIC:
+            continue
+        if not re.match(INPUT_NAME, c) or c == FEATURES:
+            raise DatasetError(f"dataset {uri!r}: column {c!r} cannot name a model input "
+                               f"(letters, digits, _ . -; not {FEATURES!r}): rename it")
+        col = table.column(c)
+        try:
+            sig_arr = _column_input(c, kind, col, spec)
+        except PermanentError as exc:
+            raise DatasetError(f"dataset {uri!r}: column {c!r}: {exc}") from None
+        sig.append(sig_arr[0])
+        arrays[c] = sig_arr[1]
+    return Inputs(arrays, tuple(sig))
+
+
+def _column_input(name: str, kind: ColumnKind | None, col: pa.ChunkedArray, spec: ModelSpec
+                  ) -> tuple[ModelInput, np.ndarray]:
+    if kind == ColumnKind.TENSOR:
+        shape = columns.tensor_shape(col)
+        if shape is None:
+            raise DatasetError("rows are not fixed-size numeric lists of one shape")
+        values = columns.tensor_values(col, shape)
+        if not np.isfinite(values).all():
+            raise DatasetError("tensor values contain NaN or infinite values")
+        return ModelInput(name=name, kind=InputKind.TENSOR, shape=shape,
+                          preprocessing=("standardize",)), values
+    if kind == ColumnKind.IMAGE:
+        blobs = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
+        h, w, ch = images.probe(blobs[0])
+        if spec.image_size is not None:
+            h, w = spec.image_size
+        if spec.model in IMAGE_FAMILIES and spec.model != "cnn" and min(h, w) < 32:
+            raise DatasetError(f"images are {h}x{w}; model {spec.model} needs at least "
+                               f"{APPLICATION_MIN_SIZE}x{APPLICATION_MIN_SIZE}: set image_size")
+        return ModelInput(name=name, kind=InputKind.IMAGE, shape=(h, w, ch), height=h, width=w,
+                          channels=ch, preprocessing=("rescale_0_1",)), blobs
+    strings = pc.fill_null(pc.cast(col, pa.string()), "")
+    values = np.asarray(strings.to_numpy(zero_copy_only=False), dtype=object)
+    if kind == ColumnKind.TEXT:
+        return ModelInput(name=name, kind=InputKind.TEXT, dtype="string",
+                          max_length=spec.max_length,
+                          preprocessing=("lowercase", "strip_punctuation", "vocabulary")
+                          ), values
+    return ModelInput(name=name, kind=InputKind.CATEGORY, dtype="string",
+                      preprocessing=("vocabulary", "one_hot")), values
 
 
 def split(ds: Dataset, *, validation_split: float, seed: int) -> Split:

@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from headrace.store.signature import tabular_inputs
 from headrace.streams.contracts import CodeRef, TrainRequested
 from headrace.trainers import code_loading, limits
 from headrace.trainers.backends.base import Model
@@ -23,7 +22,9 @@ def before_dataset(root: Path, req: TrainRequested, caps: limits.RequestCaps) ->
 def load_code(root: Path, req: TrainRequested, ds: Dataset) -> None:
     """Verify and import the request's code package (if it names one) for the backend."""
     if isinstance(req.spec.model, CodeRef):
-        code_loading.load(root=root, ref=req.spec.model, inputs=tabular_inputs(ds.features),
+        # The dataset's raw inputs (a tabular one: one numeric input ``features``).
+        raw = tuple(i.model_copy(update={"preprocessing": ()}) for i in ds.x.signature)
+        code_loading.load(root=root, ref=req.spec.model, inputs=raw,
                           hyperparameters=req.hyperparameters)
 
 

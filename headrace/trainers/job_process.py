@@ -57,6 +57,7 @@ from headrace.trainers.distributed.weights import LINE as CHECKSUM_LINE
 from headrace.trainers.evaluation import Evaluation, baseline, evaluate, render_confusion_png
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.gate import Gate, GateResult, check, load_gates
+from headrace.trainers.inputs import ModelPlan, export_signature, inputs_for, plan_for
 from headrace.trainers.limits import RequestCaps
 from headrace.trainers.promotion import promote
 
@@ -226,40 +227,44 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
         result = GateResult.model_validate(existing.manifest.extra.get("gate", {"passed": False}))
         _finish(ctx, existing, result, t0)
         return
-    ds, sp, model = _build(ctx, runtime, req)
-    log.info("dataset %s: %d rows, %d features, %s; device %s", req.dataset_uri, ds.rows,
-             len(ds.features), f"classes {list(ds.classes)}" if ds.classes else "regression",
+    ds, sp, model, model_plan = _build(ctx, runtime, req)
+    log.info("dataset %s: %d rows, inputs %s, %s; model %s on %s", req.dataset_uri, ds.rows,
+             ", ".join(f"{i.name} ({i.kind.value})" for i in model_plan.inputs),
+             f"classes {list(ds.classes)}" if ds.classes else "regression", model_plan.family,
              model.device)
     _train(ctx, model, sp)
     ev = evaluate(task=req.spec.task, outputs=model.predict(sp.x_val), y=sp.y_val,
                   classes=ds.classes)
     log.info("validation: %s", _fmt(ev.metrics))
     result = _gate(ctx, gate, ev, ds, sp)
-    mv = _publish(ctx, model, ds, ev, result, publish_hook,
+    mv = _publish(ctx, model, ds, ev, result, publish_hook, model_plan,
                   plan.record() if plan.distributed else None)
     _finish(ctx, mv, result, t0)
 
 
 def _build(ctx: JobContext, runtime: DistributedRuntime | None, req: TrainRequested
-           ) -> tuple[Dataset, Split, Model]:
-    """Load and split the dataset, build the model (inside the distributed scope)."""
+           ) -> tuple[Dataset, Split, Model, ModelPlan]:
+    """Load and split the dataset, plan the model's inputs and outputs, build the model
+    (inside the distributed scope)."""
     job_checks.before_dataset(ctx.root, req, ctx.caps)
     ds = load_dataset(root=ctx.root, uri=req.dataset_uri, spec=req.spec)
     sp = split(ds, validation_split=req.spec.validation_split, seed=req.spec.seed)
     backend = get_backend(req.framework)  # the framework first: user code imports it
     job_checks.load_code(ctx.root, req, ds)
-    n_out = len(ds.classes) if req.spec.task == Task.CLASSIFIER else 1
+    model_plan = plan_for(spec=req.spec, x_train=sp.x_train, y_train=sp.y_train,
+                          classes=ds.classes, root=ctx.root)
     with runtime.scope() if runtime is not None else contextlib.nullcontext():
-        model = backend.create(spec=req.spec, n_features=len(ds.features), n_outputs=n_out,
-                               seed=req.spec.seed)
+        model = backend.create(spec=req.spec, n_features=len(ds.features),
+                               n_outputs=model_plan.n_outputs, seed=req.spec.seed,
+                               plan=model_plan)
     job_checks.after_build(model, sp, ctx.caps)
-    return ds, sp, model if runtime is None else runtime.wrap(model)
+    return ds, sp, model if runtime is None else runtime.wrap(model), model_plan
 
 
 def _train_worker(ctx: JobContext, runtime: DistributedRuntime | None,
                   req: TrainRequested) -> None:
     """A non-chief worker: train its shard in step with the gang, nothing else."""
-    _, sp, model = _build(ctx, runtime, req)
+    _, sp, model, _ = _build(ctx, runtime, req)
     _train(ctx, model, sp)
 
 
@@ -378,14 +383,14 @@ def _evaluate_version(mv: versions.ModelVersion, ds: Dataset, sp: Split) -> Eval
     if m.task != ctx_task(ds) or m.classes != ds.classes or m.label != ds.label:
         log.warning("production v%d is not comparable (task, label or classes differ)", mv.version)
         return None
-    try:
-        cols = [ds.features.index(f) for f in m.features]
-    except ValueError:
-        log.warning("production v%d uses features this dataset lacks", mv.version)
+    x_val = inputs_for(sp.x_val, m.input_signature())
+    if x_val is None:
+        log.warning("production v%d takes inputs this dataset lacks", mv.version)
         return None
     backend: Backend = get_backend(m.framework)
-    predictor = backend.load_exported(mv.path, task=m.task, n_features=len(m.features))
-    return evaluate(task=m.task, outputs=predictor.predict(sp.x_val[:, cols]), y=sp.y_val,
+    predictor = backend.load_exported(mv.path, task=m.task, n_features=len(m.features),
+                                      signature=m.input_signature())
+    return evaluate(task=m.task, outputs=predictor.predict(x_val), y=sp.y_val,
                     classes=ds.classes)
 
 
@@ -394,12 +399,14 @@ def ctx_task(ds: Dataset) -> Task:
 
 
 def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result: GateResult,
-             hook: versions.PublishHook | None,
+             hook: versions.PublishHook | None, model_plan: ModelPlan,
              gang: dict[str, object] | None = None) -> versions.ModelVersion:
     req = ctx.request
     manifest = Manifest(
         name=req.model_name, framework=req.framework, task=req.spec.task,
         features=ds.features, label=ds.label, classes=ds.classes, metrics=ev.metrics,
+        inputs=export_signature(model_plan, req.framework), outputs=model_plan.outputs,
+        family=model_plan.family,
         confusion_matrix=ev.confusion_matrix, dataset=ds.identity,
         trigger_event_id=req.event_id, job_id=ctx.job_id,
         extra={"gate": result.model_dump(), "spec": json.loads(req.spec.model_dump_json()),

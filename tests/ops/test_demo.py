@@ -67,6 +67,7 @@ def test_demo_exits_zero_on_its_own_broker_beside_a_users_running_stack(tmp_path
     assert not (users_dfs / "models").exists() and not (users_dfs / "jobs").exists()
     assert "predictions out" in out and "model versions" in out
     assert "(tensorflow)" in out and "(mxnet)" in out
+    assert "published digits:" in out, out[-2000:]  # the image model (cnn on digit PNGs)
     # One prediction a record; the tally by version (what the demo's follower saw) counts none
     # twice (a new follower on Tansu re-reads part of the last batch) and stops once the topic
     # holds them all, so it may trail by what arrived last.

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from headrace.store import tokens
 from headrace.store.manifest import Manifest
 from headrace.store.signature import InputKind, ModelInput, ModelOutput, OutputKind
 from headrace.store.versions import ModelVersion, publish, set_alias
@@ -159,7 +160,7 @@ def tf_two_inputs(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVe
 
 
 MX_TEXT = ModelInput(name="review", kind=InputKind.TEXT, dtype="string", max_length=6,
-                     vocabulary="vocab.txt")
+                     vocabulary="vocab.json")
 
 
 def mx_text_and_meta(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVersion, Any]:
@@ -194,7 +195,7 @@ def mx_text_and_meta(root: Path, name: str, *, alias: bool = True) -> tuple[Mode
     m = _manifest(name, "mxnet", (MX_TEXT, META), outputs, family="text")
 
     def save(d: Path) -> None:
-        (d / "vocab.txt").write_text("".join(f"{t}\n" for t in VOCAB))
+        tokens.write_vocabulary(d / "vocab.json", VOCAB)
         net.export(str(d / "model"), epoch=0)
 
     return _publish(root, m, save, alias), net

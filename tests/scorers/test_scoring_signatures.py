@@ -296,7 +296,7 @@ def test_mxnet_text_plus_numeric_model_with_two_outputs(
         msgs = read_topic(conn, predictions_topic(stream), expect=4)
         dead = read_topic(conn, dlq_topic(stream), expect=1)
     js, _ = split(msgs)
-    ids = tokens.encode(pa.array(texts), pa.array(list(sm.VOCAB)), 6).astype(np.float32)
+    ids = tokens.encode_text(pa.array(texts), sm.VOCAB, max_length=6).astype(np.float32)
     cls, reg = (y.asnumpy() for y in net(mx.nd.array(ids), mx.nd.array(meta)))
     for i in range(4):
         p = js[f"j{i}"]

@@ -185,8 +185,9 @@ def test_batch_and_call_rows_follow_bytes_and_device_memory() -> None:
 
 
 def test_tokens_map_text_to_ids_padded_and_cut() -> None:
-    vocab = pa.array(["good", "movie"])
-    ids = tokens.encode(pa.array(["Good movie", "bad   good movie good", None]), vocab, 3)
+    vocab = ["good", "movie"]
+    ids = tokens.encode_text(pa.array(["Good movie!", "bad   good movie good", None]), vocab,
+                             max_length=3)
     assert ids.tolist() == [[2, 3, 0], [1, 2, 3], [0, 0, 0]]
     assert tokens.token_counts(pa.array(["a b  c", ""])).tolist() == [3, 0]
 

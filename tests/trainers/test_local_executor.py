@@ -71,7 +71,7 @@ def test_a_retriable_failure_is_retried_after_backoff_and_then_succeeds(dfs: Pat
 
 
 def test_a_permanent_failure_is_not_retried_and_says_why(dfs: Path) -> None:
-    pq.write_table(pa.table({"f0": pa.array(["x"] * 20), "label": pa.array([0, 1] * 10)}),
+    pq.write_table(pa.table({"f0": pa.array([{"a": 1}] * 20), "label": pa.array([0, 1] * 10)}),
                    dfs / "bad.parquet")
     jid, _ = jobs.create_request(dfs, request("bad.parquet"))
     ex = LocalExecutor(root=dfs, backoff_s=0.01, max_attempts=3)
@@ -79,8 +79,8 @@ def test_a_permanent_failure_is_not_retried_and_says_why(dfs: Path) -> None:
     [outcome] = _run_until_done(ex)
     assert not outcome.succeeded and outcome.attempts == 1
     assert outcome.exit_code == ExitCode.PERMANENT
-    assert outcome.reason == ("dataset 'bad.parquet': feature columns must be numeric: "
-                              "f0 (string)")
+    assert outcome.reason == ("dataset 'bad.parquet': feature columns must be numeric, "
+                              "category, tensor, image or text: f0 (struct<a: int64>)")
 
 
 def test_a_job_past_its_timeout_is_killed_and_given_up(dfs: Path, demo: str) -> None:

@@ -62,7 +62,8 @@ def test_the_example_package_trains_exports_and_reloads_with_the_same_prediction
         layers = {layer.name: layer for layer in exported.model.layers}  # type: ignore[attr-defined]
         assert next(iter(layers)) == "standardize"
         mean = np.asarray(layers["standardize"].mean).reshape(-1)
-        np.testing.assert_allclose(mean, sp.x_train.mean(axis=0), rtol=1e-3, atol=1e-3)
+        np.testing.assert_allclose(mean, sp.x_train.columns["features"].mean(axis=0), rtol=1e-3,
+                                   atol=1e-3)
 
 
 def test_a_byte_changed_on_the_dfs_after_push_is_refused_with_the_file_named(

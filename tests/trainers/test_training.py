@@ -86,13 +86,13 @@ def test_a_regressor_outputs_one_value_per_row(framework: str, dfs: Path) -> Non
 
 
 def _bad_parquet(path: Path) -> None:
-    pq.write_table(pa.table({"f0": pa.array(["a", "b"] * 10), "f1": pa.array([1.0] * 20),
+    pq.write_table(pa.table({"f0": pa.array([{"a": 1}, {"a": 2}] * 10), "f1": pa.array([1.0] * 20),
                              "label": pa.array([0, 1] * 10)}), path)
 
 
 @pytest.mark.parametrize(("uri", "expected"), [
     ("datasets/nope.parquet", "does not exist"),
-    ("bad.parquet", "feature columns must be numeric: f0 (string)"),
+    ("bad.parquet", "must be numeric, category, tensor, image or text: f0 (struct"),
     ("nolabel.parquet", "has no label column 'label'"),
 ])
 def test_bad_datasets_fail_permanently_with_one_line_reason(dfs: Path, uri: str,

@@ -55,16 +55,20 @@ def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int)
 
 
 def _feeder(inp: ModelInput, version_path: Path) -> Callable[[np.ndarray], np.ndarray]:
-    if inp.kind == InputKind.TEXT:
-        if not inp.vocabulary or not inp.max_length:
-            raise ValueError(f"text input {inp.name!r} of an MXNet model needs a vocabulary "
-                             f"file and max_length")
+    """Text and categories become ids with the version's vocabulary, as the trainer fed them
+    (headrace.store.tokens on both sides)."""
+    if inp.kind in (InputKind.TEXT, InputKind.CATEGORY):
+        if not inp.vocabulary or (inp.kind == InputKind.TEXT and not inp.max_length):
+            raise ValueError(f"{inp.kind.value} input {inp.name!r} of an MXNet model needs a "
+                             f"vocabulary file" + (" and max_length" if inp.kind ==
+                                                   InputKind.TEXT else ""))
         vocab = tokens.read_vocabulary(version_path / inp.vocabulary)
-        length = inp.max_length
-        return lambda x: tokens.encode(pa.array(x.tolist(), pa.string()), vocab, length
-                                       ).astype(np.float32)
-    if inp.kind == InputKind.CATEGORY:
-        raise ValueError(f"category input {inp.name!r}: MXNet models take numbers")
+        if inp.kind == InputKind.CATEGORY:
+            return lambda x: tokens.encode_categories(
+                pa.array(x.tolist(), pa.string()), vocab).astype(np.float32)
+        length = inp.max_length or 0
+        return lambda x: tokens.encode_text(pa.array(x.tolist(), pa.string()), vocab,
+                                            max_length=length).astype(np.float32)
     return lambda x: x
 
 

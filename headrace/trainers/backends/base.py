@@ -1,7 +1,9 @@
 """The backend interface: build, train a batch, checkpoint, predict, export, load an export.
 
 Only modules in this package import TensorFlow/Keras or MXNet; everything else gets a
-backend from :func:`headrace.trainers.backends.get_backend` and sees numpy arrays.
+backend from :func:`headrace.trainers.backends.get_backend` and sees numpy arrays
+(:class:`headrace.trainers.inputs.Inputs`). Model families live in a registry per framework:
+``keras_families.build_keras`` and ``gluon_families.FAMILIES``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,11 @@ from typing import Protocol
 
 import numpy as np
 
+from headrace.store.signature import ModelInput
 from headrace.streams.contracts import Framework, ModelSpec, Task
+from headrace.trainers.inputs import Inputs, ModelPlan
+
+X = Inputs | np.ndarray  # a bare float matrix is the tabular ``features`` input
 
 
 class Model(Protocol):
@@ -20,10 +26,10 @@ class Model(Protocol):
 
     device: str
 
-    def fit_batch(self, x: np.ndarray, y: np.ndarray) -> float:
+    def fit_batch(self, x: X, y: np.ndarray) -> float:
         """One optimiser step; returns the batch loss."""
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
+    def predict(self, x: X) -> np.ndarray:
         """Class probabilities [n, classes] or values [n, 1], float32."""
 
     def parameter_count(self) -> int:
@@ -39,16 +45,18 @@ class Model(Protocol):
 
 
 class Predictor(Protocol):
-    def predict(self, x: np.ndarray) -> np.ndarray: ...
+    def predict(self, x: X) -> np.ndarray: ...
 
 
 class Backend(Protocol):
     framework: Framework
 
-    def create(self, *, spec: ModelSpec, n_features: int, n_outputs: int, seed: int) -> Model:
-        ...
+    def create(self, *, spec: ModelSpec, n_features: int, n_outputs: int, seed: int,
+               plan: ModelPlan | None = None) -> Model:
+        """The model of ``plan`` (None: an MLP over ``n_features`` raw floats)."""
 
-    def load_exported(self, path: Path, *, task: Task, n_features: int) -> Predictor:
+    def load_exported(self, path: Path, *, task: Task, n_features: int,
+                      signature: tuple[ModelInput, ...] = ()) -> Predictor:
         """Load what ``export`` wrote (a published version) for evaluation."""
 
     def device(self) -> str: ...

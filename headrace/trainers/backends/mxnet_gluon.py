@@ -1,5 +1,7 @@
 """MXNet Gluon backend. Export layout: ``model-symbol.json`` + ``model-0000.params`` from
-``HybridBlock.export("model")``; a classifier's export ends in softmax (probabilities)."""
+``HybridBlock.export("model")`` (inputs ``data`` or ``data0..``: :mod:`.gluon_families`), plus
+``vocabulary-<input>.json`` for each category or text input; a classifier's export ends in
+softmax (probabilities)."""
 
 from __future__ import annotations
 
@@ -16,9 +18,25 @@ import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
+from headrace.core.errors import PermanentError  # noqa: E402
+from headrace.store import tokens  # noqa: E402
+from headrace.store.signature import InputKind, ModelInput, tabular_inputs  # noqa: E402
 from headrace.streams.contracts import CodeRef, Framework, ModelSpec, Task  # noqa: E402
-from headrace.trainers.backends.base import batched  # noqa: E402
+from headrace.trainers.backends.base import PREDICT_BATCH  # noqa: E402
+from headrace.trainers.backends.gluon_families import (  # noqa: E402
+    FAMILIES,
+    Builder,
+    Net,
+    input_names,
+)
 from headrace.trainers.code_loading import CodeLoadError, resolve_builder  # noqa: E402
+from headrace.trainers.inputs import (  # noqa: E402
+    Inputs,
+    ModelPlan,
+    as_inputs,
+    tabular_plan,
+    vocabulary_file,
+)
 
 EXPORT_PREFIX = "model"
 SYMBOL_FILE = "model-symbol.json"
@@ -29,75 +47,87 @@ def _context() -> Any:
     return mx.gpu(0) if mx.context.num_gpus() > 0 else mx.cpu()
 
 
-class _Head(gluon.HybridBlock):
-    """The trained body plus softmax for a classifier: what scorers load."""
+def host_arrays(x: Inputs | np.ndarray, plan: ModelPlan,
+                vocabularies: dict[str, list[str]] | None = None) -> list[np.ndarray]:
+    """The export's inputs in signature order, float32: categories and text as ids."""
+    arrays = as_inputs(x).arrays()
+    out = []
+    for inp in plan.inputs:
+        v = arrays[inp.name]
+        vocab = (vocabularies or {}).get(inp.name) or list(plan.stats[inp.name].vocabulary) \
+            if inp.kind in (InputKind.CATEGORY, InputKind.TEXT) else []
+        if inp.kind == InputKind.CATEGORY:
+            v = tokens.encode_categories(v, vocab)
+        elif inp.kind == InputKind.TEXT:
+            v = tokens.encode_text(v, vocab, max_length=inp.max_length or 64)
+        out.append(np.asarray(v, dtype=np.float32))
+    return out
 
-    def __init__(self, body: gluon.HybridBlock, softmax: bool) -> None:
-        super().__init__()
-        with self.name_scope():
-            self.body = body
-        self.softmax = softmax
 
-    def hybrid_forward(self, F: Any, x: Any) -> Any:
-        out = self.body(x)
-        return F.softmax(out, axis=-1) if self.softmax else out
+def _dummy(plan: ModelPlan, ctx: Any) -> list[Any]:
+    return [mx.nd.zeros((2, *(i.row_shape if i.kind not in (InputKind.CATEGORY, InputKind.TEXT)
+                              else ((i.max_length or 64,) if i.kind == InputKind.TEXT else ()))),
+                        ctx=ctx) for i in plan.inputs]
 
 
 class GluonModel:
-    def __init__(self, spec: ModelSpec, n_features: int, n_outputs: int, seed: int) -> None:
+    def __init__(self, spec: ModelSpec, plan: ModelPlan, seed: int,
+                 family: str | Builder | None = None) -> None:
         mx.random.seed(seed)
         np.random.seed(seed)
         self.ctx = _context()
         self.device = "gpu" if self.ctx.device_type == "gpu" else "cpu"
         self.task = spec.task
-        self.n_features = n_features
-        if isinstance(spec.model, CodeRef):
-            body = _from_code(spec, n_outputs)
-        else:
-            body = gluon.nn.HybridSequential()
-            with body.name_scope():
-                for h in spec.hidden:
-                    body.add(gluon.nn.Dense(h, activation=spec.activation, in_units=0))
-                body.add(gluon.nn.Dense(n_outputs if spec.task == Task.CLASSIFIER else 1))
-        body.initialize(mx.init.Xavier(), ctx=self.ctx)
-        body(mx.nd.zeros((1, n_features), ctx=self.ctx))  # infer shapes
-        body.hybridize()
-        self.body = body
+        self.plan = plan
+        build = family or plan.family
+        body = (FAMILIES[build] if isinstance(build, str) else build)(spec, plan)
+        self.net = Net(plan, body, softmax=False)
+        self.net.initialize(mx.init.Xavier(), ctx=self.ctx)
+        self.net(*_dummy(plan, self.ctx))  # infer shapes
+        if plan.init_weights is not None:
+            _load_initial(body, plan.init_weights, self.ctx)
+        self.net.hybridize()
         self.loss_fn = (gluon.loss.SoftmaxCrossEntropyLoss() if spec.task == Task.CLASSIFIER
                         else gluon.loss.L2Loss())
-        self.trainer = gluon.Trainer(body.collect_params(), "adam",
-                                     {"learning_rate": spec.learning_rate})
+        trainable = [p for p in self.net.collect_params().values() if p.grad_req != "null"]
+        self.trainer = gluon.Trainer(trainable, "adam", {"learning_rate": spec.learning_rate})
 
-    def fit_batch(self, x: np.ndarray, y: np.ndarray) -> float:
-        xb = mx.nd.array(x, ctx=self.ctx, dtype="float32")
+    def nd(self, x: Inputs | np.ndarray) -> list[Any]:
+        return [mx.nd.array(a, ctx=self.ctx, dtype="float32") for a in host_arrays(x, self.plan)]
+
+    def fit_batch(self, x: Inputs | np.ndarray, y: np.ndarray) -> float:
+        xs = self.nd(x)
         yb = mx.nd.array(y, ctx=self.ctx, dtype="float32")
         with autograd.record():
-            out = self.body(xb)
+            out = self.net(*xs)
             if self.task == Task.REGRESSOR:
                 out = out.reshape((-1,))
             loss = self.loss_fn(out, yb)
         loss.backward()
-        self.trainer.step(x.shape[0])
+        self.trainer.step(len(y))
         value = float(loss.mean().asscalar())
         return value * 2 if self.task == Task.REGRESSOR else value  # L2Loss is MSE/2
 
-    def _forward(self, x: np.ndarray) -> np.ndarray:
-        out = self.body(mx.nd.array(x, ctx=self.ctx, dtype="float32"))
-        if self.task == Task.CLASSIFIER:
-            out = mx.nd.softmax(out, axis=-1)
-        return np.asarray(out.asnumpy())
-
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        return batched(self._forward, x)
+    def predict(self, x: Inputs | np.ndarray) -> np.ndarray:
+        inp = as_inputs(x)
+        outs = []
+        for i in range(0, len(inp), PREDICT_BATCH):
+            out = self.net(*self.nd(inp[i:i + PREDICT_BATCH]))
+            if self.task == Task.CLASSIFIER:
+                out = mx.nd.softmax(out, axis=-1)
+            outs.append(out.asnumpy())
+        return (np.concatenate(outs).astype(np.float32) if outs
+                else np.zeros((0, 1), np.float32))
 
     def parameter_count(self) -> int:
-        return int(sum(p.data().size for p in self.body.collect_params().values()))
+        return int(sum(p.data().size for p in self.net.collect_params().values()
+                       if p.grad_req != "null"))
 
     def save_checkpoint(self, path: Path) -> None:
         # Serialised in memory and written by Python, so a full disk is an OSError with its
         # errno (MXNet's own file writer reports only "FileStream.Write incomplete").
         arrays = {k: v.data().asnumpy()
-                  for k, v in self.body._collect_params_with_prefix().items()}
+                  for k, v in self.net._collect_params_with_prefix().items()}
         buf = io.BytesIO()
         np.savez(buf, **arrays)
         _write(path / "body.npz", buf.getvalue())
@@ -111,16 +141,44 @@ class GluonModel:
 
     def load_checkpoint(self, path: Path) -> None:
         with np.load(path / "body.npz") as data:
-            params = self.body._collect_params_with_prefix()
+            params = self.net._collect_params_with_prefix()
             for k, p in params.items():
                 p.set_data(mx.nd.array(data[k], ctx=self.ctx))
         self.trainer.load_states(str(path / "trainer.states"))
 
     def export(self, path: Path) -> None:
-        head = _Head(self.body, softmax=self.task == Task.CLASSIFIER)
-        head.hybridize()
-        head(mx.nd.zeros((1, self.n_features), ctx=self.ctx))
-        head.export(str(path / EXPORT_PREFIX), epoch=0)
+        # The exported graph ends in softmax; training keeps logits (the loss applies it).
+        self.net.softmax = self.task == Task.CLASSIFIER
+        try:
+            self.net.hybridize()  # drops the cached graph
+            self.net(*_dummy(self.plan, self.ctx))
+            self.net.export(str(path / EXPORT_PREFIX), epoch=0)
+        finally:
+            self.net.softmax = False
+            self.net.hybridize()
+        for inp in self.plan.inputs:
+            if inp.kind in (InputKind.CATEGORY, InputKind.TEXT):
+                tokens.write_vocabulary(path / vocabulary_file(inp.name),
+                                        self.plan.stats[inp.name].vocabulary)
+
+
+def _load_initial(body: gluon.HybridBlock, path: Path, ctx: Any) -> None:
+    """Initial weights: a ``.params`` file (Gluon ``save_parameters``) or an ``.npz`` of
+    arrays by parameter name; parameters missing from the file keep their random init."""
+    try:
+        if path.suffix == ".params":
+            body.load_parameters(str(path), ctx=ctx, allow_missing=True, ignore_extra=True)
+            return
+        params = body._collect_params_with_prefix()
+        with np.load(path) as data:
+            # A job's checkpoint (body.npz) names the body's parameters "body.<name>".
+            names = {k.removeprefix("body."): k for k in data.files}
+            for k, p in params.items():
+                if k in names and data[names[k]].shape == p.shape:
+                    p.set_data(mx.nd.array(data[names[k]], ctx=ctx))
+    except (mx.base.MXNetError, OSError, ValueError, KeyError) as exc:
+        line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise PermanentError(f"initial weights {path.name} do not load: {line}") from None
 
 
 def _from_code(spec: ModelSpec, n_outputs: int) -> gluon.HybridBlock:
@@ -141,14 +199,22 @@ def _write(path: Path, data: bytes) -> None:
 
 
 class SymbolPredictor:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, signature: tuple[ModelInput, ...], task: Task) -> None:
         self.ctx = _context()
-        self.block = gluon.SymbolBlock.imports(str(path / SYMBOL_FILE), ["data"],
+        self.plan = ModelPlan("?", signature, (), 0)
+        self.vocabularies = {i.name: tokens.read_vocabulary(path / i.vocabulary)
+                             for i in signature if i.vocabulary}
+        self.block = gluon.SymbolBlock.imports(str(path / SYMBOL_FILE), input_names(self.plan),
                                                str(path / PARAMS_FILE), ctx=self.ctx)
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        return batched(
-            lambda b: self.block(mx.nd.array(b, ctx=self.ctx, dtype="float32")).asnumpy(), x)
+    def predict(self, x: Inputs | np.ndarray) -> np.ndarray:
+        inp = as_inputs(x)
+        outs = []
+        for i in range(0, len(inp), PREDICT_BATCH):
+            arrays = host_arrays(inp[i:i + PREDICT_BATCH], self.plan, self.vocabularies)
+            outs.append(self.block(*[mx.nd.array(a, ctx=self.ctx) for a in arrays]).asnumpy())
+        return (np.concatenate(outs).astype(np.float32) if outs
+                else np.zeros((0, 1), np.float32))
 
 
 class GluonBackend:
@@ -157,12 +223,18 @@ class GluonBackend:
     def device(self) -> str:
         return "gpu" if mx.context.num_gpus() > 0 else "cpu"
 
-    def create(self, *, spec: ModelSpec, n_features: int, n_outputs: int, seed: int
-               ) -> GluonModel:
-        return GluonModel(spec, n_features, n_outputs, seed)
+    def create(self, *, spec: ModelSpec, n_features: int, n_outputs: int, seed: int,
+               plan: ModelPlan | None = None) -> GluonModel:
+        plan = plan or tabular_plan(n_features, n_outputs)
+        if isinstance(spec.model, CodeRef):  # user code: a body like a family's
+            return GluonModel(spec, plan, seed,
+                              family=lambda s, p: _from_code(s, p.n_outputs))
+        return GluonModel(spec, plan, seed)
 
-    def load_exported(self, path: Path, *, task: Task, n_features: int) -> SymbolPredictor:
-        return SymbolPredictor(path)
+    def load_exported(self, path: Path, *, task: Task, n_features: int,
+                      signature: tuple[ModelInput, ...] = ()) -> SymbolPredictor:
+        sig = signature or tabular_inputs(tuple(f"f{i}" for i in range(n_features)))
+        return SymbolPredictor(path, sig, task)
 
 
 BACKEND = GluonBackend()

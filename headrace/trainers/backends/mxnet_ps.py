@@ -9,7 +9,7 @@ Workers push gradients to the servers, which sum them across workers; each worke
 and applies the same optimizer update locally, so the optimizer state lives on the workers and
 the chief can checkpoint it (MXNet cannot save optimizer state kept on distributed servers). The
 loss is scaled by the *global* batch size, so the summed gradient is the mean over the global
-batch. Any ``HybridBlock`` works (the wrapped model's ``body``).
+batch. Any ``HybridBlock`` works (the wrapped model's ``net``).
 
 The push and pull go through copies of the gradients, with the engine drained in between:
 ``gluon.Trainer(kvstore=dist_sync, update_on_kvstore=False)`` pushes the gradient arrays
@@ -37,6 +37,7 @@ from headrace.streams.contracts import Task  # noqa: E402
 from headrace.trainers.backends.mxnet_gluon import PARAMS_FILE, GluonModel  # noqa: E402
 from headrace.trainers.distributed.peers import GangMember  # noqa: E402
 from headrace.trainers.distributed.weights import checksum  # noqa: E402
+from headrace.trainers.inputs import Inputs, as_inputs  # noqa: E402
 
 LOSS_KEY = 1_000_003  # a kvstore key beside the parameters' (0..n-1): the summed batch loss
 
@@ -69,8 +70,8 @@ class PSModel:
         self.kv = kv
         optimizer = inner.trainer._optimizer  # the one the model was built with
         # Local updates only: the gradients are summed through the kvstore by fit_batch.
-        inner.trainer = gluon.Trainer(inner.body.collect_params(), optimizer, kvstore=None)
-        self.params = [p for p in inner.body.collect_params().values() if p.grad_req != "null"]
+        inner.trainer = gluon.Trainer(inner.net.collect_params(), optimizer, kvstore=None)
+        self.params = [p for p in inner.net.collect_params().values() if p.grad_req != "null"]
         self.keys = list(range(len(self.params)))
         self._send = [mx.nd.zeros(p.shape, ctx=mx.cpu()) for p in self.params]
         self._recv = [mx.nd.zeros(p.shape, ctx=mx.cpu()) for p in self.params]
@@ -88,20 +89,21 @@ class PSModel:
         for p, r in zip(self.params, self._recv, strict=True):
             p.set_data(r.as_in_context(inner.ctx))
 
-    def fit_batch(self, x: np.ndarray, y: np.ndarray) -> float:
+    def fit_batch(self, x: Inputs | np.ndarray, y: np.ndarray) -> float:
         """One synchronous step on the global batch ``x``: this worker feeds its shard."""
         m, inner = self.member, self.inner
-        xs, ys = x[m.index::m.workers], y[m.index::m.workers]
+        whole = as_inputs(x)
+        xs, ys = whole[m.index::m.workers], y[m.index::m.workers]
         weight = 1.0
-        if len(xs) == 0:  # a tiny last batch: still take part in the push/pull, with zero weight
-            xs, ys, weight = x[:1], y[:1], 0.0
-        xb = mx.nd.array(xs, ctx=inner.ctx, dtype="float32")
+        if len(ys) == 0:  # a tiny last batch: still take part in the push/pull, with zero weight
+            xs, ys, weight = whole[:1], y[:1], 0.0
+        xb = inner.nd(xs)
         yb = mx.nd.array(ys, ctx=inner.ctx, dtype="float32")
         with autograd.record():
-            out = inner.body(xb)
+            out = inner.net(*xb)
             if inner.task == Task.REGRESSOR:
                 out = out.reshape((-1,))
-            loss = inner.loss_fn(out, yb).sum() * (weight / len(x))
+            loss = inner.loss_fn(out, yb).sum() * (weight / len(y))
         loss.backward()
         for p, buf in zip(self.params, self._send, strict=True):
             p.grad().copyto(buf)
@@ -117,14 +119,14 @@ class PSModel:
         value = float(self._loss_out.asscalar())
         return value * 2 if inner.task == Task.REGRESSOR else value  # L2Loss is MSE/2
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
+    def predict(self, x: Inputs | np.ndarray) -> np.ndarray:
         return self.inner.predict(x)
 
     def parameter_count(self) -> int:
         return self.inner.parameter_count()
 
     def weights(self) -> list[np.ndarray]:
-        return [p.data().asnumpy() for p in self.inner.body.collect_params().values()]
+        return [p.data().asnumpy() for p in self.inner.net.collect_params().values()]
 
     def checksum(self) -> str:
         return checksum(self.weights())

@@ -1,9 +1,15 @@
-"""TensorFlow / Keras 3 backend. Export layout: ``model.keras`` in the version directory."""
+"""TensorFlow / Keras 3 backend. Export layout: ``model.keras`` in the version directory.
+
+The model takes the raw inputs of the signature (one array for one input, else a dict by
+input name); standardisation, rescaling and vocabularies are layers inside it
+(:mod:`.keras_families`).
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -11,12 +17,21 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from headrace.store.signature import ModelInput
 from headrace.streams.contracts import CodeRef, Framework, ModelSpec, Task
-from headrace.trainers.backends.base import batched
+from headrace.trainers.backends.base import PREDICT_BATCH
+from headrace.trainers.backends.keras_families import build_keras
 from headrace.trainers.code_loading import CodeLoadError, resolve_builder
+from headrace.trainers.inputs import Inputs, ModelPlan, as_inputs, tabular_plan
 
 MODEL_FILE = "model.keras"
 CHECKPOINT_FILE = "model.keras"
+
+
+def _tensor(v: np.ndarray) -> tf.Tensor:
+    if v.dtype == object:
+        return tf.constant(v.astype(str))
+    return tf.convert_to_tensor(v)
 
 
 class KerasModel:
@@ -24,21 +39,36 @@ class KerasModel:
         self.model = model
         self.device = device
         self.adaptable: list[keras.layers.Layer] = []  # preprocessing learned on training rows
+        self._trace()
+
+    def _trace(self) -> None:
         self._call = tf.function(lambda x: self.model(x, training=False), reduce_retracing=True)
 
-    def fit_batch(self, x: np.ndarray, y: np.ndarray) -> float:
-        out = self.model.train_on_batch(x, y, return_dict=True)
+    def feed(self, arrays: dict[str, np.ndarray]) -> Any:
+        if len(arrays) == 1:
+            return _tensor(next(iter(arrays.values())))
+        return {k: _tensor(v) for k, v in arrays.items()}
+
+    def fit_batch(self, x: Inputs | np.ndarray, y: np.ndarray) -> float:
+        out = self.model.train_on_batch(self.feed(as_inputs(x).arrays()), y, return_dict=True)
         return float(out["loss"])
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
-        return batched(lambda b: self._call(tf.convert_to_tensor(b)).numpy(), x)
+    def predict(self, x: Inputs | np.ndarray) -> np.ndarray:
+        inp = as_inputs(x)
+        outs = [np.asarray(self._call(self.feed(inp[i:i + PREDICT_BATCH].arrays())))
+                for i in range(0, len(inp), PREDICT_BATCH)]
+        return (np.concatenate(outs).astype(np.float32) if outs
+                else np.zeros((0, 1), np.float32))
 
     def parameter_count(self) -> int:
         return int(self.model.count_params())
 
-    def prepare(self, x_train: np.ndarray) -> None:
+    def prepare(self, x_train: Inputs | np.ndarray) -> None:
         """Adapt preprocessing layers on the training rows, in order (before training)."""
-        x = tf.convert_to_tensor(x_train)
+        if not self.adaptable:
+            return
+        (x,) = as_inputs(x_train).arrays().values()  # user code: one (tabular) input
+        x = tf.convert_to_tensor(x)
         for layer in self.adaptable:
             layer.adapt(x)
             x = layer(x)
@@ -48,7 +78,7 @@ class KerasModel:
 
     def load_checkpoint(self, path: Path) -> None:
         self.model = keras.models.load_model(path / CHECKPOINT_FILE)
-        self._call = tf.function(lambda x: self.model(x, training=False), reduce_retracing=True)
+        self._trace()
 
     def export(self, path: Path) -> None:
         self.model.save(path / MODEL_FILE)
@@ -60,22 +90,16 @@ class KerasBackend:
     def device(self) -> str:
         return "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
 
-    def create(self, *, spec: ModelSpec, n_features: int, n_outputs: int, seed: int
-               ) -> KerasModel:
+    def create(self, *, spec: ModelSpec, n_features: int, n_outputs: int, seed: int,
+               plan: ModelPlan | None = None) -> KerasModel:
         keras.utils.set_random_seed(seed)
         if isinstance(spec.model, CodeRef):
             return self._create_from_code(spec, n_features, n_outputs)
-        layers: list[keras.layers.Layer] = [keras.Input(shape=(n_features,), dtype="float32")]
-        layers += [keras.layers.Dense(h, activation=spec.activation) for h in spec.hidden]
-        if spec.task == Task.CLASSIFIER:
-            layers.append(keras.layers.Dense(n_outputs, activation="softmax"))
-            loss = "sparse_categorical_crossentropy"
-        else:
-            layers.append(keras.layers.Dense(1))
-            loss = "mse"
-        model = keras.Sequential(layers)
+        plan = plan or tabular_plan(n_features, n_outputs)
+        model = build_keras(plan.family, spec=spec, plan=plan)
+        loss = "sparse_categorical_crossentropy" if spec.task == Task.CLASSIFIER else "mse"
         model.compile(optimizer=keras.optimizers.Adam(learning_rate=spec.learning_rate),
-                      loss=loss)
+                      loss=loss, jit_compile=False)  # XLA on CPU: minutes per net
         return KerasModel(model, self.device())
 
     def _create_from_code(self, spec: ModelSpec, n_features: int, n_outputs: int
@@ -95,12 +119,13 @@ class KerasBackend:
         model = keras.Sequential(layers)
         model.compile(optimizer=keras.optimizers.Adam(learning_rate=spec.learning_rate),
                       loss="sparse_categorical_crossentropy" if spec.task == Task.CLASSIFIER
-                      else "mse")
+                      else "mse", jit_compile=False)
         out = KerasModel(model, self.device())
         out.adaptable = [layer for layer in pre if hasattr(layer, "adapt")]
         return out
 
-    def load_exported(self, path: Path, *, task: Task, n_features: int) -> KerasModel:
+    def load_exported(self, path: Path, *, task: Task, n_features: int,
+                      signature: tuple[ModelInput, ...] = ()) -> KerasModel:
         return KerasModel(keras.models.load_model(path / MODEL_FILE, compile=False),
                           self.device())
 

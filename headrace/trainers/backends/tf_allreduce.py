@@ -29,6 +29,7 @@ import tensorflow as tf
 from headrace.trainers.backends.tensorflow_keras import KerasModel
 from headrace.trainers.distributed.peers import GangMember
 from headrace.trainers.distributed.weights import checksum
+from headrace.trainers.inputs import Inputs, as_inputs
 
 WEIGHTS = "weights.npz"
 
@@ -102,15 +103,15 @@ class AllReduceModel:
         per_replica = self.strategy.run(self._replica_step, args=(x, y, gb))
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
-    def fit_batch(self, x: np.ndarray, y: np.ndarray) -> float:
+    def fit_batch(self, x: Inputs | np.ndarray, y: np.ndarray) -> float:
         """One synchronous step on the global batch ``x``: this worker feeds its shard."""
         m = self.member
-        xs, ys = x[m.index::m.workers], y[m.index::m.workers]
-        loss = self._step(tf.convert_to_tensor(xs, tf.float32), tf.convert_to_tensor(ys),
-                          tf.constant(len(x), tf.int64))
+        xs, ys = as_inputs(x)[m.index::m.workers], y[m.index::m.workers]
+        loss = self._step(self.inner.feed(xs.arrays()), tf.convert_to_tensor(ys),
+                          tf.constant(len(y), tf.int64))
         return float(loss)
 
-    def predict(self, x: np.ndarray) -> np.ndarray:
+    def predict(self, x: Inputs | np.ndarray) -> np.ndarray:
         return self.inner.predict(x)
 
     def parameter_count(self) -> int:

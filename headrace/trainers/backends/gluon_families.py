@@ -1,0 +1,180 @@
+"""Gluon model families behind one registry, and the preprocessing folded into the export.
+
+:class:`Net` is what trains and what ``export`` writes: ``raw inputs -> preprocessing (constants
+in the graph) -> body -> softmax``. A body builder (``Builder``) gets the spec and the plan and
+returns a ``HybridBlock`` whose ``hybrid_forward(F, *inputs)`` takes the preprocessed inputs in
+signature order (numeric standardised ``(n, k)``; tensors standardised; images NCHW in 0..1;
+categories one-hot; text token ids ``(n, max_length)``) and returns logits of
+``plan.n_outputs`` units. A user's ``build(spec, inputs) -> HybridBlock`` plugs in as
+``lambda spec, plan: build(spec, plan.inputs)``.
+
+Export inputs are named ``data`` (one input) or ``data0``, ``data1``, ... in signature order,
+all float32: categories and text arrive as ids from :mod:`headrace.store.tokens`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy
+
+numpy.bool = bool  # type: ignore[attr-defined]  # MXNet 1.9 still uses the removed alias
+
+import mxnet as mx  # noqa: E402
+from mxnet import gluon  # noqa: E402
+
+from headrace.store.signature import InputKind  # noqa: E402
+from headrace.streams.contracts import ModelSpec  # noqa: E402
+from headrace.trainers.inputs import ModelPlan  # noqa: E402
+
+Builder = Callable[[ModelSpec, ModelPlan], gluon.HybridBlock]
+FAMILIES: dict[str, Builder] = {}
+ZOO = {"mobilenet_v2": "mobilenetv2_1.0", "resnet50": "resnet50_v1",
+       "mobilenet": "mobilenet1.0", "vgg16": "vgg16"}
+
+
+def register(name: str) -> Callable[[Builder], Builder]:
+    def deco(fn: Builder) -> Builder:
+        FAMILIES[name] = fn
+        return fn
+    return deco
+
+
+def input_names(plan: ModelPlan) -> list[str]:
+    return ["data"] if len(plan.inputs) == 1 else [f"data{i}" for i in range(len(plan.inputs))]
+
+
+class Net(gluon.HybridBlock):
+    """Preprocessing + body (+ softmax for a classifier): trained, checkpointed, exported."""
+
+    def __init__(self, plan: ModelPlan, body: gluon.HybridBlock, *, softmax: bool) -> None:
+        super().__init__()
+        self.plan = plan
+        self.softmax = softmax
+        with self.name_scope():
+            self.body = body
+            if plan.target is not None:  # a regressor outputs label units
+                self.target = self.params.get_constant(
+                    "target", mx.nd.array([plan.target[0], plan.target[1]]))
+            for n, inp in enumerate(plan.inputs):
+                st = plan.stats.get(inp.name)
+                if inp.kind in (InputKind.NUMERIC, InputKind.TENSOR) and st is not None \
+                        and st.mean is not None and st.std is not None:
+                    shape = (1, -1) if inp.kind == InputKind.NUMERIC else (1,)
+                    setattr(self, f"mean{n}", self.params.get_constant(
+                        f"mean{n}", mx.nd.array(st.mean.reshape(shape))))
+                    setattr(self, f"scale{n}", self.params.get_constant(
+                        f"scale{n}", mx.nd.array((1.0 / st.std).reshape(shape))))
+
+    def hybrid_forward(self, F: Any, *xs: Any, **consts: Any) -> Any:
+        feats = []
+        for n, (inp, x) in enumerate(zip(self.plan.inputs, xs, strict=True)):
+            if f"mean{n}" in consts:
+                x = F.broadcast_mul(F.broadcast_sub(x, consts[f"mean{n}"]), consts[f"scale{n}"])
+            if inp.kind == InputKind.IMAGE:
+                x = F.transpose(x, axes=(0, 3, 1, 2)) / 255.0
+            elif inp.kind == InputKind.TENSOR and len(inp.shape) == 2:
+                x = F.expand_dims(x, axis=1)
+            elif inp.kind == InputKind.TENSOR and len(inp.shape) == 3:
+                x = F.transpose(x, axes=(0, 3, 1, 2))
+            elif inp.kind == InputKind.CATEGORY:
+                st = self.plan.stats[inp.name]
+                x = F.one_hot(x, depth=len(st.vocabulary) + 1)
+            feats.append(x)
+        out = self.body(*feats)
+        if "target" in consts:
+            t = consts["target"]
+            out = F.broadcast_add(F.broadcast_mul(out, F.slice_axis(t, axis=0, begin=1, end=2)),
+                                  F.slice_axis(t, axis=0, begin=0, end=1))
+        return F.softmax(out, axis=-1) if self.softmax else out
+
+
+class _Dense(gluon.HybridBlock):
+    """Flatten and concatenate every input, then dense layers (mlp)."""
+
+    def __init__(self, spec: ModelSpec, n_out: int) -> None:
+        super().__init__()
+        with self.name_scope():
+            self.net = gluon.nn.HybridSequential()
+            for h in spec.hidden:
+                self.net.add(gluon.nn.Dense(h, activation=spec.activation))
+                if spec.dropout:
+                    self.net.add(gluon.nn.Dropout(spec.dropout))
+            self.net.add(gluon.nn.Dense(n_out))
+
+    def hybrid_forward(self, F: Any, *xs: Any) -> Any:
+        x = F.concat(*[F.flatten(v) for v in xs], dim=1) if len(xs) > 1 else F.flatten(xs[0])
+        return self.net(x)
+
+
+@register("mlp")
+def mlp(spec: ModelSpec, plan: ModelPlan) -> gluon.HybridBlock:
+    return _Dense(spec, plan.n_outputs)
+
+
+def _spatial(plan: ModelPlan) -> tuple[int, int]:
+    shape = plan.inputs[0].row_shape
+    return int(shape[0]), int(shape[1])
+
+
+@register("cnn")
+def cnn(spec: ModelSpec, plan: ModelPlan) -> gluon.HybridBlock:
+    h, w = _spatial(plan)
+    net = gluon.nn.HybridSequential()
+    with net.name_scope():
+        for f in spec.filters:
+            net.add(gluon.nn.Conv2D(f, 3, padding=1, activation="relu"))
+            if min(h, w) >= 2:
+                net.add(gluon.nn.MaxPool2D(2))
+                h, w = h // 2, w // 2
+        if h * w > 16:
+            net.add(gluon.nn.GlobalAvgPool2D())
+        net.add(gluon.nn.Flatten())
+        net.add(gluon.nn.Dense(spec.hidden[0], activation="relu"))
+        if spec.dropout:
+            net.add(gluon.nn.Dropout(spec.dropout))
+        net.add(gluon.nn.Dense(plan.n_outputs))
+    return net
+
+
+def _zoo(name: str) -> Builder:
+    def body(spec: ModelSpec, plan: ModelPlan) -> gluon.HybridBlock:
+        from mxnet.gluon.model_zoo import vision
+
+        net: gluon.HybridBlock = vision.get_model(ZOO[name], pretrained=False,
+                                                  classes=plan.n_outputs)
+        return net
+    return body
+
+
+for _name in ZOO:
+    register(_name)(_zoo(_name))
+
+
+class _Text(gluon.HybridBlock):
+    """Embedding, mean over the non-padding tokens, a dense layer, logits."""
+
+    def __init__(self, spec: ModelSpec, vocab: int, n_out: int) -> None:
+        super().__init__()
+        with self.name_scope():
+            self.embed = gluon.nn.Embedding(vocab, spec.embedding_dim)
+            self.hidden = gluon.nn.Dense(spec.hidden[0], activation=spec.activation)
+            self.drop = gluon.nn.Dropout(spec.dropout) if spec.dropout else None
+            self.out = gluon.nn.Dense(n_out)
+
+    def hybrid_forward(self, F: Any, ids: Any) -> Any:
+        mask = ids > 0
+        emb = F.broadcast_mul(self.embed(ids), F.expand_dims(mask, axis=2))
+        pooled = F.broadcast_div(F.sum(emb, axis=1),
+                                 F.maximum(F.sum(mask, axis=1, keepdims=True), 1.0))
+        x = self.hidden(pooled)
+        if self.drop is not None:
+            x = self.drop(x)
+        return self.out(x)
+
+
+@register("text")
+def text(spec: ModelSpec, plan: ModelPlan) -> gluon.HybridBlock:
+    vocab = len(plan.stats[plan.inputs[0].name].vocabulary) + 2
+    return _Text(spec, vocab, plan.n_outputs)

@@ -1,0 +1,157 @@
+"""Keras model families behind one registry, with the preprocessing that lives inside the model.
+
+:func:`build_keras` makes ``raw inputs -> preprocessing -> body -> softmax``. A body builder
+(``Builder``) gets the spec, the *preprocessed* tensors by input name and the plan, and returns
+logits of ``plan.n_outputs`` units. The built-in families register here; user code
+(``build(spec, inputs) -> keras.Model`` taking the preprocessed tensors by input name and
+returning logits) plugs in as ``lambda spec, feats, plan: user_model(feats)`` or through
+:func:`builder_from_model`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import keras
+
+from headrace.core.errors import PermanentError
+from headrace.store.signature import InputKind, ModelInput
+from headrace.streams.contracts import ModelSpec, Task
+from headrace.trainers.inputs import InputStats, ModelPlan
+
+Builder = Callable[[ModelSpec, dict[str, Any], ModelPlan], Any]
+FAMILIES: dict[str, Builder] = {}
+APPLICATIONS = {"mobilenet_v2": "MobileNetV2", "resnet50": "ResNet50", "mobilenet": "MobileNet",
+                "vgg16": "VGG16"}
+
+
+def register(name: str) -> Callable[[Builder], Builder]:
+    def deco(fn: Builder) -> Builder:
+        FAMILIES[name] = fn
+        return fn
+    return deco
+
+
+def builder_from_model(build: Callable[[ModelSpec, dict[str, Any]], keras.Model]) -> Builder:
+    """A user's ``build(spec, inputs) -> keras.Model`` as a body builder."""
+    def body(spec: ModelSpec, feats: dict[str, Any], plan: ModelPlan) -> Any:
+        model = build(spec, feats)
+        return model(feats if len(feats) > 1 else next(iter(feats.values())))
+    return body
+
+
+def build_keras(family: str | Builder, *, spec: ModelSpec, plan: ModelPlan) -> keras.Model:
+    """The whole trainable, exportable model for ``plan`` (classifier output: probabilities)."""
+    raw = {i.name: _input(i) for i in plan.inputs}
+    feats = {i.name: _preprocess(i, raw[i.name], plan.stats.get(i.name, InputStats()), spec)
+             for i in plan.inputs}
+    builder = FAMILIES[family] if isinstance(family, str) else family
+    out = builder(spec, feats, plan)
+    if spec.task == Task.CLASSIFIER:
+        out = keras.layers.Softmax(name="probabilities")(out)
+    elif plan.target is not None:
+        out = keras.layers.Rescaling(plan.target[1], offset=plan.target[0], name="label_units")(out)
+    inputs: Any = raw if len(raw) > 1 else next(iter(raw.values()))
+    model = keras.Model(inputs, out, name=f"headrace_{plan.family}")
+    if plan.init_weights is not None:
+        _load_initial(model, plan.init_weights)
+    return model
+
+
+def _load_initial(model: keras.Model, path: Path) -> None:
+    try:
+        model.load_weights(path, skip_mismatch=True)
+    except (ValueError, OSError, KeyError) as exc:
+        line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise PermanentError(f"initial weights {path.name} do not load: {line}") from None
+
+
+def _input(i: ModelInput) -> Any:
+    if i.kind in (InputKind.TEXT, InputKind.CATEGORY):
+        return keras.Input(shape=(), dtype="string", name=i.name)
+    return keras.Input(shape=i.row_shape, dtype="float32", name=i.name)
+
+
+def _preprocess(i: ModelInput, x: Any, st: InputStats, spec: ModelSpec) -> Any:
+    if i.kind in (InputKind.NUMERIC, InputKind.TENSOR) and (st.mean is None or st.std is None):
+        return x  # no statistics learned (a bare matrix from an old caller)
+    if i.kind == InputKind.NUMERIC:
+        assert st.mean is not None and st.std is not None
+        return keras.layers.Normalization(mean=st.mean.tolist(),
+                                          variance=(st.std**2).tolist(),
+                                          name=f"standardize_{i.name}")(x)
+    if i.kind == InputKind.TENSOR:
+        assert st.mean is not None and st.std is not None
+        m, s = float(st.mean[0]), float(st.std[0])
+        return keras.layers.Rescaling(1.0 / s, offset=-m / s, name=f"standardize_{i.name}")(x)
+    if i.kind == InputKind.IMAGE:
+        return keras.layers.Rescaling(1.0 / 255, name=f"rescale_{i.name}")(x)
+    if i.kind == InputKind.CATEGORY:
+        return keras.layers.StringLookup(vocabulary=list(st.vocabulary) or ["?"],
+                                         output_mode="one_hot", name=f"lookup_{i.name}")(x)
+    return keras.layers.TextVectorization(
+        vocabulary=list(st.vocabulary) or ["?"], output_sequence_length=i.max_length or 64,
+        standardize="lower_and_strip_punctuation", split="whitespace",
+        name=f"vectorize_{i.name}")(x)
+
+
+def _head(spec: ModelSpec, x: Any, plan: ModelPlan) -> Any:
+    if spec.dropout:
+        x = keras.layers.Dropout(spec.dropout)(x)
+    return keras.layers.Dense(plan.n_outputs, name="logits")(x)
+
+
+@register("mlp")
+def mlp(spec: ModelSpec, feats: dict[str, Any], plan: ModelPlan) -> Any:
+    parts = [f if len(f.shape) == 2 else keras.layers.Flatten()(f) for f in feats.values()]
+    x = parts[0] if len(parts) == 1 else keras.layers.Concatenate()(parts)
+    for h in spec.hidden:
+        x = keras.layers.Dense(h, activation=spec.activation)(x)
+        if spec.dropout:
+            x = keras.layers.Dropout(spec.dropout)(x)
+    return keras.layers.Dense(plan.n_outputs, name="logits")(x)
+
+
+def _image(feats: dict[str, Any]) -> Any:
+    x = next(iter(feats.values()))
+    if len(x.shape) == 3:  # a 2-D tensor column: one channel
+        x = keras.layers.Reshape((*x.shape[1:], 1))(x)
+    return x
+
+
+@register("cnn")
+def cnn(spec: ModelSpec, feats: dict[str, Any], plan: ModelPlan) -> Any:
+    x = _image(feats)
+    for f in spec.filters:
+        x = keras.layers.Conv2D(f, 3, padding="same", activation="relu")(x)
+        if min(x.shape[1], x.shape[2]) >= 2:
+            x = keras.layers.MaxPooling2D(2)(x)
+    small = x.shape[1] * x.shape[2] <= 16
+    x = keras.layers.Flatten()(x) if small else keras.layers.GlobalAveragePooling2D()(x)
+    x = keras.layers.Dense(spec.hidden[0], activation="relu")(x)
+    return _head(spec, x, plan)
+
+
+def _application(name: str) -> Builder:
+    def body(spec: ModelSpec, feats: dict[str, Any], plan: ModelPlan) -> Any:
+        x = _image(feats)
+        app = getattr(keras.applications, APPLICATIONS[name])(
+            input_shape=tuple(x.shape[1:]), weights=None, include_top=False, pooling="avg")
+        return _head(spec, app(x), plan)
+    return body
+
+
+for _name in APPLICATIONS:
+    register(_name)(_application(_name))
+
+
+@register("text")
+def text(spec: ModelSpec, feats: dict[str, Any], plan: ModelPlan) -> Any:
+    name, ids = next(iter(feats.items()))
+    vocab = len(plan.stats[name].vocabulary) + 2
+    x = keras.layers.Embedding(vocab, spec.embedding_dim, mask_zero=True)(ids)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    x = keras.layers.Dense(spec.hidden[0], activation=spec.activation)(x)
+    return _head(spec, x, plan)
