@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from headrace.trainers.running import run_job
+from headrace.trainers.job_process import run_job
 
 from headrace.store import versions
 from headrace.store.signature import InputKind
