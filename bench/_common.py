@@ -1,0 +1,186 @@
+"""Helpers shared by the signature benches (images, text): child processes, the real scorer as a
+contender, paced latency runs. Kafka and timing helpers come from bench_scoring unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_scoring import (
+    _conn,
+    _rss_mib,
+    ensure,
+    latencies,
+    load_topic,
+    paced_send,
+)
+
+__all__ = ["_conn", "_rss_mib", "ensure", "latencies", "load_topic", "paced_send"]
+
+
+def tree_rss_mib(pid: int) -> float:
+    """Peak RSS of a process and its live children (VmHWM each)."""
+    total = _rss_mib(pid)
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        kids = []
+    return total + sum(tree_rss_mib(int(k)) for k in kids)
+
+
+def run_child(script: str, name: str, *, during: Callable[[], None] | None = None,
+              timeout_s: float = 900, **kw: Any) -> dict[str, Any]:
+    """Run ``script --contender name --k v ...``; its last ``RESULT {json}`` line is the result.
+    ``during`` starts in a thread once the child prints READY (a paced upstream)."""
+    args = [sys.executable, script, "--contender", name]
+    for k, v in kw.items():
+        if isinstance(v, bool):
+            if v:
+                args.append(f"--{k.replace('_', '-')}")
+        elif v is not None:
+            args += [f"--{k.replace('_', '-')}", str(v)]
+    err = None if os.environ.get("BENCH_DEBUG") else subprocess.DEVNULL
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True)
+    assert proc.stdout is not None
+    result: dict[str, Any] | None = None
+    for line in proc.stdout:
+        if line.startswith("READY") and during is not None:
+            threading.Thread(target=during, daemon=True).start()
+        if line.startswith("RESULT "):
+            result = json.loads(line[7:])
+    proc.wait(timeout_s)
+    if result is None:
+        return {"error": f"exit {proc.returncode}", "rows": 0, "seconds": 1.0, "rss_mib": 0.0}
+    return result
+
+
+def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: int,
+                    batch_size: int, max_wait_ms: int, idempotent: bool) -> dict[str, Any]:
+    """The real scorer on a preloaded (or paced) stream; the clock starts at its first batch
+    out (steady state), as in bench_scoring; decode helpers' RSS is added."""
+    from headrace.core.settings import load_settings
+    from headrace.scorers.running import Scorer
+    from headrace.scorers.settings import load_scorer_settings
+
+    settings = load_settings(bootstrap=bootstrap, dfs_root=dfs, streams=[stream], partitions=1)
+    scorer = Scorer(settings, load_scorer_settings(
+        stream=stream, model=model, partitions="0", http_port=0, http_host="127.0.0.1",
+        batch_size=batch_size, max_wait_ms=max_wait_ms, device="cpu", idempotent=idempotent),
+        conn=_conn(bootstrap))
+    stop = threading.Event()
+    t = threading.Thread(target=scorer.run, args=(stop,), daemon=True)
+    t.start()
+    while not scorer.state.ready()[0]:
+        if not t.is_alive():
+            raise SystemExit("scorer died before it was ready")
+        time.sleep(0.01)
+    print("READY", flush=True)
+    reg = scorer.metrics.registry
+
+    def scored() -> float:
+        if not t.is_alive():
+            raise SystemExit("scorer died")
+        return reg.get_sample_value("headrace_scorer_rows_total", {"stream": stream}) or 0.0
+
+    while (first := scored()) == 0:
+        time.sleep(0.002)
+    t0 = time.perf_counter()
+    while scored() < rows:
+        time.sleep(0.02)  # rare wake-ups: each one takes the GIL from the scorer
+    took = time.perf_counter() - t0
+    decoders = scorer.worker.decoders if scorer.worker is not None else None
+    helpers = sum(_rss_mib(pid) for pid in (decoders.pids if decoders else []))
+    stop.set()
+    t.join(30)
+    return {"rows": rows - first, "seconds": took, "extra_rss_mib": helpers}
+
+
+def stream_topics(bootstrap: str, tag: str) -> tuple[str, str, str]:
+    from headrace.streams.topics import data_topic, predictions_topic
+
+    s = f"b{tag}{uuid.uuid4().hex[:8]}"
+    ensure(bootstrap, data_topic(s), predictions_topic(s), f"data.{s}.dlq")
+    return s, data_topic(s), predictions_topic(s)
+
+
+def paced_send_headers(bootstrap: str, topic: str, values: list[bytes],
+                       headers: list[tuple[str, bytes]], rate_msgs_s: float, key_prefix: str,
+                       ) -> None:
+    """paced_send with any headers (an MLServer request names its model in one)."""
+    from headrace.streams.clients import make_producer
+
+    p = make_producer(_conn(bootstrap), **{"enable.idempotence": False})
+    per_tick = max(1, round(rate_msgs_s / 100))
+    t0 = time.perf_counter()
+    for i in range(0, len(values), per_tick):
+        for j in range(i, min(i + per_tick, len(values))):
+            p.produce(topic, values[j], f"{key_prefix}{j}", headers=headers)
+        p.poll(0)
+        wait = t0 + (i // per_tick + 1) * 0.01 - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+    assert p.flush(30) == 0
+
+
+def paced(script: str, contender: str, values: list[bytes], content_type: str,
+          rows_per_msg: int, rate: float, *, bootstrap: str, warm_s: float = 2.0,
+          headers: list[tuple[str, bytes]] | None = None,
+          **kw: Any) -> tuple[float, float, dict[str, Any]]:
+    """Offer ``rate`` rows/s: ``warm_s`` of warm-up messages (keys ``w…``), then the measured
+    ones (``m…``); p50/p99 ms over the measured ones, input CreateTime -> output CreateTime."""
+    s, i, o = stream_topics(bootstrap, "p")
+    warm = values[:max(1, int(warm_s * rate / rows_per_msg))]
+
+    def send() -> None:
+        if headers is not None:
+            paced_send_headers(bootstrap, i, warm, headers, rate / rows_per_msg, "w")
+            paced_send_headers(bootstrap, i, values, headers, rate / rows_per_msg, "m")
+            return
+        idem = bool(kw.get("idempotent"))
+        paced_send(bootstrap, i, warm, content_type, rows_per_msg, rate, "w", idem)
+        paced_send(bootstrap, i, values, content_type, rows_per_msg, rate, "m", idem)
+
+    rows = (len(warm) + len(values)) * rows_per_msg
+    res = run_child(script, contender, stream=s, input=i, output=o, rows=rows, during=send,
+                    bootstrap=bootstrap, **kw)
+    p50, p99 = latencies(bootstrap, i, o, len(warm) + len(values), measured_prefix="m")
+    return p50, p99, res
+
+
+def table(results: dict[str, dict[str, Any]], unit: str, ref: str | None) -> None:
+    rate = {k: v["rows"] / max(v["seconds"], 1e-9) for k, v in results.items()}
+    base = rate.get(ref or "", 0.0)
+    print(f"{'contender':46} {unit:>9} {unit + '/s':>11} {'/ model':>8} {'peak RSS MiB':>13}")
+    for k, v in results.items():
+        if "error" in v:
+            print(f"{k:46} {'failed: ' + v['error']:>44}")
+            continue
+        ratio = f"{rate[k] / base:8.2f}" if base else f"{'':8}"
+        print(f"{k:46} {v['rows']:>9} {rate[k]:>11,.1f} {ratio} {v['rss_mib']:>13,.0f}")
+
+
+def latency_table(paced_results: dict[str, tuple[float, float, dict[str, Any]]],
+                  rate: float, unit: str) -> None:
+    print(f"latency at an offered {rate:,.0f} {unit}/s (input CreateTime -> output CreateTime):")
+    print(f"{'contender':46} {'p50 ms':>8} {'p99 ms':>8} {'peak RSS MiB':>13}")
+    for k, (p50, p99, res) in paced_results.items():
+        if "error" in res:
+            print(f"{k:46} failed: {res['error']}")
+            continue
+        print(f"{k:46} {p50:>8.1f} {p99:>8.1f} {res.get('rss_mib', 0.0):>13,.0f}")
+
+
+def pct(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")

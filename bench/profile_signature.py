@@ -1,0 +1,82 @@
+"""Profile the scorer's own work on signature models, without Kafka: Worker.build_inputs on one
+batch (decode into the signature, score, predictions), under cProfile; prints the time split
+against the model alone on the same, already decoded batch.
+
+Run: ``python bench/profile_signature.py [images-json|images-arrow|text-json|text-arrow] [N]``.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bench_images
+import bench_text
+
+
+def main() -> None:
+    from headrace.scorers.buffers import Scratch
+    from headrace.scorers.models import load_model
+    from headrace.scorers.worker import InputLimits, Worker
+    from headrace.streams import headers as hdr
+    from headrace.streams.scoring_io import RawBatch
+
+    what = sys.argv[1] if len(sys.argv) > 1 else "images-json"
+    reps = int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    root = Path(tempfile.mkdtemp(prefix="bench-profile-"))
+    if what.startswith("images"):
+        bench_images.publish(root, "cnn")
+        name, rows = "cnn", 64
+        imgs = bench_images.images(rows)
+        values = (bench_images.json_records(imgs) if what.endswith("json")
+                  else bench_images.arrow_messages(imgs, 32))
+    else:
+        bench_text.publish(root)
+        name, rows = bench_text.MODEL, 8192
+        texts = bench_text.corpus(rows)
+        values = (bench_text.json_records(texts) if what.endswith("json")
+                  else bench_text.arrow_messages(texts))
+    ct = hdr.JSON if what.endswith("json") else hdr.ARROW
+    model = load_model(root=root, name=name, alias="production", device="cpu", max_batch=rows)
+    n = len(values)
+    batch = RawBatch(values, [f"k{i}".encode() for i in range(n)], ["data.bench"] * n,
+                     np.zeros(n, np.int32), np.arange(n, dtype=np.int64),
+                     np.full(n, int(time.time() * 1000), np.int64),
+                     [[("content-type", ct.encode())]] * n)
+    worker = Worker.__new__(Worker)  # only build_inputs() is used: no Kafka
+    worker._scratch = Scratch()
+    worker.limits = InputLimits()
+    worker.top_k = None
+    worker.build_inputs(batch, model)
+    from headrace.scorers.inputs import decode_inputs
+
+    arrays = decode_inputs(batch, model.signature, worker.limits).arrays
+    assert model.inputs_fn is not None
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        model.inputs_fn(arrays)
+    alone = (time.perf_counter() - t0) / reps
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    for _ in range(reps):
+        worker.build_inputs(batch, model)
+    prof.disable()
+    whole = (time.perf_counter() - t0) / reps
+    print(f"{what}: {rows} rows a batch; Worker.build_inputs {whole * 1e3:.1f} ms "
+          f"(profiled), model alone {alone * 1e3:.1f} ms, model share {alone / whole:.2f}")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+
+
+if __name__ == "__main__":
+    main()
