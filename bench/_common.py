@@ -168,7 +168,7 @@ def table(results: dict[str, dict[str, Any]], unit: str, ref: str | None) -> Non
             print(f"{k:46} {'failed: ' + v['error']:>44}")
             continue
         ratio = f"{rate[k] / base:8.2f}" if base else f"{'':8}"
-        print(f"{k:46} {v['rows']:>9} {rate[k]:>11,.1f} {ratio} {v['rss_mib']:>13,.0f}")
+        print(f"{k:46} {int(v['rows']):>9} {rate[k]:>11,.1f} {ratio} {v['rss_mib']:>13,.0f}")
 
 
 def latency_table(paced_results: dict[str, tuple[float, float, dict[str, Any]]],

@@ -36,7 +36,7 @@ MODEL = "bench"
 HEADERS = [("mlserver-model", MODEL.encode()), ("content-type", b"application/json")]
 
 RUNTIME = '''
-import base64, io
+import asyncio, base64, io
 import numpy as np
 from PIL import Image
 from mlserver import MLModel
@@ -45,12 +45,17 @@ from mlserver.types import InferenceRequest, InferenceResponse, ResponseOutput
 
 class KerasRuntime(MLModel):
     async def load(self) -> bool:
-        import keras
+        # Off the event loop: importing TF and loading take tens of seconds on a loaded box,
+        # and a blocked loop times out aiokafka's bootstrap connection (seen: "Unable connect").
         p = self.settings.parameters.extra
-        self._model = keras.saving.load_model(self.settings.parameters.uri, compile=False)
         self._kind = p["kind"]
         self._side = int(p.get("side", 0))
+        self._model = await asyncio.get_running_loop().run_in_executor(None, self._load)
         return True
+
+    def _load(self):
+        import keras
+        return keras.saving.load_model(self.settings.parameters.uri, compile=False)
 
     def _inputs(self, data):
         if self._kind == "text":
