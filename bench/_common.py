@@ -66,6 +66,37 @@ def run_child(script: str, name: str, *, during: Callable[[], None] | None = Non
     return result
 
 
+MODEL_SECONDS = [0.0]  # time inside the scorer's model calls, this process
+
+
+def _time_model_calls() -> None:
+    """Wrap the loaded model's ``inputs_fn`` with a timer (bench-side, the scorer untouched):
+    the model's share of the scorer's wall time is Headrace / model-alone measured in the same
+    process at the same moment, which a shared, loaded box cannot give across two runs."""
+    import dataclasses
+
+    from headrace.scorers import swapping
+
+    real = swapping.load_model
+
+    def load_model(**kw: Any) -> Any:
+        model = real(**kw)
+        fn = model.inputs_fn
+        if fn is None:
+            return model
+
+        def timed(inputs: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(inputs)
+            finally:
+                MODEL_SECONDS[0] += time.perf_counter() - t
+
+        return dataclasses.replace(model, inputs_fn=timed)
+
+    swapping.load_model = load_model  # type: ignore[assignment]
+
+
 def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: int,
                     batch_size: int, max_wait_ms: int, idempotent: bool) -> dict[str, Any]:
     """The real scorer on a preloaded (or paced) stream; the clock starts at its first batch
@@ -74,6 +105,7 @@ def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: 
     from headrace.scorers.running import Scorer
     from headrace.scorers.settings import load_scorer_settings
 
+    _time_model_calls()
     settings = load_settings(bootstrap=bootstrap, dfs_root=dfs, streams=[stream], partitions=1)
     scorer = Scorer(settings, load_scorer_settings(
         stream=stream, model=model, partitions="0", http_port=0, http_host="127.0.0.1",
@@ -96,15 +128,17 @@ def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: 
 
     while (first := scored()) == 0:
         time.sleep(0.002)
-    t0 = time.perf_counter()
+    t0, m0 = time.perf_counter(), MODEL_SECONDS[0]
     while scored() < rows:
         time.sleep(0.02)  # rare wake-ups: each one takes the GIL from the scorer
     took = time.perf_counter() - t0
+    model_s = MODEL_SECONDS[0] - m0
     decoders = scorer.worker.decoders if scorer.worker is not None else None
     helpers = sum(_rss_mib(pid) for pid in (decoders.pids if decoders else []))
     stop.set()
     t.join(30)
-    return {"rows": rows - first, "seconds": took, "extra_rss_mib": helpers}
+    return {"rows": rows - first, "seconds": took, "extra_rss_mib": helpers,
+            "model_s": model_s}
 
 
 def stream_topics(bootstrap: str, tag: str) -> tuple[str, str, str]:
@@ -162,13 +196,21 @@ def paced(script: str, contender: str, values: list[bytes], content_type: str,
 def table(results: dict[str, dict[str, Any]], unit: str, ref: str | None) -> None:
     rate = {k: v["rows"] / max(v["seconds"], 1e-9) for k, v in results.items()}
     base = rate.get(ref or "", 0.0)
-    print(f"{'contender':46} {unit:>9} {unit + '/s':>11} {'/ model':>8} {'peak RSS MiB':>13}")
+    print(f"{'contender':46} {unit:>9} {unit + '/s':>11} {'/ model':>8} {'peak RSS MiB':>13} "
+          "model share")
     for k, v in results.items():
         if "error" in v:
             print(f"{k:46} {'failed: ' + v['error']:>44}")
             continue
         ratio = f"{rate[k] / base:8.2f}" if base else f"{'':8}"
-        print(f"{k:46} {int(v['rows']):>9} {rate[k]:>11,.1f} {ratio} {v['rss_mib']:>13,.0f}")
+        share = f"{v['model_s'] / v['seconds']:6.2f}" if v.get("model_s") else ""
+        print(f"{k:46} {int(v['rows']):>9} {rate[k]:>11,.1f} {ratio} {v['rss_mib']:>13,.0f} "
+              f"{share}")
+
+
+def model_share_note() -> None:
+    print("model share: the scorer's time inside model calls / its wall time, same process, "
+          "same moment (= Headrace / model alone, free of the box's drift)")
 
 
 def latency_table(paced_results: dict[str, tuple[float, float, dict[str, Any]]],

@@ -295,7 +295,7 @@ def bench_model(family: str, a: argparse.Namespace, bootstrap: str, dfs: Path) -
     n_kml = (16 if heavy else 48) if q else (64 if heavy else 320)
     n_app = (48 if heavy else 200) if q else (200 if heavy else 1000)
     rate = a.rate or (4.0 if heavy else 15.0)
-    n_paced = int(rate * (10 if q else 30))
+    n_paced = 4 * int(rate * (10 if q else 30) // 4)  # whole Arrow messages of 4
     fmt = "JPEG" if a.jpeg else "PNG"
     imgs = images(max(n_batch, n_paced), fmt)
     recs = json_records(imgs)

@@ -124,6 +124,7 @@ def _keras_file(a: argparse.Namespace) -> Path:
 
 # -- contenders ------------------------------------------------------------------------------------
 def contender_kafka_ml(a: argparse.Namespace) -> dict[str, Any]:
+    import tensorflow as tf
     from confluent_kafka import TopicPartition
 
     from headrace.streams.clients import make_consumer, make_producer
@@ -141,7 +142,7 @@ def contender_kafka_ml(a: argparse.Namespace) -> dict[str, Any]:
         if msg is None or msg.error():
             continue
         t0 = t0 or time.perf_counter()
-        x = np.array([[json.loads(msg.value())["text"]]], object)
+        x = tf.constant([[json.loads(msg.value())["text"]]])  # predict refuses object arrays
         scores = model.predict(x, verbose=0)[0]
         out = json.dumps({"key": msg.key().decode(), "offset": msg.offset(),
                           "scores": [float(s) for s in scores],
@@ -257,35 +258,45 @@ def parent_main(a: argparse.Namespace) -> None:
         recs = json_records(texts)
         common = {"bootstrap": bootstrap, "dfs": str(dfs), "idempotent": a.idempotent}
         results: dict[str, dict[str, Any]] = {}
-        results["model alone (string batches of 1024)"] = c.run_child(
-            script, "model", rows=n_arrow, batch_size=BATCH, **common)
-        s, i, _ = c.stream_topics(bootstrap, "j")
-        c.load_topic(bootstrap, i, recs[:n_batch], hdr.JSON)
-        results["headrace JSON"] = c.run_child(script, "headrace", stream=s, rows=n_batch,
-                                               batch_size=8192, max_wait_ms=10, **common)
-        s, i, _ = c.stream_topics(bootstrap, "a")
-        c.load_topic(bootstrap, i, arrow_messages(texts[:n_arrow]), hdr.ARROW, key_prefix="b")
-        results[f"headrace Arrow ({ARROW_ROWS} rows/msg)"] = c.run_child(
-            script, "headrace", stream=s, rows=n_arrow, batch_size=8192, max_wait_ms=10,
-            **common)
-        s, i, o = c.stream_topics(bootstrap, "k")
-        c.load_topic(bootstrap, i, recs[:n_kml], hdr.JSON)
-        results["kafka-ml loop"] = c.run_child(script, "kafka-ml", input=i, output=o,
-                                               rows=n_kml, **common)
-        s, i, o = c.stream_topics(bootstrap, "m")
-        c.load_topic(bootstrap, i, recs[:n_app], hdr.JSON)
-        results["per-message app"] = c.run_child(script, "app", input=i, output=o,
-                                                 rows=n_app, **common)
+
+        def want(what: str) -> bool:
+            return not a.only or what in a.only.split(",")
+
+        alone_k = "model alone (string batches of 1024)"
+        if want("model"):
+            results[alone_k] = c.run_child(script, "model", rows=n_arrow, batch_size=BATCH,
+                                           **common)
+        if want("headrace"):
+            s, i, _ = c.stream_topics(bootstrap, "j")
+            c.load_topic(bootstrap, i, recs[:n_batch], hdr.JSON)
+            results["headrace JSON"] = c.run_child(script, "headrace", stream=s, rows=n_batch,
+                                                   batch_size=8192, max_wait_ms=10, **common)
+            s, i, _ = c.stream_topics(bootstrap, "a")
+            c.load_topic(bootstrap, i, arrow_messages(texts[:n_arrow]), hdr.ARROW,
+                         key_prefix="b")
+            results[f"headrace Arrow ({ARROW_ROWS} rows/msg)"] = c.run_child(
+                script, "headrace", stream=s, rows=n_arrow, batch_size=8192, max_wait_ms=10,
+                **common)
+        if want("kafka-ml"):
+            s, i, o = c.stream_topics(bootstrap, "k")
+            c.load_topic(bootstrap, i, recs[:n_kml], hdr.JSON)
+            results["kafka-ml loop"] = c.run_child(script, "kafka-ml", input=i, output=o,
+                                                   rows=n_kml, **common)
+        if want("app"):
+            s, i, o = c.stream_topics(bootstrap, "m")
+            c.load_topic(bootstrap, i, recs[:n_app], hdr.JSON)
+            results["per-message app"] = c.run_child(script, "app", input=i, output=o,
+                                                     rows=n_app, **common)
         peer = mlserver_peer.available()
-        if peer is None:
+        if peer is not None:
+            print(f"mlserver: skipped ({peer})")
+        elif want("mlserver"):
             s, i, o = c.stream_topics(bootstrap, "s")
             results["mlserver kafka (V2 JSON)"] = c.run_child(
                 script, "mlserver", input=i, output=o, rows=n_mls, self_send=True,
                 batch_size=BATCH, max_wait_ms=10, **common)
-        else:
-            print(f"mlserver: skipped ({peer})")
         print()
-        c.table(results, "rows", "model alone (string batches of 1024)")
+        c.table(results, "rows", alone_k if alone_k in results else None)
         r = {k: v["rows"] / max(v["seconds"], 1e-9) for k, v in results.items()
              if "error" not in v}
         kml = r.get("kafka-ml loop")
@@ -294,6 +305,8 @@ def parent_main(a: argparse.Namespace) -> None:
         print(f"(kafka-ml over {n_kml} records, per-message app over {n_app}, mlserver over "
               f"{n_mls}: extrapolated as steady rates)")
         print()
+        if not want("latency"):
+            return
         lat: dict[str, tuple[float, float, dict[str, Any]]] = {}
         vals = recs[:n_paced]
         lat["headrace JSON"] = c.paced(script, "headrace", vals, hdr.JSON, 1, rate,
@@ -301,16 +314,17 @@ def parent_main(a: argparse.Namespace) -> None:
         lat["headrace Arrow (10 rows/msg)"] = c.paced(
             script, "headrace", arrow_messages(texts[:n_paced], 10), hdr.ARROW, 10, rate,
             batch_size=8192, max_wait_ms=5, **common)
-        if r.get("per-message app", 0) > 1.2 * rate:
-            lat["per-message app"] = c.paced(script, "app", vals, hdr.JSON, 1, rate, **common)
-        if peer is None:
+        for k, name in (("per-message app", "app"), ("kafka-ml loop", "kafka-ml")):
+            if r.get(k, 0.0) > 1.2 * rate:
+                lat[k] = c.paced(script, name, vals, hdr.JSON, 1, rate, **common)
+        if peer is None and want("mlserver"):
             lat["mlserver kafka (V2 JSON)"] = c.paced(
                 script, "mlserver", mlserver_peer.requests([t.encode() for t in
                                                             texts[:n_paced]], "text"),
                 "application/json", 1, rate, headers=mlserver_peer.HEADERS, batch_size=BATCH,
                 max_wait_ms=10, **common)
         c.latency_table(lat, rate, "rows")
-        print("(a loop that cannot sustain the offered rate is left out of the latency run)")
+        print("(a loop that cannot sustain 1.2x the offered rate is left out of the latency run)")
     finally:
         if broker is not None:
             broker.stop()
@@ -319,6 +333,8 @@ def parent_main(a: argparse.Namespace) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="short run (a few minutes on 2 cores)")
+    p.add_argument("--only", default="",
+                   help="contenders to run: model,headrace,kafka-ml,app,mlserver,latency")
     p.add_argument("--rate", type=float, default=200.0, help="offered rows/s, latency runs")
     p.add_argument("--bootstrap", default=None, help="a Kafka to use (default: embedded)")
     p.add_argument("--idempotent", action="store_true", help="idempotent producers")
