@@ -102,7 +102,7 @@ def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: 
     """The real scorer on a preloaded (or paced) stream; the clock starts at its first batch
     out (steady state), as in bench_scoring; decode helpers' RSS is added."""
     from headrace.core.settings import load_settings
-    from headrace.scorers.running import Scorer
+    from headrace.scorers.serving import Scorer
     from headrace.scorers.settings import load_scorer_settings
 
     _time_model_calls()

@@ -29,7 +29,7 @@ def main() -> None:
     from headrace.scorers.models import load_model
     from headrace.scorers.worker import InputLimits, Worker
     from headrace.streams import headers as hdr
-    from headrace.streams.scoring_io import RawBatch
+    from headrace.streams.consuming import RawBatch
 
     what = sys.argv[1] if len(sys.argv) > 1 else "images-json"
     reps = int(sys.argv[2]) if len(sys.argv) > 2 else 10

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from headrace.trainers.job_process import run_job
 
 from headrace.store import versions
 from headrace.store.signature import InputKind
@@ -21,6 +20,7 @@ from headrace.trainers.backends import get_backend
 from headrace.trainers.dataset_files import put_dataset, show_dataset
 from headrace.trainers.datasets import load_dataset, split
 from headrace.trainers.executors.base import ExitCode
+from headrace.trainers.job_process import run_job
 from tests.trainers import families_data as fd
 
 FRAMEWORKS = ["tensorflow", "mxnet"]
