@@ -59,7 +59,8 @@ def test_the_example_package_trains_exports_and_reloads_with_the_same_prediction
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-4)
     assert float((probs.argmax(1) == sp.y_val).mean()) == pytest.approx(m.metrics["accuracy"])
     if framework == "tensorflow":  # the preprocess layer (learned on training rows) is inside
-        layers = {layer.name: layer for layer in exported.model.layers}  # type: ignore[attr-defined]
+        layers = {layer.name: layer for layer in exported.model.layers  # type: ignore[attr-defined]
+                  if type(layer).__name__ != "InputLayer"}
         assert next(iter(layers)) == "standardize"
         mean = np.asarray(layers["standardize"].mean).reshape(-1)
         np.testing.assert_allclose(mean, sp.x_train.columns["features"].mean(axis=0), rtol=1e-3,
@@ -151,3 +152,57 @@ def test_headrace_code_push_prints_the_ref_and_code_list_shows_it(
     assert main(["--dfs-root", str(dfs), "code", "push", str(EXAMPLE / "nope"), "--name",
                  "x"]) == 1
     assert capsys.readouterr().err.strip().endswith("nope is not a directory")
+
+
+IMAGE_NET = """
+import keras
+
+
+def preprocess(spec, inputs):
+    return [keras.layers.Normalization(name="user_norm")]
+
+
+def build(spec, inputs):
+    (image,) = inputs  # one image input: (height, width, channels), values 0..1 here
+    x_in = keras.Input(shape=image.row_shape, name=image.name)
+    x = keras.layers.Conv2D(8, 3, padding="same", activation="relu")(x_in)
+    x = keras.layers.Flatten()(x)
+    return keras.Model(x_in, keras.layers.Dense(spec.n_outputs)(x), name="tiny_convnet")
+"""
+
+
+def test_tensorflow_user_code_trains_on_an_image_dataset_and_exports_raw_image_inputs(
+        dfs: Path, tmp_path: Path) -> None:
+    # The image folder goes through the family registry like a built-in family: the export
+    # takes raw 0..255 pixels, rescaled and then normalised (adapted on the training rows)
+    # inside the model.
+    from headrace.trainers.dataset_files import put_dataset
+    from tests.trainers import families_data as fd
+
+    folder = fd.digits_folder(tmp_path / "digits", rows=400)
+    uri = put_dataset(root=dfs, path=folder, name="digits").uri
+    pkg = tmp_path / "pkg" / "imagenet_code"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "net.py").write_text(IMAGE_NET)
+    cv = code.push(dfs, tmp_path / "pkg", "image-net")
+    spec = ModelSpec(model=CodeRef(code=cv.ref, entrypoint="imagenet_code.net:build"),
+                     epochs=4, batch_size=32, learning_rate=0.01)
+    req = request(uri, framework="tensorflow", name="digits", spec=spec)
+    jid, _ = jobs.create_request(dfs, req)
+    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.OK, jobs.read_status(dfs, jid)
+
+    mv = versions.resolve(dfs, "digits@production")
+    (inp,) = mv.manifest.input_signature()
+    assert inp.kind.value == "image" and inp.row_shape == (8, 8, 1)
+    assert mv.manifest.code_version == cv.ref and mv.manifest.metrics["accuracy"] > 0.6
+    exported = get_backend("tensorflow").load_exported(mv.path, task=mv.manifest.task,
+                                                       n_features=0)
+    names = [layer.name for layer in exported.model.layers]  # type: ignore[attr-defined]
+    assert names.index("rescale_image") < names.index("user_norm") < names.index("tiny_convnet")
+    ds = load_dataset(root=dfs, uri=uri, spec=req.spec)
+    sp = split(ds, validation_split=req.spec.validation_split, seed=req.spec.seed)
+    probs = exported.predict(sp.x_val)
+    assert probs.shape == (len(sp.y_val), 10)
+    assert float((probs.argmax(1) == sp.y_val).mean()) == pytest.approx(
+        mv.manifest.metrics["accuracy"])

@@ -20,7 +20,7 @@ import tensorflow as tf
 from headrace.store.signature import ModelInput
 from headrace.streams.contracts import CodeRef, Framework, ModelSpec, Task
 from headrace.trainers.backends.base import PREDICT_BATCH
-from headrace.trainers.backends.keras_families import build_keras
+from headrace.trainers.backends.keras_families import build_keras, builder_from_model
 from headrace.trainers.code_loading import CodeLoadError, resolve_builder
 from headrace.trainers.inputs import Inputs, ModelPlan, as_inputs, tabular_plan
 
@@ -39,6 +39,7 @@ class KerasModel:
         self.model = model
         self.device = device
         self.adaptable: list[keras.layers.Layer] = []  # preprocessing learned on training rows
+        self.front: keras.Model | None = None  # raw input -> what ``adaptable`` sees
         self._trace()
 
     def _trace(self) -> None:
@@ -67,8 +68,8 @@ class KerasModel:
         """Adapt preprocessing layers on the training rows, in order (before training)."""
         if not self.adaptable:
             return
-        (x,) = as_inputs(x_train).arrays().values()  # user code: one (tabular) input
-        x = tf.convert_to_tensor(x)
+        (x,) = as_inputs(x_train).arrays().values()  # user code: one input
+        x = _tensor(x) if self.front is None else self.front(_tensor(x))
         for layer in self.adaptable:
             layer.adapt(x)
             x = layer(x)
@@ -84,6 +85,12 @@ class KerasModel:
         self.model.save(path / MODEL_FILE)
 
 
+def _compile(model: keras.Model, spec: ModelSpec) -> None:
+    loss = "sparse_categorical_crossentropy" if spec.task == Task.CLASSIFIER else "mse"
+    model.compile(optimizer=keras.optimizers.Adam(learning_rate=spec.learning_rate),
+                  loss=loss, jit_compile=False)  # XLA on CPU: minutes per net
+
+
 class KerasBackend:
     framework = Framework.TENSORFLOW
 
@@ -93,35 +100,45 @@ class KerasBackend:
     def create(self, *, spec: ModelSpec, n_features: int, n_outputs: int, seed: int,
                plan: ModelPlan | None = None) -> KerasModel:
         keras.utils.set_random_seed(seed)
-        if isinstance(spec.model, CodeRef):
-            return self._create_from_code(spec, n_features, n_outputs)
         plan = plan or tabular_plan(n_features, n_outputs)
+        if isinstance(spec.model, CodeRef):
+            return self._create_from_code(spec, plan)
         model = build_keras(plan.family, spec=spec, plan=plan)
-        loss = "sparse_categorical_crossentropy" if spec.task == Task.CLASSIFIER else "mse"
-        model.compile(optimizer=keras.optimizers.Adam(learning_rate=spec.learning_rate),
-                      loss=loss, jit_compile=False)  # XLA on CPU: minutes per net
+        _compile(model, spec)
         return KerasModel(model, self.device())
 
-    def _create_from_code(self, spec: ModelSpec, n_features: int, n_outputs: int
-                          ) -> KerasModel:
-        """The user's ``build`` (raw scores), after its ``preprocess`` layers, plus softmax
-        for a classifier: one model, so the export holds all of it."""
+    def _create_from_code(self, spec: ModelSpec, plan: ModelPlan) -> KerasModel:
+        """The user's ``build`` (raw scores) as a body in the family registry: the inputs'
+        own preprocessing (images to 0..1, categories and text to ids), then the user's
+        ``preprocess`` layers (one input), the user's model and softmax for a classifier:
+        one model, so the export holds all of it, for any input kind."""
         code = resolve_builder(spec)
-        bspec = code.spec_for(spec, n_outputs)
+        bspec = code.spec_for(spec, plan.n_outputs)
         user = code.build(bspec, code.inputs)
         if not isinstance(user, keras.Model):
             raise CodeLoadError(f"entrypoint {code.ref.entrypoint} returned "
                                 f"{type(user).__name__}, not a keras.Model")
         pre = list(code.preprocess(bspec, code.inputs)) if code.preprocess else []
-        layers = [keras.Input(shape=(n_features,), dtype="float32"), *pre, user]
-        if spec.task == Task.CLASSIFIER:
-            layers.append(keras.layers.Softmax())
-        model = keras.Sequential(layers)
-        model.compile(optimizer=keras.optimizers.Adam(learning_rate=spec.learning_rate),
-                      loss="sparse_categorical_crossentropy" if spec.task == Task.CLASSIFIER
-                      else "mse", jit_compile=False)
+        if pre and len(plan.inputs) != 1:
+            raise CodeLoadError(f"code {code.ref.code}: preprocess layers need a model with "
+                                f"one input; this dataset has {len(plan.inputs)}")
+        front: list[Any] = []  # the tensor the user's preprocess layers adapt on
+
+        def body(s: ModelSpec, feats: dict[str, Any], p: ModelPlan) -> Any:
+            if pre:
+                ((name, x),) = feats.items()
+                front.append(x)
+                for layer in pre:
+                    x = layer(x)
+                feats = {name: x}
+            return builder_from_model(lambda _spec, _feats: user)(s, feats, p)
+
+        model = build_keras(body, spec=spec, plan=plan)
+        _compile(model, spec)
         out = KerasModel(model, self.device())
         out.adaptable = [layer for layer in pre if hasattr(layer, "adapt")]
+        if out.adaptable and front and front[0] is not model.inputs[0]:
+            out.front = keras.Model(model.inputs, front[0])
         return out
 
     def load_exported(self, path: Path, *, task: Task, n_features: int,
