@@ -233,7 +233,8 @@ def demo(
                                          help="Records to stream.")] = 2000,
     epochs: Annotated[int, typer.Option(min=1, max=100, help="Training epochs.")] = 3,
 ) -> None:
-    """The guided tour: train TF, score a stream live, train MXNet, watch the swap; exit 0."""
+    """The guided tour: train TF, score a stream live, train MXNet, watch the swap, then
+    train and score a digits image model; exit 0."""
     from headrace.ops.demo import run_demo
 
     where = _context.service(ctx, "demo", own_broker=True, scratch_dfs=True)

@@ -9,13 +9,19 @@ Stages (each fails with one line naming it):
 4. Start a scorer for stream ``demo``; stream half the records; show predictions arriving live.
 5. Publish a TrainRequested for MXNet; wait for its publish; stream the other half; show the
    scorer swap to the new version.
-6. Print a summary (records in, predictions out, DLQ count, model versions, throughput); exit 0.
+   Then an image model: scikit-learn's digits as a PNG folder (``datasets put``), a ``cnn``
+   trained with MXNet and published as ``digits``; a second scorer (stream ``digits``) scores
+   held-out digit PNGs sent as raw ``image/png`` messages; the accuracy of its predictions
+   against the known labels is read back from ``predictions.digits``.
+6. Print a summary (records in, predictions out, DLQ count, model versions, throughput,
+   image accuracy); exit 0.
 
 It uses a temporary DFS root unless one was chosen (``--dfs-root``/``HEADRACE_DFS_ROOT``).
 """
 
 from __future__ import annotations
 
+import io
 import shutil
 import tempfile
 import time
@@ -57,6 +63,8 @@ from headrace.streams.topics import (
 
 STREAM = "demo"
 MODEL = "demo"
+IMAGE_STREAM = "digits"  # the scorer's model defaults to the stream's name
+IMAGE_HOLDOUT = 6  # every 6th digit (~300 images) is kept out of training and scored
 TRAIN_TIMEOUT_S = 150.0
 SCORE_TIMEOUT_S = 90.0
 
@@ -74,6 +82,23 @@ class Tour:
     versions: dict[str, int] = field(default_factory=dict)  # framework -> version
     score_seconds: float = 0.0
     stage: str = "start"
+    images: ImageScore | None = None
+
+
+@dataclass(frozen=True)
+class ImageScore:
+    """What ``predictions.digits`` held for the held-out digits."""
+
+    sent: int
+    predicted: int  # distinct keys with a prediction
+    correct: int
+    dead: int
+    models: tuple[str, ...]  # name:version of the predictions
+    seconds: float
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.predicted if self.predicted else 0.0
 
 
 def run_demo(*, settings: Settings, records: int, epochs: int, say: Callable[[str], None],
@@ -82,7 +107,7 @@ def run_demo(*, settings: Settings, records: int, epochs: int, say: Callable[[st
     if not keep_dfs:
         tmp = Path(tempfile.mkdtemp(prefix="headrace-demo-"))
         settings = settings.with_overrides(dfs_root=tmp / "dfs")
-    settings = settings.with_overrides(streams=[STREAM])
+    settings = settings.with_overrides(streams=[STREAM, IMAGE_STREAM])
     settings.dfs_root.mkdir(parents=True, exist_ok=True)
     stack = Stack(settings, log_dir=settings.dfs_root / "ops" / "logs" / "demo", scorers=[])
     tour: Tour | None = None
@@ -113,7 +138,10 @@ def run_demo(*, settings: Settings, records: int, epochs: int, say: Callable[[st
         train(tour, settings, Framework.MXNET, dataset_uri, epochs)
         stream_and_watch(tour, rows.slice(half), expect_version=tour.versions["mxnet"])
         tour.stage = "train an image model"
-        train_image_model(tour, settings)
+        held_out = train_image_model(tour, settings)
+        if held_out is not None:
+            tour.stage = "score images"
+            tour.images = score_images(tour, held_out)
         tour.stage = "summary"
         summary(tour, time.monotonic() - t0)
         return 0
@@ -211,14 +239,15 @@ def train(tour: Tour, settings: Settings, framework: Framework, dataset_uri: str
                        + " -> production")
 
 
-def train_image_model(tour: Tour, settings: Settings) -> None:
+def train_image_model(tour: Tour, settings: Settings) -> pa.Table | None:
     """Digits (8x8 PNGs, 10 classes) through ``datasets put`` and a ``cnn`` job, published as
-    model ``digits``. Scoring image records is the scorers' (see docs/scoring.md)."""
+    model ``digits``. Returns the held-out digits (``key``, ``label``, ``image`` PNG bytes),
+    or None when scikit-learn is missing."""
     try:
         from sklearn.datasets import load_digits
     except ImportError:
         tour.say("+ image model skipped: scikit-learn is not installed")
-        return
+        return None
     from PIL import Image
 
     from headrace.trainers import jobs
@@ -227,12 +256,24 @@ def train_image_model(tour: Tour, settings: Settings) -> None:
     tour.say("+ an image model: digits as PNG folders, a cnn with MXNet")
     folder = settings.dfs_root / "ops" / "demo-digits"
     d = load_digits()
+    held: dict[str, list[object]] = {"key": [], "label": [], "image": []}
     for i, (img, y) in enumerate(zip((d.images * (255 / 16)).astype("uint8"), d.target,
                                      strict=True)):
+        buf = io.BytesIO()
+        Image.fromarray(img, mode="L").save(buf, format="PNG")
+        if i % IMAGE_HOLDOUT == 0:  # never trained on: scored below
+            held["key"].append(f"digit-{i:04d}")
+            held["label"].append(str(y))
+            held["image"].append(buf.getvalue())
+            continue
         (folder / str(y)).mkdir(parents=True, exist_ok=True)
-        Image.fromarray(img, mode="L").save(folder / str(y) / f"{i:04d}.png")
+        (folder / str(y) / f"{i:04d}.png").write_bytes(buf.getvalue())
     info = put_dataset(root=settings.dfs_root, path=folder, name="digits")
-    tour.say(f"  {info.uri}: {info.rows} rows, kinds {info.kinds}")
+    tour.say(f"  {info.uri}: {info.rows} rows, kinds {info.kinds}; "
+             f"{len(held['key'])} digits held out for scoring")
+    # The scorer starts now: it loads its framework while the job trains, then waits for the
+    # first production version of ``digits``.
+    tour.stack.start_scorer(IMAGE_STREAM)
     req = TrainRequested(
         idempotency_key=f"demo-digits-{int(time.time())}", model_name="digits",
         framework=Framework.MXNET, dataset_uri=info.uri,
@@ -252,6 +293,49 @@ def train_image_model(tour: Tour, settings: Settings) -> None:
     mv = versions.resolve(settings.dfs_root, "digits@production")
     tour.say(f"  published digits:{mv.version} (cnn, mxnet), validation accuracy "
                        f"{mv.manifest.metrics.get('accuracy', 0.0):.3f} -> production")
+    return pa.table({"key": pa.array(held["key"], pa.string()),
+                     "label": pa.array(held["label"], pa.string()),
+                     "image": pa.array(held["image"], pa.binary())})
+
+
+def score_images(tour: Tour, held_out: pa.Table) -> ImageScore:
+    """Send the held-out digits to ``data.digits`` as raw ``image/png`` messages (key: the
+    digit's id), wait until each has a prediction (or a dead letter), and score the predicted
+    labels against the known ones, as read back from ``predictions.digits``."""
+    truth = dict(zip(held_out.column("key").to_pylist(), held_out.column("label").to_pylist(),
+                     strict=True))
+    t0 = time.monotonic()
+    send_table(tour.conn, data_topic(IMAGE_STREAM), held_out.select(["key", "image"]),
+               fmt="raw", key_column="key")
+    tour.say(f"  sent {len(truth)} digit PNGs to {data_topic(IMAGE_STREAM)} "
+             "(raw image/png messages)")
+    got: dict[str, Prediction] = {}
+    watcher = Follower(tour.conn, [predictions_topic(IMAGE_STREAM)])
+    deadline = time.monotonic() + SCORE_TIMEOUT_S
+    try:
+        while len(got) + _count(tour.conn, dlq_topic(IMAGE_STREAM)) < len(truth):
+            if time.monotonic() > deadline:
+                raise FatalError(f"{len(truth) - len(got)} of {len(truth)} digits have no "
+                                 f"prediction after {SCORE_TIMEOUT_S:.0f}s")
+            _check_alive(tour.stack)
+            for rec in watcher.poll(0.5):
+                try:
+                    p = parse(Prediction, rec.value or b"")
+                except ValidationFailed:
+                    continue
+                if p.key is not None and p.key in truth:
+                    got[p.key] = p
+    finally:
+        watcher.close()
+    correct = sum(str(p.label) == truth[k] for k, p in got.items())
+    score = ImageScore(sent=len(truth), predicted=len(got), correct=correct,
+                       dead=_count(tour.conn, dlq_topic(IMAGE_STREAM)),
+                       models=tuple(sorted({f"{p.model_name}:{p.model_version}"
+                                            for p in got.values()})),
+                       seconds=time.monotonic() - t0)
+    tour.say(f"  {score.predicted} predictions by {', '.join(score.models)}: "
+             f"{score.correct}/{score.predicted} correct, accuracy {score.accuracy:.3f}")
+    return score
 
 
 def _has_model(settings: Settings) -> bool:
@@ -283,16 +367,22 @@ def stream_and_watch(tour: Tour, rows: pa.Table, *, expect_version: int) -> None
         # The scorer swaps on ModelPublished; records sent before it loaded the new version
         # are scored by the old one, so keep sending small slices until the new one shows.
         sent = 0
-        got_new = 0
+        got_new = got_old = 0
         last_print = 0.0
         deadline = time.monotonic() + SCORE_TIMEOUT_S
         slice_rows = max(1, rows.num_rows // 10)
+        last_send = 0.0
         while True:
-            if sent < rows.num_rows:
-                chunk = rows.slice(sent, slice_rows)
+            # Past the end and everything so far scored by the old version (the swap is
+            # slower than streaming this half on a loaded box): send a slice again, each second.
+            again = (sent >= rows.num_rows and got_new == 0 and got_old > 0
+                     and time.monotonic() - last_send > 1)
+            if sent < rows.num_rows or again:
+                chunk = rows.slice(sent % rows.num_rows, slice_rows)
                 send_table(conn, data_topic(STREAM), chunk, fmt="json")
                 sent += chunk.num_rows
                 tour.records_in += chunk.num_rows
+                last_send = time.monotonic()
             for rec in watcher.poll(0.3):
                 if (rec.partition, rec.offset) in tour.seen:
                     continue
@@ -304,6 +394,8 @@ def stream_and_watch(tour: Tour, rows: pa.Table, *, expect_version: int) -> None
                 tour.predictions[p.model_version] += 1
                 if p.model_version == expect_version:
                     got_new += 1
+                else:
+                    got_old += 1
                 if time.monotonic() - last_print > 0.5:
                     tour.say(
                         f"  prediction {p.source_topic}[{p.source_partition}]@{p.source_offset}"
@@ -348,6 +440,13 @@ def summary(tour: Tour, elapsed_s: float) -> None:
         f"v{v}: {n}" for v, n in sorted(tour.predictions.items())))
     rate = tour.records_in / tour.score_seconds if tour.score_seconds else 0.0
     c(f"  throughput        {rate:,.0f} records/s end to end (incl. waiting for the swap)")
+    if tour.images is not None:
+        im = tour.images
+        c(f"  images in         {im.sent}  ({data_topic(IMAGE_STREAM)}, held out of training)")
+        c(f"  image predictions {im.predicted}  by {', '.join(im.models)}")
+        c(f"  image dead letters {im.dead}")
+        c(f"  image accuracy    {im.accuracy:.3f}  ({im.correct}/{im.predicted} against the "
+          "known labels)")
     c(f"  total time        {elapsed_s:.0f}s")
     if preds + dead < tour.records_in:
         raise FatalError(f"{tour.records_in - preds - dead} records have neither a prediction "

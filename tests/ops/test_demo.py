@@ -1,4 +1,5 @@
-"""`headrace demo` end to end: broker, control plane, TF training, live scoring, MXNet swap."""
+"""`headrace demo` end to end: broker, control plane, TF training, live scoring, MXNet swap,
+and an image model (digits) trained and scored on its own stream."""
 
 from __future__ import annotations
 
@@ -74,3 +75,16 @@ def test_demo_exits_zero_on_its_own_broker_beside_a_users_running_stack(tmp_path
     records, preds = int(_line(out, "records in")), int(_line(out, "predictions out"))
     counts = [int(n) for n in re.findall(r"v\d+: (\d+)", _line(out, "predictions by"))]
     assert records == preds and len(counts) == 2 and 0 < sum(counts) <= preds, out[-2000:]
+    # The image stream: every held-out digit has exactly one prediction on predictions.digits
+    # (the demo reads them back by key from the topic, on its own memory-only broker, which is
+    # gone when it exits), all by the published digits model, and most of them right.
+    images = int(_line(out, "images in").split()[0])
+    predicted, by = _line(out, "image predictions").split(maxsplit=1)
+    assert images >= 250 and int(predicted) == images, out[-2000:]
+    assert re.fullmatch(r"by digits:\d+", by), by
+    assert int(_line(out, "image dead letters")) == 0, out[-2000:]
+    accuracy, tally = _line(out, "image accuracy").split(maxsplit=1)
+    m = re.fullmatch(r"\((\d+)/(\d+) against the known labels\)", tally)
+    assert m and int(m.group(2)) == images, tally
+    assert float(accuracy) == pytest.approx(int(m.group(1)) / images, abs=1e-3)
+    assert float(accuracy) >= 0.85, out[-2000:]  # a cnn on held-out digits: ~0.95 and up
