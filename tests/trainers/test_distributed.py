@@ -146,3 +146,47 @@ def test_a_worker_killed_mid_epoch_restarts_the_gang_from_the_last_checkpoint(
     assert versions.list_versions(dfs, st.model_name) == [1]
     sums = checksums_in_log(attempt2)
     assert sums["w0"] == sums["w1"]
+
+
+CNN = ModelSpec(model="cnn", epochs=2, filters=(8,), hidden=(16,), batch_size=32,
+                learning_rate=0.01)
+
+
+def _digit_tensors(dfs: Path, tmp_path: Path, rows: int = 300) -> str:
+    """A few hundred digits as an (8, 8) fixed-shape tensor column, put on the DFS."""
+    import pyarrow.parquet as pq
+
+    from headrace.trainers.dataset_files import put_dataset
+    from tests.trainers.families_data import digits_tensor_parquet
+
+    whole = digits_tensor_parquet(tmp_path / "all.parquet")
+    pq.write_table(pq.read_table(whole).slice(0, rows), tmp_path / "digits.parquet")
+    return put_dataset(root=dfs, path=tmp_path / "digits.parquet", name="digits").uri
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("framework", "servers"), [("tensorflow", 0), ("mxnet", 1)])
+def test_two_workers_train_the_cnn_family_on_digit_tensors_to_identical_weights(
+        dfs: Path, tmp_path: Path, framework: str, servers: int) -> None:
+    # A family with a named (8, 8) tensor input, not the tabular "features": each worker
+    # feeds its shard of the named input, and the chief publishes the cnn.
+    uri = _digit_tensors(dfs, tmp_path)
+    jid, ex = _submit(dfs, uri, framework, workers=2, servers=servers, spec=CNN, max_attempts=1)
+    [outcome] = _until_done(ex)
+    log = jobs.log_path(dfs, jid).read_text()
+    assert outcome.succeeded, log[-3000:]
+
+    sums = checksums_in_log(log)
+    assert set(sums) == {"w0", "w1"} and sums["w0"] == sums["w1"]
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.version is not None
+    assert versions.list_versions(dfs, st.model_name) == [1]
+    mv = versions.load_version(dfs, st.model_name, st.version)
+    assert _exported_checksum(framework, mv.path) == sums["w0"]
+    assert mv.manifest.family == "cnn"
+    (inp,) = mv.manifest.input_signature()
+    assert inp.name == "pixels" and inp.kind.value == "tensor" and inp.row_shape == (8, 8)
+    assert mv.manifest.extra["distributed"] == {
+        "strategy": "allreduce" if framework == "tensorflow" else "parameter_server",
+        "workers": 2, "servers": servers}
+    assert mv.manifest.metrics["accuracy"] > 0.3  # 2 epochs on 240 rows: learning, not luck
