@@ -13,7 +13,6 @@
 # the host's Python 3.11 (the wheels must match the rootfs's python3) and PyPI + Debian mirrors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REPO=$PWD
 OUT=build/image
 REUSE=0
 while [ $# -gt 0 ]; do

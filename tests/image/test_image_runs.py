@@ -67,7 +67,7 @@ class Image:
 
 
 @pytest.fixture(scope="module")
-def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
+def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Image]:
     why = _cannot_run()
     if why:
         pytest.skip(why)
@@ -87,7 +87,8 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     subprocess.run(["umoci", "unpack", "--image", f"{OUT / 'oci'}:{version}", str(bundle)],
                    check=True, capture_output=True, timeout=1200)
     config = json.loads((bundle / "config.json").read_text())
-    return Image(version, info["DIGEST"], config, bundle / "rootfs")
+    yield Image(version, info["DIGEST"], config, bundle / "rootfs")
+    shutil.rmtree(bundle, ignore_errors=True)  # 2.5 GB: not left to pytest's kept temp dirs
 
 
 class Container:
