@@ -7,25 +7,26 @@
 #
 # --reuse   keep the existing image when its inputs (pyproject.toml, README.md, headrace/, this
 #           script) are unchanged since it was built
-# --out     output folder (default build/image, gitignored): oci/ (OCI layout), headrace-VERSION.tar
+# --out     output folder (default build/image in the checkout, gitignored): oci/ (OCI layout), headrace-VERSION.tar
 #           (oci-archive), image.env (digest, size, inputs hash)
 # Needs root and the Debian packages mmdebstrap, umoci and skopeo (`./dev image` installs them),
 # the host's Python 3.11 (the wheels must match the rootfs's python3) and PyPI + Debian mirrors.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-OUT=build/image
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+OUT=$HERE/build/image
 REUSE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --reuse) REUSE=1 ;;
-    --out) OUT=$2; shift ;;
+    --out) OUT=${2:?--out needs a folder}; shift ;;
     -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build_image: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+OUT=$(cd "$OUT" && pwd)  # a relative --out is where you are, not the checkout
+cd "$HERE"
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 SUITE=bookworm
