@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -60,11 +61,13 @@ class ProbeServer:
                     self._send(404, b'{"error":"not found"}', "application/json")
 
             def _send(self, code: int, body: bytes, ctype: str) -> None:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                # A prober that gave up (its timeout) is not the scorer's error: no traceback.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.send_response(code)
+                    self.send_header("Content-Type", ctype)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
 
             def log_message(self, format: str, *args: object) -> None:
                 return None

@@ -60,8 +60,11 @@ class EmbeddedBroker:
     def start(self, *, timeout_s: float = 20.0) -> EmbeddedBroker:
         if self.requested_port:
             # Tansu only exits when its port is taken: say which port and what moves it.
+            # SO_REUSEADDR as Tansu's own listener: a restart on the same port must not be
+            # refused for the last run's TIME_WAIT connections; a listening socket still is.
             def probe() -> None:
                 with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                     s.bind(("127.0.0.1", self.requested_port))
 
             bind(probe, host="127.0.0.1", port=self.requested_port,
