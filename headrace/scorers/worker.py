@@ -388,7 +388,7 @@ class Worker:
         if not len(msgs):
             return out
         keys = [batch.keys[i] for i in msgs.tolist()]
-        recs = predictions.rows(
+        cols = predictions.Columns(
             list(zip(model.outputs, ys, strict=True)),
             predictions.Source(keys=keys, topics=[batch.topics[i] for i in msgs.tolist()],
                                partitions=batch.partitions[msgs], offsets=batch.offsets[msgs],
@@ -396,7 +396,7 @@ class Worker:
             model_name=model.name, model_version=model.version, top_k=self.top_k)
         arrow_rows = decoded.is_arrow[msgs]
         if not arrow_rows.any():
-            out.json_values = predictions.json_lines(recs)
+            out.json_values = cols.json_lines()
             out.json_keys = keys
             return out
         starts = np.flatnonzero(np.r_[True, msgs[1:] != msgs[:-1]])
@@ -404,10 +404,10 @@ class Worker:
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             i = int(msgs[s])
             if decoded.is_arrow[i]:
-                out.arrow_values.append(arrow_predictions(predictions.arrow_table(recs[s:e])))
+                out.arrow_values.append(arrow_predictions(cols.arrow_table(s, e)))
                 out.arrow_keys.append(batch.keys[i])
             else:
-                out.json_values += predictions.json_lines(recs[s:e])
+                out.json_values += cols.json_lines(s, e)
                 out.json_keys += keys[s:e]
         return out
 
