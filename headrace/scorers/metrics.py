@@ -100,7 +100,8 @@ class ScorerMetrics:
                                ["stream"], registry=r).labels(**lab)
         self.decoded_ahead = Counter(
             "headrace_scorer_decoded_ahead",
-            "JSON records decoded by the decode helper processes (the rest: in the scorer).",
+            "Records decoded ahead of scoring (JSON in the decode helpers; inputs of signature "
+            "models in a thread).",
             ["stream"], registry=r).labels(**lab)
         self.retries = Counter("headrace_scorer_retries", "Transient failures retried.",
                                ["stream", "what"], registry=r)

@@ -17,6 +17,11 @@ committed in the order they were consumed; a batch decoded ahead is dropped if t
 rewound meanwhile (it is consumed again), loses the partitions revoked meanwhile, and is decoded
 again if the model's features changed.
 
+Signature models (images, text, tensors) are decoded ahead the same way, in a thread instead of
+the helper processes (Pillow and the model release the GIL): batch k+1 is decoded into the
+model's inputs while batch k is in the model, with the same drop / revoke / swap rules (a swap
+to another signature decodes the batch again).
+
 Transactional mode replaces 4-5 with begin -> produce -> send_offsets_to_transaction ->
 commit_transaction; an abortable error aborts, rewinds to the committed offsets and lets the
 loop consume the batch again (confluent-kafka's eos-transactions example).
@@ -27,13 +32,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from headrace.core.errors import FatalError, RecordRef, RetriableError
 from headrace.scorers import predictions
-from headrace.scorers.batching import Batcher
+from headrace.scorers.batching import Batcher, rows_in
 from headrace.scorers.buffers import Scratch
 from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.decoding import BadInput, DecodedAhead, Features, decode, is_arrow_mask
@@ -100,6 +106,7 @@ class _Ahead:
     features: tuple[str, ...]
     rewinds: int  # the consumer's rewinds when it was consumed
     revocations: int
+    inputs: Future[Decoded] | None = None  # a signature model's batch, decoding in a thread
 
 
 def _log_stale(batch: RawBatch) -> None:
@@ -213,6 +220,7 @@ class Worker:
         self._ahead: _Ahead | None = None
         self._revocations = 0
         self._scratch = Scratch()  # the feature matrix, reused once a batch is scored
+        self._inputs_thread: ThreadPoolExecutor | None = None  # signature decode-ahead
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -237,6 +245,8 @@ class Worker:
         if self._ahead is not None:
             self._finish_ahead(RawBatch.empty())
         self.complete_pending()
+        if self._inputs_thread is not None:
+            self._inputs_thread.shutdown(wait=False)
 
     def on_revoked(self) -> None:
         """Partitions are being taken away: commit the batch in flight while they are ours."""
@@ -245,8 +255,11 @@ class Worker:
         self.batcher.assignment_changed.set()
 
     def _decode_ahead(self, batch: RawBatch) -> bool:
-        """Hand a big JSON batch's records to the decode helpers; False: score it now."""
+        """Hand a big JSON batch's records to the decode helpers (a signature model's batch to
+        the decode thread); False: score it now."""
         model = self.holder.current
+        if model is not None and not model.tabular:
+            return self._decode_inputs_ahead(batch, model)
         if (self.decoders is None or model is None or not model.tabular
                 or self.ahead_min < AHEAD_FLOOR
                 or len(batch) < self.ahead_min):  # too few messages, let alone JSON ones
@@ -263,15 +276,39 @@ class Worker:
                              self._revocations)
         return True
 
+    def _decode_inputs_ahead(self, batch: RawBatch, model: LoadedModel) -> bool:
+        """A signature model's batch: decode it in a thread while the batch before is scored.
+        Only when the scorer is behind (a batch at least half full, by rows or bytes)."""
+        limit = self.batcher.max_bytes
+        if rows_in(batch) * 2 < self.batcher.max_rows and not (
+                limit and sum(map(len, batch.values)) * 2 >= limit):
+            return False
+        if self._inputs_thread is None:
+            self._inputs_thread = ThreadPoolExecutor(1, thread_name_prefix="decode-ahead")
+        job = self._inputs_thread.submit(decode_inputs, batch, model.signature, self.limits)
+        self._ahead = _Ahead(batch, np.zeros(0, bool), (), self.io.rewinds, self._revocations,
+                             job)
+        return True
+
     def _finish_ahead(self, nxt: RawBatch) -> None:
         """Score the batch decoded ahead, once the next one is with the helpers (order kept)."""
         ahead, self._ahead = self._ahead, None
-        assert ahead is not None and self.decoders is not None
+        assert ahead is not None
         rewinds = self.io.rewinds  # when ``nxt`` was consumed
-        rows = self.decoders.result()
-        decoded = None if rows is None else DecodedAhead(ahead.arrow, rows)
-        if rows is None:  # a helper failed (it says why): this batch is decoded here instead
-            self.metrics.retries.labels(stream=self.metrics.stream, what="decode_helper").inc()
+        decoded: DecodedAhead | Decoded | None
+        if ahead.inputs is not None:
+            try:
+                decoded = ahead.inputs.result()
+            except Exception:  # decoded again on the scorer thread, which reports it as before
+                log.exception("decoding ahead failed; the batch is decoded again")
+                decoded = None
+        else:
+            assert self.decoders is not None
+            rows = self.decoders.result()
+            decoded = None if rows is None else DecodedAhead(ahead.arrow, rows)
+            if rows is None:  # a helper failed (it says why): this batch is decoded here instead
+                self.metrics.retries.labels(stream=self.metrics.stream,
+                                            what="decode_helper").inc()
         handed = len(nxt) > 0 and self._decode_ahead(nxt)
         batch = ahead.batch
         if self.io.rewinds != ahead.rewinds:
@@ -280,11 +317,16 @@ class Worker:
             if self._revocations != ahead.revocations:
                 batch, decoded = self.batcher.keep_owned(batch), None
             model = self.holder.current
-            if model is not None and (not model.tabular
-                                      or tuple(model.features) != ahead.features):
+            if isinstance(decoded, Decoded):
+                if model is None or model.tabular or decoded.signature != model.signature:
+                    decoded = None  # a swap changed the inputs: decode for the new model
+            elif model is not None and (not model.tabular
+                                        or tuple(model.features) != ahead.features):
                 decoded = None  # a swap changed the inputs: decode for the new model
             if len(batch):
-                if decoded is not None:
+                if isinstance(decoded, Decoded):
+                    self.metrics.decoded_ahead.inc(decoded.num_rows + len(decoded.bad))
+                elif decoded is not None:
                     self.metrics.decoded_ahead.inc(len(decoded.json[1]) + len(decoded.json[2]))
                 self.handle(batch, decoded)
         if len(nxt) and not handed:
@@ -293,7 +335,7 @@ class Worker:
             else:
                 self.handle(nxt)
 
-    def handle(self, batch: RawBatch, ahead: DecodedAhead | None = None) -> None:
+    def handle(self, batch: RawBatch, ahead: DecodedAhead | Decoded | None = None) -> None:
         """Build batch k+1 while batch k's outputs are being acknowledged, then commit k and
         publish k+1 (at-least-once); or run one transaction for the batch.
 
@@ -335,10 +377,13 @@ class Worker:
         self.last_progress = time.monotonic()
 
     # -- transform -----------------------------------------------------------------------
-    def build(self, batch: RawBatch, model: LoadedModel, ahead: DecodedAhead | None = None
-              ) -> Outputs:
+    def build(self, batch: RawBatch, model: LoadedModel,
+              ahead: DecodedAhead | Decoded | None = None) -> Outputs:
         if not model.tabular:
-            return self.build_inputs(batch, model)
+            return self.build_inputs(batch, model,
+                                     ahead if isinstance(ahead, Decoded) else None)
+        if isinstance(ahead, Decoded):
+            ahead = None  # decoded for a signature model; never the case after the swap checks
         feats = decode(batch, model.features, ahead, self._scratch,
                        self.limits.max_arrow_bytes)
         scores, model_errors = score_rows(model, feats.x)
