@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -81,6 +82,31 @@ def main() -> None:
           f"(profiled), {plain * 1e3:.1f} ms (not profiled), model alone {alone * 1e3:.1f} ms, "
           f"model share {alone / plain:.2f}")
     pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+    _overlap(worker, batch, model, reps)
+
+
+def _overlap(worker: Any, batch: Any, model: Any, reps: int) -> None:
+    """``reps`` batches back to back as the scorer runs them: decoded inline (as before the
+    signature decode-ahead), then decoded ahead in a thread while the batch before is scored."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from headrace.scorers.inputs import decode_inputs
+
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        worker.build_inputs(batch, model)
+    inline = time.perf_counter() - t0
+    with ThreadPoolExecutor(1) as pool:
+        t0 = time.perf_counter()
+        job = pool.submit(decode_inputs, batch, model.signature, worker.limits)
+        for k in range(reps):
+            decoded = job.result()
+            if k + 1 < reps:
+                job = pool.submit(decode_inputs, batch, model.signature, worker.limits)
+            worker.build_inputs(batch, model, decoded)
+        ahead = time.perf_counter() - t0
+    print(f"{reps} batches back to back: decoded inline {inline / reps * 1e3:.1f} ms a batch, "
+          f"decoded ahead {ahead / reps * 1e3:.1f} ms a batch ({inline / ahead:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -444,7 +444,9 @@ class Worker:
             out.json_values = cols.json_lines()
             out.json_keys = keys
             return out
-        starts = np.flatnonzero(np.r_[True, msgs[1:] != msgs[:-1]])
+        # One Arrow table per Arrow message; consecutive JSON rows in one run of the kernels.
+        starts = np.flatnonzero(np.r_[True, (msgs[1:] != msgs[:-1]) & (
+            arrow_rows[1:] | arrow_rows[:-1])])
         ends = np.r_[starts[1:], len(msgs)]
         for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
             i = int(msgs[s])
