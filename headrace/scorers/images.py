@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -118,4 +119,9 @@ def decode_batch(images: Sequence[bytes], spec: ImageSpec
 
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:160]
+    # Pillow names its buffer object ("<_io.BytesIO object at 0x7f...>"): a reason must be
+    # the same for the same bytes, so the address goes.
+    return _OBJECT_AT.sub("the image bytes", text)[:160]
+
+
+_OBJECT_AT = re.compile(r"<[^<>]* at 0x[0-9a-fA-F]+>")

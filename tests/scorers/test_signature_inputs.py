@@ -4,12 +4,14 @@ of every bad row, the hostile-payload limits, top-k, and the batch sizing arithm
 from __future__ import annotations
 
 import base64
+import io
 import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from PIL import Image
 
 from headrace.scorers import sizing
 from headrace.scorers.arrow_limits import check_size, decompressed_bytes
@@ -212,3 +214,18 @@ def test_two_models_with_one_signature_score_one_decoded_batch(tmp_path: Path) -
     sm.tf_tensor(tmp_path, "c")
     c = load_model(root=tmp_path, name="c", alias="production", device="cpu", max_batch=64)
     assert c.signature != dec.signature
+
+
+def test_an_undecodable_image_gets_the_same_reason_every_time() -> None:
+    from headrace.scorers.images import _short
+
+    def reason() -> str:
+        try:
+            Image.open(io.BytesIO(b"not an image"))
+        except Exception as exc:
+            return _short(exc)
+        raise AssertionError("Pillow opened garbage")
+
+    first = reason()
+    assert first == reason()
+    assert "0x" not in first and "image" in first
