@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from headrace.core.errors import ConfigError
 from headrace.core.naming import check_name
+from headrace.core.validation import first_error
 
 
 def default_dfs_root() -> Path:
@@ -132,7 +133,5 @@ def load_settings(**overrides: Any) -> Settings:
 
 def _first_error(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "settings"
-        return f"{loc}: {err['msg']}"
+        return first_error(exc, root="settings")
     return str(exc)

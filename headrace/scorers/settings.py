@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from headrace.core.errors import ConfigError
 from headrace.core.naming import check_name
+from headrace.core.validation import first_error
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|gpu:\d{1,2})$")
 
@@ -115,7 +116,6 @@ def load_scorer_settings(**overrides: Any) -> ScorerSettings:
         return ScorerSettings(**{k: v for k, v in overrides.items() if v is not None})
     except (ValidationError, ValueError) as exc:
         if isinstance(exc, ValidationError):
-            err = exc.errors()[0]
-            loc = ".".join(str(p) for p in err["loc"]) or "settings"
-            raise ConfigError(f"invalid scorer settings: {loc}: {err['msg']}") from None
+            raise ConfigError(f"invalid scorer settings: {first_error(exc, root='settings')}"
+                              ) from None
         raise ConfigError(f"invalid scorer settings: {exc}") from None

@@ -387,15 +387,8 @@ class Worker:
         feats = decode(batch, model.features, ahead, self._scratch,
                        self.limits.max_arrow_bytes)
         scores, model_errors = score_rows(model, feats.x)
-        bad = list(feats.bad)
-        if model_errors:
-            rows = np.fromiter(model_errors, np.int64, len(model_errors))
-            for r in rows.tolist():
-                m = int(feats.message[r])
-                bad.append(BadInput(m, int(feats.row[r]) if feats.is_arrow[m] else None,
-                                    model_errors[r], "model"))
-            keep = np.ones(feats.num_rows, bool)
-            keep[rows] = False
+        bad, keep = _model_failures(feats, model_errors)
+        if keep is not None:
             scores = scores[keep]
             feats = Features(feats.x[keep], feats.message[keep], feats.row[keep],
                              feats.is_arrow, feats.arrow_tables, feats.bad)
@@ -415,15 +408,8 @@ class Worker:
         if decoded is None or decoded.signature != model.signature:
             decoded = decode_inputs(batch, model.signature, self.limits)
         ys, model_errors = score_inputs(model, decoded.arrays)
-        bad = list(decoded.bad)
-        if model_errors:
-            rows = np.fromiter(model_errors, np.int64, len(model_errors))
-            for r in rows.tolist():
-                m = int(decoded.message[r])
-                bad.append(BadInput(m, int(decoded.row[r]) if decoded.is_arrow[m] else None,
-                                    model_errors[r], "model"))
-            keep = np.ones(decoded.num_rows, bool)
-            keep[rows] = False
+        bad, keep = _model_failures(decoded, model_errors)
+        if keep is not None:
             ys = [y[keep] for y in ys]
             decoded = decoded.take(keep)
         out = Outputs(letters=[self._letter(batch, decoded, b) for b in bad])
@@ -592,3 +578,20 @@ class Worker:
         for (topic, partition), lag in self.io.lag().items():
             self.metrics.lag.labels(stream=self.metrics.stream, topic=topic,
                                     partition=str(partition)).set(lag)
+
+
+def _model_failures(rows: Features | Decoded, model_errors: dict[int, Exception]
+                    ) -> tuple[list[BadInput], np.ndarray | None]:
+    """The batch's bad inputs plus one per row the model failed on, and the mask of the rows
+    to keep (None when the model failed on none)."""
+    bad = list(rows.bad)
+    if not model_errors:
+        return bad, None
+    failed = np.fromiter(model_errors, np.int64, len(model_errors))
+    for r in failed.tolist():
+        m = int(rows.message[r])
+        bad.append(BadInput(m, int(rows.row[r]) if rows.is_arrow[m] else None,
+                            model_errors[r], "model"))
+    keep = np.ones(rows.num_rows, bool)
+    keep[failed] = False
+    return bad, keep

@@ -187,15 +187,3 @@ def partition_count(conn: KafkaConnection, topic: str) -> int | None:
     parts = _partitions(conn, topic)
     return None if parts is None else len(parts)
 
-
-# Moved to ``headrace.streams.producing``; importable from here while callers move over.
-_MOVED = {"DeliveryTracker": "Deliveries", "flush_or_raise": "flush", "produce": "produce",
-          "publish": "publish", "send_events": "send_events"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from headrace.streams import producing
-
-        return getattr(producing, _MOVED[name])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

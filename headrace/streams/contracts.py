@@ -31,6 +31,7 @@ from headrace.core.types import CodeRef as CodeRef
 from headrace.core.types import Framework as Framework
 from headrace.core.types import SafeName as SafeName
 from headrace.core.types import Task as Task
+from headrace.core.validation import first_error
 
 MAX_EVENT_BYTES = 1_000_000
 _SCHEME_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
@@ -306,7 +307,4 @@ def parse(model: type[C], data: bytes | str | dict[str, Any]) -> C:
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "payload"
-    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{loc}: {err['msg']}{more}"
+    return first_error(exc, root="payload", count_more=True)

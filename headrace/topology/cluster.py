@@ -15,6 +15,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from headrace.core.errors import ConfigError, ValidationFailed
 from headrace.core.files import read_config_text
 from headrace.core.naming import check_name
+from headrace.core.validation import first_error
 
 
 def _stream_name(value: str) -> str:
@@ -226,9 +227,7 @@ def parse_cluster(data: Any, *, source: str = "cluster") -> ClusterSpec:
     try:
         return ClusterSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "cluster"
-        raise ConfigError(f"{source}: {loc}: {err['msg']}") from None
+        raise ConfigError(f"{source}: {first_error(exc, root='cluster')}") from None
 
 
 def load_cluster(path: Path) -> ClusterSpec:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from headrace.core.errors import ConfigError
 from headrace.core.files import read_config_text
+from headrace.core.validation import first_error
 from headrace.topology.cluster import Toleration
 
 Reason = Literal[
@@ -131,6 +132,5 @@ def load_plan(path: Path) -> Plan:
     try:
         return Plan.model_validate_json(text)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"]) or "plan"
-        raise ConfigError(f"{path}: not a Headrace plan: {loc}: {err['msg']}") from None
+        raise ConfigError(f"{path}: not a Headrace plan: {first_error(exc, root='plan')}"
+                          ) from None

@@ -156,20 +156,15 @@ def check(gate: Gate, new: Evaluation, production: Evaluation | None = None,
         reasons += _baseline(gate.baseline, new, baseline)
         rule("baseline", 0)
     n = len(reasons)
-    for name, bound in gate.min.items():
-        if name not in m:
-            reasons.append(f"metric {name} is not computed for this model")
-        elif m[name] < bound:
-            reasons.append(f"{name} {m[name]:.4f} < min {bound:.4f}")
-    rule("min", n)
-    n = len(reasons)
-    for name, bound in gate.max.items():
-        if name not in m:
-            reasons.append(f"metric {name} is not computed for this model")
-        elif m[name] > bound:
-            reasons.append(f"{name} {m[name]:.4f} > max {bound:.4f}")
-    rule("max", n)
-    n = len(reasons)
+    for side, bounds, sign in (("min", gate.min, -1), ("max", gate.max, 1)):
+        for name, bound in bounds.items():
+            if name not in m:
+                reasons.append(f"metric {name} is not computed for this model")
+            elif sign * (m[name] - bound) > 0:  # below a min, above a max
+                reasons.append(f"{name} {m[name]:.4f} {'<' if sign < 0 else '>'} "
+                               f"{side} {bound:.4f}")
+        rule(side, n)
+        n = len(reasons)
     recalls = {k.removeprefix("recall."): v for k, v in m.items() if k.startswith("recall.")}
     if gate.min_class_recall is not None:
         for cls, r in recalls.items():

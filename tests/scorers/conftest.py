@@ -20,8 +20,7 @@ from headrace.streams.codecs import encode_arrow, encode_json
 from headrace.streams.topics import data_topic
 from tests.fixtures import eventually, http_get, read_topic, scorer_thread, wait_ready
 
-__all__ = ["eventually", "http_get", "read_topic", "scorer_thread", "wait_for", "wait_ready"]
-wait_for = eventually  # the name the scorer tests used before
+__all__ = ["eventually", "http_get", "read_topic", "scorer_thread", "wait_ready"]
 
 FEATURES = ("a", "b", "c", "d")
 CLASSES = ("no", "yes")

@@ -22,7 +22,7 @@ from headrace.streams.codecs import decode_arrow, encode_arrow
 from headrace.streams.contracts import Prediction, parse
 from headrace.streams.topics import catalog, dlq_topic, predictions_topic
 from tests.scorers import signature_models as sm
-from tests.scorers.conftest import publish_tf, read_topic, rows, scorer_thread, wait_for, wait_ready
+from tests.scorers.conftest import eventually, publish_tf, read_topic, rows, scorer_thread, wait_ready
 from tests.scorers.test_model_swap import _announce
 
 JSON = hdr.JSON.encode()
@@ -261,7 +261,7 @@ def test_a_swap_from_a_tabular_model_to_an_image_model_scores_the_new_inputs(
         read_topic(conn, predictions_topic(stream), expect=20, settle_s=0)
         v2, model = sm.tf_digits(dfs, stream)  # moves the production alias
         _announce(conn, stream, v2, previous=v1.version)
-        wait_for(lambda: scorer.holder.current is not None
+        eventually(lambda: scorer.holder.current is not None
                  and scorer.holder.current.version == v2.version, what="swap to v2")
         produce(conn, data, [(f"b{i}", png[i], "image/png") for i in range(5)]
                 + [json_item("tabular", rows(1)[0])])

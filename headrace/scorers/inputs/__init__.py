@@ -19,7 +19,7 @@ whose reasons name the input; the rest of the batch is scored.
 from __future__ import annotations
 
 import binascii
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -240,33 +240,28 @@ def _numbers(values: list[Any], inp: ModelInput, col: str, pre: Reasons) -> pa.A
             return pa.array(values, pa.float64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         pass
-    out: list[float | None] = []
-    for k, v in enumerate(values):
+
+    def number(v: Any) -> float:
         if isinstance(v, int | float) and not isinstance(v, bool):
-            out.append(float(v))
-        else:
-            if v is not None:
-                pre.setdefault(k, f"input {inp.name!r}: field {col!r} is not a number")
-            out.append(None)
-    return pa.array(out, pa.float64())
+            return float(v)
+        raise _Refused(f"input {inp.name!r}: field {col!r} is not a number")
+
+    return _each(values, pre, number, pa.float64())
 
 
 def _image_bytes(values: list[Any], inp: ModelInput, pre: Reasons) -> pa.Array:
-    out: list[bytes | None] = []
-    for k, v in enumerate(values):
+
+    def image(v: Any) -> bytes:
         if isinstance(v, bytes):
-            out.append(v)  # a raw image message
-        elif isinstance(v, str):
-            try:
-                out.append(binascii.a2b_base64(v, strict_mode=True))
-            except (binascii.Error, ValueError):
-                pre.setdefault(k, f"input {inp.name!r}: not base64 of an encoded image")
-                out.append(None)
-        else:
-            if v is not None:
-                pre.setdefault(k, f"input {inp.name!r}: an image must be a base64 string")
-            out.append(None)
-    return pa.array(out, pa.binary())
+            return v  # a raw image message
+        if not isinstance(v, str):
+            raise _Refused(f"input {inp.name!r}: an image must be a base64 string")
+        try:
+            return binascii.a2b_base64(v, strict_mode=True)
+        except (binascii.Error, ValueError):
+            raise _Refused(f"input {inp.name!r}: not base64 of an encoded image") from None
+
+    return _each(values, pre, image, pa.binary())
 
 
 def _nested(values: list[Any], inp: ModelInput, pre: Reasons) -> pa.Array:
@@ -293,15 +288,34 @@ def _nested(values: list[Any], inp: ModelInput, pre: Reasons) -> pa.Array:
 
 
 def _texts(values: list[Any], inp: ModelInput, pre: Reasons) -> pa.Array:
-    out: list[str | None] = []
-    for k, v in enumerate(values):
+
+    def text(v: Any) -> str:
         if isinstance(v, str):
-            out.append(v)
-        else:
-            if v is not None:
-                pre.setdefault(k, f"input {inp.name!r}: expected a string")
+            return v
+        raise _Refused(f"input {inp.name!r}: expected a string")
+
+    return _each(values, pre, text, pa.string())
+
+
+class _Refused(Exception):
+    """A value ``_each``'s converter does not take; the message is the row's reason."""
+
+
+def _each(values: list[Any], pre: Reasons, convert: Callable[[Any], Any],
+          typ: pa.DataType) -> pa.Array:
+    """One value per row through ``convert``: a missing value stays None, a refused one is
+    None with its reason."""
+    out: list[Any] = []
+    for k, v in enumerate(values):
+        if v is None:
             out.append(None)
-    return pa.array(out, pa.string())
+            continue
+        try:
+            out.append(convert(v))
+        except _Refused as e:
+            pre.setdefault(k, str(e))
+            out.append(None)
+    return pa.array(out, typ)
 
 
 def signature_bytes(signature: Sequence[ModelInput]) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +96,9 @@ class GluonModel:
     def nd(self, x: Inputs | np.ndarray) -> list[Any]:
         return [mx.nd.array(a, ctx=self.ctx, dtype="float32") for a in host_arrays(x, self.plan)]
 
-    def fit_batch(self, x: Inputs | np.ndarray, y: np.ndarray) -> float:
+    def recorded_loss(self, x: Inputs | np.ndarray, y: np.ndarray,
+                      reduce: Callable[[Any], Any] | None = None) -> Any:
+        """The per-example loss of the batch (``reduce``d, if given), recorded for backward."""
         xs = self.nd(x)
         yb = mx.nd.array(y, ctx=self.ctx, dtype="float32")
         with autograd.record():
@@ -103,10 +106,17 @@ class GluonModel:
             if self.task == Task.REGRESSOR:
                 out = out.reshape((-1,))
             loss = self.loss_fn(out, yb)
+            return loss if reduce is None else reduce(loss)
+
+    def fit_batch(self, x: Inputs | np.ndarray, y: np.ndarray) -> float:
+        loss = self.recorded_loss(x, y)
         loss.backward()
         self.trainer.step(len(y))
-        value = float(loss.mean().asscalar())
-        return value * 2 if self.task == Task.REGRESSOR else value  # L2Loss is MSE/2
+        return self.reported(float(loss.mean().asscalar()))
+
+    def reported(self, loss: float) -> float:
+        """The mean loss as the metrics report it: MSE for a regressor (L2Loss is MSE/2)."""
+        return loss * 2 if self.task == Task.REGRESSOR else loss
 
     def predict(self, x: Inputs | np.ndarray) -> np.ndarray:
         inp = as_inputs(x)

@@ -31,9 +31,8 @@ numpy.bool = bool  # type: ignore[attr-defined]  # MXNet 1.9 still uses the remo
 
 import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
-from mxnet import autograd, gluon  # noqa: E402
+from mxnet import gluon  # noqa: E402
 
-from headrace.streams.contracts import Task  # noqa: E402
 from headrace.trainers.backends.mxnet_gluon import PARAMS_FILE, GluonModel  # noqa: E402
 from headrace.trainers.distributed.peers import GangMember  # noqa: E402
 from headrace.trainers.distributed.weights import checksum  # noqa: E402
@@ -97,13 +96,7 @@ class PSModel:
         weight = 1.0
         if len(ys) == 0:  # a tiny last batch: still take part in the push/pull, with zero weight
             xs, ys, weight = whole[:1], y[:1], 0.0
-        xb = inner.nd(xs)
-        yb = mx.nd.array(ys, ctx=inner.ctx, dtype="float32")
-        with autograd.record():
-            out = inner.net(*xb)
-            if inner.task == Task.REGRESSOR:
-                out = out.reshape((-1,))
-            loss = inner.loss_fn(out, yb).sum() * (weight / len(y))
+        loss = inner.recorded_loss(xs, ys, lambda per_row: per_row.sum() * (weight / len(y)))
         loss.backward()
         for p, buf in zip(self.params, self._send, strict=True):
             p.grad().copyto(buf)
@@ -116,8 +109,7 @@ class PSModel:
             buf.copyto(p.grad())
         inner.trainer.update(1)  # the gradient is already divided by the global batch
         mx.nd.waitall()
-        value = float(self._loss_out.asscalar())
-        return value * 2 if inner.task == Task.REGRESSOR else value  # L2Loss is MSE/2
+        return inner.reported(float(self._loss_out.asscalar()))
 
     def predict(self, x: Inputs | np.ndarray) -> np.ndarray:
         return self.inner.predict(x)

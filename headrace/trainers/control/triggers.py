@@ -33,6 +33,7 @@ from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from headrace.core.errors import ConfigError
+from headrace.core.validation import first_error
 from headrace.streams.contracts import SafeName, TrainRequested, Trigger, TriggerKind
 
 
@@ -96,8 +97,7 @@ def load_triggers(path: Path | None) -> Triggers:
 
 def _first(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
-        e = exc.errors()[0]
-        return f": {'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+        return f": {first_error(exc, root='')}"
     return ""
 
 

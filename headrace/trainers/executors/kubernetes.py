@@ -16,12 +16,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from headrace.core.errors import ConfigError, FatalError, RetriableError
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, JobOutcome, JobSpec
 from headrace.trainers.executors.kubernetes_objects import (
     CONTAINER,
+    ClusterPlacement,
     TrainingJobSpec,
     pod_group,
     training_job,
@@ -36,21 +37,10 @@ class OnEvent(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
-class KubernetesExecutorConfig:
+class KubernetesExecutorConfig(ClusterPlacement):
     """Cluster-side settings shared by every job (the rest comes from each JobSpec)."""
 
-    image: str
-    namespace: str = "headrace"
-    dfs_claim: str = "headrace-dfs"
-    dfs_root: str = "/dfs"
-    kafka_secret: str | None = "headrace-kafka"
-    kafka_password_file: str | None = None
-    kafka_ca_secret: str | None = None
-    service_account: str = "headrace-trainer"
-    gang: Literal["none", "volcano", "kueue"] = "volcano"
-    queue: str | None = None
     gpu_type: str | None = None
-    max_retries: int = 3
     log_window_s: int = 60
     trainer_env: tuple[tuple[str, str], ...] = ()  # extra env of every trainer pod
 
@@ -58,15 +48,13 @@ class KubernetesExecutorConfig:
 def job_spec_for(job: JobSpec, config: KubernetesExecutorConfig) -> TrainingJobSpec:
     r = job.resources
     return TrainingJobSpec(
+        **config.placement(),
         job_id=job.job_id, model_name=job.model_name, framework=job.framework.value,
-        image=config.image, namespace=config.namespace, workers=r.workers, servers=r.servers,
+        workers=r.workers, servers=r.servers,
         strategy=job.strategy,  # type: ignore[arg-type]
         gpus_per_worker=r.gpus, gpu_type=config.gpu_type if r.gpus else None,
         cpu=f"{int(r.cpu * 1000)}m", memory=f"{int(r.memory_gib * 1024)}Mi",
-        dfs_claim=config.dfs_claim, dfs_root=config.dfs_root, kafka_secret=config.kafka_secret,
-        kafka_password_file=config.kafka_password_file, kafka_ca_secret=config.kafka_ca_secret,
-        service_account=config.service_account, gang=config.gang, queue=config.queue,
-        max_retries=config.max_retries, extra_env=config.trainer_env,
+        extra_env=config.trainer_env,
     )
 
 

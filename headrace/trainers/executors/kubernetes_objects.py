@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from kubernetes import client as k
@@ -56,22 +56,12 @@ def k8s_name(raw: str, *, prefix: str, limit: int = 52) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TrainingJobSpec:
-    """Everything needed to run one training job on Kubernetes (no framework imports)."""
+class ClusterPlacement:
+    """Where and how every training job runs on the cluster: the executor's configuration
+    holds these and each job's spec carries them."""
 
-    job_id: str
-    model_name: str
-    framework: Literal["tensorflow", "mxnet"]
     image: str
     namespace: str = "headrace"
-    workers: int = 1
-    servers: int = 0
-    strategy: Literal["auto", "allreduce", "parameter_server"] = "auto"
-    attempt: int = 1  # a gang restart creates the Job anew as attempt 2, 3...
-    gpus_per_worker: int = 1
-    gpu_type: str | None = None
-    cpu: str = "4"
-    memory: str = "16Gi"
     dfs_claim: str = "headrace-dfs"
     dfs_root: str = "/dfs"
     kafka_secret: str | None = "headrace-kafka"
@@ -81,6 +71,27 @@ class TrainingJobSpec:
     gang: Literal["none", "volcano", "kueue"] = "volcano"
     queue: str | None = None
     max_retries: int = 3
+
+    def placement(self) -> dict[str, Any]:
+        """These fields by name, to build another ``ClusterPlacement`` from."""
+        return {f.name: getattr(self, f.name) for f in fields(ClusterPlacement)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingJobSpec(ClusterPlacement):
+    """Everything needed to run one training job on Kubernetes (no framework imports)."""
+
+    job_id: str
+    model_name: str
+    framework: Literal["tensorflow", "mxnet"]
+    workers: int = 1
+    servers: int = 0
+    strategy: Literal["auto", "allreduce", "parameter_server"] = "auto"
+    attempt: int = 1  # a gang restart creates the Job anew as attempt 2, 3...
+    gpus_per_worker: int = 1
+    gpu_type: str | None = None
+    cpu: str = "4"
+    memory: str = "16Gi"
     permanent_exit_codes: tuple[int, ...] = PERMANENT_EXIT_CODES
     active_deadline_s: int | None = None
     ttl_after_finished_s: int = 86_400
