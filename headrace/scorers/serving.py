@@ -31,6 +31,7 @@ from headrace.scorers.worker import Worker
 from headrace.streams import topics
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.connection import connection_for
+from headrace.streams.consuming import BatchConsumer
 
 log = logging.getLogger(__name__)
 
@@ -105,11 +106,12 @@ class Scorer:
                 except OSError as exc:  # decode in the scoring thread instead
                     log.warning("cannot start decode helpers: %s", exc)
             io = StreamIO(
-                self.conn, group_id=topics.scorer_group(s.stream), topics=[data],
-                partitions=s.partitions,
+                self.conn,
+                BatchConsumer(self.conn, group_id=topics.scorer_group(s.stream), topics=[data],
+                              partitions=s.partitions, on_assign=assignment_changed,
+                              on_revoke=revoked),
                 transactional_id=self.transactional_id() if s.transactional else None,
                 idempotent=s.idempotent,
-                on_assign=assignment_changed, on_revoke=revoked,
             )
             worker = Worker(
                 io=io, holder=self.holder, metrics=self.metrics,

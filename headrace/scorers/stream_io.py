@@ -12,7 +12,6 @@ failed messages, so the happy path pays no per-message Python callback.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from headrace.streams.clients import KafkaConnection
@@ -50,27 +49,20 @@ class StreamIO:
     def __init__(
         self,
         conn: KafkaConnection,
+        consumer: BatchConsumer,
         *,
-        group_id: str,
-        topics: Sequence[str],
-        partitions: Sequence[int] = (),
         transactional_id: str | None = None,
         idempotent: bool = True,
-        on_assign: Callable[[list[tuple[str, int]]], None] | None = None,
-        on_revoke: Callable[[list[tuple[str, int]]], None] | None = None,
-        consumer_overrides: dict[str, Any] | None = None,
         producer_overrides: dict[str, Any] | None = None,
     ) -> None:
         self.conn = conn
-        self.topics = list(topics)
+        self.topics = consumer.topics
         self.transactional = transactional_id is not None
         self._producer = BatchProducer(
             conn, transactional_id=transactional_id,
             **{**SCORER_PRODUCER, **({} if idempotent or transactional_id else NON_IDEMPOTENT),
                **(producer_overrides or {})})
-        self._consumer = BatchConsumer(
-            conn, group_id=group_id, topics=self.topics, partitions=partitions,
-            on_assign=on_assign, on_revoke=on_revoke, **(consumer_overrides or {}))
+        self._consumer = consumer
         self._txn = (Transactions(self._producer, self._consumer)
                      if transactional_id is not None else None)
         # The loop's per-batch calls, bound once.

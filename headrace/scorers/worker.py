@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -118,30 +119,16 @@ def score_rows(model: LoadedModel, x: np.ndarray) -> tuple[np.ndarray, dict[int,
     """Scores of every row; rows the model raises on (or returns non-finite scores for) are
     isolated by bisection and returned as errors, the rest of the batch is scored."""
     scores = np.zeros((len(x), model.num_outputs), np.float32)
-    errors: dict[int, Exception] = {}
-    # A stack, not a recursive closure: that would be a reference cycle holding ``x`` (the
-    # decoder's reusable matrix) until the next cycle collection.
-    todo = [(0, len(x))] if len(x) else []
-    while todo:
-        lo, hi = todo.pop()
-        try:
-            y = np.asarray(model.fn(x[lo:hi]), np.float32)
-            if y.shape != (hi - lo, model.num_outputs):
-                raise ValueError(f"model returned shape {y.shape}, expected "
-                                 f"{(hi - lo, model.num_outputs)}")
-        except Exception as exc:
-            if hi - lo == 1:
-                errors[lo] = exc
-            else:
-                mid = (lo + hi) // 2
-                todo += [(mid, hi), (lo, mid)]  # the lower half first
-            continue
+
+    def score(lo: int, hi: int) -> np.ndarray:
+        y = np.asarray(model.fn(x[lo:hi]), np.float32)
+        if y.shape != (hi - lo, model.num_outputs):
+            raise ValueError(f"model returned shape {y.shape}, expected "
+                             f"{(hi - lo, model.num_outputs)}")
         scores[lo:hi] = y
-        finite = np.isfinite(y).all(axis=1)
-        if not finite.all():
-            for i in np.flatnonzero(~finite).tolist():
-                errors[lo + i] = ValueError("model returned a non-finite score")
-    return scores, errors
+        return np.isfinite(y).all(axis=1)
+
+    return scores, _isolating_failures(len(x), score)
 
 
 def score_inputs(model: LoadedModel, inputs: dict[str, np.ndarray]
@@ -150,30 +137,46 @@ def score_inputs(model: LoadedModel, inputs: dict[str, np.ndarray]
     assert model.inputs_fn is not None
     n = len(next(iter(inputs.values()))) if inputs else 0
     ys = [np.zeros((n, o.width), np.float32) for o in model.outputs]
+
+    def score(lo: int, hi: int) -> np.ndarray:
+        assert model.inputs_fn is not None
+        got = model.inputs_fn({k: v[lo:hi] for k, v in inputs.items()})
+        want = [(hi - lo, o.width) for o in model.outputs]
+        if [g.shape for g in got] != want:
+            raise ValueError(f"model returned shapes {[g.shape for g in got]}, expected "
+                             f"{want}")
+        finite = np.ones(hi - lo, bool)
+        for y, g in zip(ys, got, strict=True):
+            y[lo:hi] = g
+            finite &= np.isfinite(g).all(axis=1)
+        return finite
+
+    return ys, _isolating_failures(n, score)
+
+
+def _isolating_failures(n: int, score: Callable[[int, int], np.ndarray]
+                        ) -> dict[int, Exception]:
+    """Run ``score(lo, hi)`` (it stores the rows' scores, returns which are finite) over rows
+    0..n; a slice it raises on is halved until each failing row is alone. The errors by row."""
     errors: dict[int, Exception] = {}
+    # A stack, not a recursive closure: that would be a reference cycle holding the batch (the
+    # decoder's reusable matrix) until the next cycle collection.
     todo = [(0, n)] if n else []
     while todo:
         lo, hi = todo.pop()
         try:
-            got = model.inputs_fn({k: v[lo:hi] for k, v in inputs.items()})
-            want = [(hi - lo, o.width) for o in model.outputs]
-            if [g.shape for g in got] != want:
-                raise ValueError(f"model returned shapes {[g.shape for g in got]}, expected "
-                                 f"{want}")
+            finite = score(lo, hi)
         except Exception as exc:
             if hi - lo == 1:
                 errors[lo] = exc
             else:
                 mid = (lo + hi) // 2
-                todo += [(mid, hi), (lo, mid)]
+                todo += [(mid, hi), (lo, mid)]  # the lower half first
             continue
-        finite = np.ones(hi - lo, bool)
-        for y, g in zip(ys, got, strict=True):
-            y[lo:hi] = g
-            finite &= np.isfinite(g).all(axis=1)
-        for i in np.flatnonzero(~finite).tolist():
-            errors[lo + i] = ValueError("model returned a non-finite score")
-    return ys, errors
+        if not finite.all():
+            for i in np.flatnonzero(~finite).tolist():
+                errors[lo + i] = ValueError("model returned a non-finite score")
+    return errors
 
 
 class Worker:

@@ -11,11 +11,13 @@ import pyarrow as pa
 from headrace.scorers.batching import Batcher, rows_in
 from headrace.scorers.stream_io import StreamIO
 from headrace.streams.clients import KafkaConnection
+from headrace.streams.consuming import BatchConsumer
 from tests.scorers.conftest import FEATURES, send_arrow, send_json
 
 
 def _io(conn: KafkaConnection, topic: str) -> StreamIO:
-    return StreamIO(conn, group_id=f"g-{topic}", topics=[topic], partitions=[0])
+    return StreamIO(conn, BatchConsumer(conn, group_id=f"g-{topic}", topics=[topic],
+                                        partitions=[0]))
 
 
 def _batches(io: StreamIO, batcher: Batcher, total_rows: int) -> list[tuple[int, list[int]]]:

@@ -21,6 +21,7 @@ from headrace.scorers.worker import Worker
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
+from headrace.streams.consuming import BatchConsumer
 from headrace.streams.topics import catalog, dlq_topic, predictions_topic
 from tests.scorers.conftest import (
     FEATURES,
@@ -147,7 +148,8 @@ def _worker(conn: KafkaConnection, dfs: Path, topic: str, out: str) -> Worker:
     holder = ModelHolder()
     holder.swap(load_model(root=dfs, name="m", alias="production", device="cpu",
                            max_batch=1024))
-    io = StreamIO(conn, group_id=f"g-{topic}", topics=[topic], partitions=[0], idempotent=False)
+    io = StreamIO(conn, BatchConsumer(conn, group_id=f"g-{topic}", topics=[topic],
+                                      partitions=[0]), idempotent=False)
     return Worker(io=io, holder=holder, metrics=ScorerMetrics(stream="s", model="m"),
                   predictions_topic=out, dlq_topic=out + ".dlq", batch_size=1000,
                   max_wait_s=2.0, grace_s=5.0, transactional=False, stop=threading.Event(),

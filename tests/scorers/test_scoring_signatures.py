@@ -22,7 +22,14 @@ from headrace.streams.codecs import decode_arrow, encode_arrow
 from headrace.streams.contracts import Prediction, parse
 from headrace.streams.topics import catalog, dlq_topic, predictions_topic
 from tests.scorers import signature_models as sm
-from tests.scorers.conftest import eventually, publish_tf, read_topic, rows, scorer_thread, wait_ready
+from tests.scorers.conftest import (
+    eventually,
+    publish_tf,
+    read_topic,
+    rows,
+    scorer_thread,
+    wait_ready,
+)
 from tests.scorers.test_model_swap import _announce
 
 JSON = hdr.JSON.encode()
