@@ -1,4 +1,4 @@
-"""Shared test helpers: one ``eventually`` wait, one topic reader, one scorer harness.
+"""Shared test helpers: one ``eventually`` wait, the topic readers, one scorer harness.
 
 Waits are on conditions, never on sleeps: ``eventually`` polls a condition until it holds or
 the timeout passes, and says what it waited for when it gives up.
@@ -15,12 +15,19 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from headrace.core.settings import Settings
 from headrace.scorers.serving import Scorer
 from headrace.scorers.settings import load_scorer_settings
-from headrace.streams.clients import KafkaConnection, make_consumer, partitions_of
+from headrace.streams.clients import (
+    KafkaConnection,
+    make_consumer,
+    partition_count,
+    partitions_of,
+)
+from headrace.streams.reading import Record, probe_ends, read_range
+from headrace.streams.topics import dlq_topic, predictions_topic
 
 T = TypeVar("T")
 
@@ -39,12 +46,19 @@ def eventually(cond: Callable[[], T], *, timeout_s: float = 30.0, interval_s: fl
         time.sleep(interval_s)
 
 
+def from_the_start(conn: KafkaConnection, topic: str) -> Consumer:
+    """A fresh consumer (no group commits) assigned every partition of ``topic`` from its
+    first offset."""
+    c = make_consumer(conn, f"test-reader-{uuid.uuid4().hex[:8]}")
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions_of(conn, topic)])
+    return c
+
+
 def read_topic(conn: KafkaConnection, topic: str, *, expect: int, timeout_s: float = 30.0,
                settle_s: float = 0.5) -> list[Any]:
     """Every message a fresh consumer reads from the start of every partition (no group
     commits), waiting until ``expect`` arrived, then ``settle_s`` more to catch extras."""
-    c = make_consumer(conn, f"test-reader-{uuid.uuid4().hex[:8]}")
-    c.assign([TopicPartition(topic, p, 0) for p in partitions_of(conn, topic)])
+    c = from_the_start(conn, topic)
     out: list[Any] = []
     deadline = time.monotonic() + timeout_s
     settle_until: float | None = None
@@ -58,6 +72,15 @@ def read_topic(conn: KafkaConnection, topic: str, *, expect: int, timeout_s: flo
     finally:
         c.close()
     return out
+
+
+def read_all(conn: KafkaConnection, topic: str) -> list[Record]:
+    """Every record a fresh consumer reads, to the verified end of every partition: what the
+    topic holds now (``read_topic`` instead waits for records still coming)."""
+    n = partition_count(conn, topic)
+    assert n is not None
+    bounds = probe_ends(conn, topic, range(n))
+    return read_range(conn, topic, {p: (lo, end) for p, (lo, end) in bounds.items()})
 
 
 def http_get(port: int, path: str) -> tuple[int, bytes]:
@@ -103,3 +126,23 @@ def scorer_thread(settings: Settings, conn: KafkaConnection, **overrides: Any) -
 def wait_ready(scorer: Scorer, timeout_s: float = 60.0) -> None:
     eventually(lambda: http_get(scorer.http_port, "/readyz")[0] == 200, timeout_s=timeout_s,
                what="/readyz")
+
+
+@contextmanager
+def ready_scorer(settings: Settings, conn: KafkaConnection, **overrides: Any
+                 ) -> Iterator[Scorer]:
+    """``scorer_thread``, entered once the scorer is ready (a model loaded and warmed)."""
+    with scorer_thread(settings, conn, **overrides) as scorer:
+        wait_ready(scorer)
+        yield scorer
+
+
+def score(settings: Settings, conn: KafkaConnection, *, expect: int, dead: int = 0,
+          **overrides: Any) -> tuple[list[Any], list[Any]]:
+    """Run a ready scorer on the first stream until ``expect`` predictions (and ``dead`` dead
+    letters, when some are expected) arrived: (predictions, dead letters)."""
+    stream = settings.streams[0]
+    with ready_scorer(settings, conn, **overrides):
+        preds = read_topic(conn, predictions_topic(stream), expect=expect)
+        letters = read_topic(conn, dlq_topic(stream), expect=dead) if dead else []
+    return preds, letters

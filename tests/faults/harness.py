@@ -24,7 +24,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headrace.store.manifest import Manifest
 from headrace.store.versions import ModelVersion, publish, set_alias
@@ -39,7 +39,7 @@ from headrace.streams.dlq import (
     DLQ_STAGE,
 )
 from headrace.streams.topics import TopicSpec
-from tests.fixtures import eventually
+from tests.fixtures import eventually, from_the_start
 
 FEATURES = tuple(f"f{i}" for i in range(8))
 CLASSES = ("no", "yes")
@@ -377,12 +377,7 @@ class TopicReader:
 
     def _open(self) -> Consumer:
         if self._consumer is None:
-            c = Consumer({**self.conn.base(), "group.id": f"reader-{uuid.uuid4().hex[:8]}",
-                          "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                          "fetch.wait.max.ms": 10})
-            c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING)
-                      for p in partitions_of(self.conn, self.topic)])
-            self._consumer = c
+            self._consumer = from_the_start(self.conn, self.topic)
         return self._consumer
 
     def poll(self, timeout_s: float = 0.5) -> int:

@@ -1,4 +1,4 @@
-"""Helpers for ops tests: write known records, read back what a fresh consumer sees."""
+"""Helpers for ops tests: write known records (``tests.fixtures.read_all`` reads them back)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from headrace.streams.clients import KafkaConnection, make_producer, partition_count
-from headrace.streams.reading import Record, probe_ends, read_range
+from headrace.streams.clients import KafkaConnection, make_producer
 
 
 @dataclass(frozen=True)
@@ -45,14 +44,6 @@ def write_records(
                       on_delivery=cb)
     assert p.flush(30) == 0
     return sorted(acks, key=lambda w: (w.partition, w.offset))
-
-
-def read_all(conn: KafkaConnection, topic: str) -> list[Record]:
-    """Every record a fresh consumer reads, to the verified end of every partition."""
-    n = partition_count(conn, topic)
-    assert n is not None
-    bounds = probe_ends(conn, topic, range(n))
-    return read_range(conn, topic, {p: (lo, end) for p, (lo, end) in bounds.items()})
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ from headrace.streams.clients import KafkaConnection, ensure_topics, make_produc
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import write_dead_letter
 from headrace.streams.topics import catalog, data_topic, dlq_topic
-from tests.ops.conftest import Written, read_all
+from tests.fixtures import read_all
+from tests.ops.conftest import Written
 
 
 def run(conn: KafkaConnection, dfs: Path, *args: str) -> int:

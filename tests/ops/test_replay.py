@@ -21,8 +21,8 @@ from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET
 from headrace.ops.ranges import format_ms
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.reading import Record
-from tests.fixtures import eventually
-from tests.ops.conftest import Written, read_all
+from tests.fixtures import eventually, read_all
+from tests.ops.conftest import Written
 
 
 def origin(rec: Record) -> tuple[int, int]:

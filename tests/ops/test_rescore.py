@@ -16,7 +16,7 @@ from headrace.store.manifest import Manifest
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_consumer, make_producer
 from headrace.streams.contracts import Framework, Prediction, Task, parse
 from headrace.streams.topics import catalog, data_topic, predictions_topic, scorer_group
-from tests.ops.conftest import read_all
+from tests.fixtures import read_all
 
 
 def _publish_tf(root: Path) -> versions.ModelVersion:

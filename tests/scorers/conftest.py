@@ -15,12 +15,21 @@ from headrace.core.settings import Settings
 from headrace.store.manifest import Manifest
 from headrace.store.versions import ModelVersion, publish, set_alias
 from headrace.streams import headers as hdr
-from headrace.streams.clients import KafkaConnection, make_producer
+from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.codecs import encode_arrow, encode_json
-from headrace.streams.topics import data_topic
-from tests.fixtures import eventually, http_get, read_topic, scorer_thread, wait_ready
+from headrace.streams.topics import catalog, data_topic
+from tests.fixtures import (
+    eventually,
+    http_get,
+    read_topic,
+    ready_scorer,
+    score,
+    scorer_thread,
+    wait_ready,
+)
 
-__all__ = ["eventually", "http_get", "read_topic", "scorer_thread", "wait_ready"]
+__all__ = ["eventually", "http_get", "read_topic", "ready_scorer", "score", "scorer_thread",
+           "wait_ready"]
 
 FEATURES = ("a", "b", "c", "d")
 CLASSES = ("no", "yes")
@@ -121,4 +130,11 @@ def predictions(msgs: list[Any]) -> list[dict[str, Any]]:
 @pytest.fixture
 def data(settings: Settings) -> str:
     return data_topic(settings.streams[0])
+
+
+@pytest.fixture
+def stream(settings: Settings, conn: KafkaConnection) -> str:
+    """The test's stream, its topics created."""
+    ensure_topics(conn, catalog(settings))
+    return settings.streams[0]
 

@@ -28,10 +28,9 @@ from tests.scorers.conftest import (
     eventually,
     publish_tf,
     read_topic,
+    ready_scorer,
     rows,
-    scorer_thread,
     send_json,
-    wait_ready,
 )
 
 POISON = [
@@ -104,8 +103,7 @@ def test_scorer_decodes_ahead_and_dead_letters_the_same_poison(
         p.produce(data, v, f"k{i}", partition=0, headers=[(hdr.CONTENT_TYPE, hdr.JSON.encode())])
     assert p.flush(15) == 0
     _, _, errors = decode_rows(values, FEATURES)
-    with scorer_thread(settings, conn, batch_size=1024, max_wait_ms=200) as scorer:
-        wait_ready(scorer)
+    with ready_scorer(settings, conn, batch_size=1024, max_wait_ms=200) as scorer:
         preds = read_topic(conn, predictions_topic(stream), expect=3000)
         dead = read_topic(conn, dlq_topic(stream), expect=len(POISON))
         reg = scorer.metrics.registry
@@ -127,8 +125,7 @@ def test_scorer_keeps_scoring_when_its_helper_dies(
     stream = settings.streams[0]
     ensure_topics(conn, catalog(settings), replication_factor=1)
     publish_tf(dfs, stream)
-    with scorer_thread(settings, conn, batch_size=1024, max_wait_ms=200) as scorer:
-        wait_ready(scorer)
+    with ready_scorer(settings, conn, batch_size=1024, max_wait_ms=200) as scorer:
         assert scorer.worker is not None and scorer.worker.decoders is not None
         keys = send_json(conn, data, rows(1500, seed=2))
         read_topic(conn, predictions_topic(stream), expect=1500)

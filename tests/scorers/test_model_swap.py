@@ -4,20 +4,19 @@ from pathlib import Path
 
 from headrace.core.settings import Settings
 from headrace.store.versions import set_alias
-from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import ModelAction, ModelPublished
 from headrace.streams.producing import send_events
-from headrace.streams.topics import MODEL_EVENTS, catalog, predictions_topic
+from headrace.streams.topics import MODEL_EVENTS, predictions_topic
 from tests.scorers.conftest import (
     eventually,
     http_get,
     predictions,
     publish_tf,
     read_topic,
+    ready_scorer,
     rows,
-    scorer_thread,
     send_json,
-    wait_ready,
 )
 
 
@@ -30,12 +29,9 @@ def _announce(conn: KafkaConnection, name: str, mv: object, *, previous: int | N
 
 
 def test_model_swap_mid_stream_loses_nothing_and_versions_switch(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     v1 = publish_tf(dfs, stream, seed=1)
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
+    with ready_scorer(settings, conn) as scorer:
         send_json(conn, data, rows(1000, seed=1), key_prefix="a")
         read_topic(conn, predictions_topic(stream), expect=1000, settle_s=0)
         v2 = publish_tf(dfs, stream, seed=2)  # moves the production alias
@@ -62,12 +58,9 @@ def test_model_swap_mid_stream_loses_nothing_and_versions_switch(
 
 
 def test_corrupted_model_is_refused_and_the_old_version_keeps_serving(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     v1 = publish_tf(dfs, stream, seed=1)
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
+    with ready_scorer(settings, conn) as scorer:
         v2 = publish_tf(dfs, stream, seed=2)  # alias -> v2, then the file rots on the DFS
         with open(v2.path / "model.keras", "r+b") as f:
             f.seek(100)

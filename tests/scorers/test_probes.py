@@ -5,8 +5,8 @@ import time
 from pathlib import Path
 
 from headrace.core.settings import Settings
-from headrace.streams.clients import KafkaConnection, ensure_topics
-from headrace.streams.topics import catalog, predictions_topic
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.topics import predictions_topic
 from tests.scorers.conftest import (
     eventually,
     http_get,
@@ -20,9 +20,7 @@ from tests.scorers.conftest import (
 
 
 def test_not_ready_until_a_model_is_loaded_and_warmed_then_metrics_report(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     with scorer_thread(settings, conn, partitions="", model_poll_s=0.5) as scorer:
         code, body = http_get(scorer.http_port, "/readyz")
         assert code == 503 and json.loads(body)["model_ready"] is False

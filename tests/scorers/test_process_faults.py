@@ -16,8 +16,8 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from headrace.core.settings import Settings
-from headrace.streams.clients import KafkaConnection, ensure_topics, make_consumer
-from headrace.streams.topics import catalog, predictions_topic, scorer_group
+from headrace.streams.clients import KafkaConnection, make_consumer
+from headrace.streams.topics import predictions_topic, scorer_group
 from tests.scorers.conftest import eventually, publish_tf, read_topic, rows, send_json
 
 pytestmark = pytest.mark.slow
@@ -54,9 +54,7 @@ def _input_offsets(conn: KafkaConnection, topic: str, n: int) -> set[tuple[int, 
 
 
 def test_sigterm_finishes_the_batch_commits_and_exits_zero_within_grace(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     publish_tf(dfs, stream)
     send_json(conn, data, rows(3000))
     proc = _spawn(settings, stream, "--partitions", "0,1,2", "--http-port", "0",
@@ -81,9 +79,7 @@ def test_sigterm_finishes_the_batch_commits_and_exits_zero_within_grace(
 
 
 def test_kill_9_mid_batch_then_restart_gives_every_offset_a_prediction(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     publish_tf(dfs, stream)
     n, head = 6000, 1000
     send_json(conn, data, rows(head))

@@ -11,17 +11,15 @@ from headrace.streams import dlq
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.codecs import decode_arrow
-from headrace.streams.topics import catalog, dlq_topic, predictions_topic
+from headrace.streams.topics import catalog
 from tests.scorers.conftest import (
     FEATURES,
     publish_tf,
-    read_topic,
     rows,
-    scorer_thread,
+    score,
     send_arrow,
     send_json,
     send_raw,
-    wait_ready,
 )
 
 
@@ -31,19 +29,14 @@ def _table(n: int, seed: int) -> pa.Table:
 
 
 def test_arrow_batches_get_one_arrow_prediction_batch_each(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     mv = publish_tf(dfs, stream)
     tables = [_table(300 + i, i) for i in range(6)]
     x = np.random.default_rng(7).normal(size=(40, len(FEATURES))).astype(np.float32)
     x[[3, 17], 1] = np.nan  # two poison rows inside one batch
     tables.append(pa.table({f: x[:, j] for j, f in enumerate(FEATURES)}))
     send_arrow(conn, data, tables)
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
-        msgs = read_topic(conn, predictions_topic(stream), expect=len(tables))
-        dead = read_topic(conn, dlq_topic(stream), expect=2)
+    msgs, dead = score(settings, conn, expect=len(tables), dead=2)
     assert len(msgs) == len(tables)
     out = {m.key().decode(): decode_arrow(m.value()) for m in msgs}
     assert all(hdr.get(m.headers(), hdr.CONTENT_TYPE) == hdr.ARROW for m in msgs)
@@ -88,10 +81,7 @@ def test_poison_json_goes_to_the_dlq_and_the_partition_keeps_flowing(
             p.produce(data, poison[i // 60], f"bad{i // 60}", partition=0,
                       headers=[(hdr.CONTENT_TYPE, b"application/json")])
     assert p.flush(10) == 0
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
-        preds = read_topic(conn, predictions_topic(stream), expect=expected_good)
-        dead = read_topic(conn, dlq_topic(stream), expect=len(poison))
+    preds, dead = score(settings, conn, expect=expected_good, dead=len(poison))
     assert len(preds) == expected_good
     assert sorted(json.loads(m.value())["key"] for m in preds) == sorted(
         f"g{i}" for i in range(expected_good))
@@ -107,17 +97,12 @@ def test_poison_json_goes_to_the_dlq_and_the_partition_keeps_flowing(
 
 
 def test_mixed_json_and_arrow_in_one_stream(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     publish_tf(dfs, stream)
     send_json(conn, data, rows(100))
     send_arrow(conn, data, [_table(64, 1)])
     send_raw(conn, data, [b"\x00garbage"], content_type=hdr.ARROW)
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
-        msgs = read_topic(conn, predictions_topic(stream), expect=101)
-        dead = read_topic(conn, dlq_topic(stream), expect=1)
+    msgs, dead = score(settings, conn, expect=101, dead=1)
     cts = [hdr.get(m.headers(), hdr.CONTENT_TYPE) for m in msgs]
     assert cts.count(hdr.JSON) == 100 and cts.count(hdr.ARROW) == 1
     assert len(dead) == 1 and hdr.get(dead[0].headers(), dlq.DLQ_STAGE) == "decode"

@@ -16,10 +16,10 @@ from tests.scorers.conftest import (
     publish_mx,
     publish_tf,
     read_topic,
+    ready_scorer,
     rows,
-    scorer_thread,
+    score,
     send_json,
-    wait_ready,
 )
 
 
@@ -31,9 +31,7 @@ def _score_json(settings: Settings, conn: KafkaConnection, dfs: Path, data: str,
     ensure_topics(conn, catalog(settings))
     mv = publish(dfs, stream)
     keys = send_json(conn, data, rows(n))
-    with scorer_thread(settings, conn, **scorer) as running:
-        wait_ready(running)
-        msgs = read_topic(conn, predictions_topic(stream), expect=n)
+    msgs, _ = score(settings, conn, expect=n, **scorer)
     return mv, keys, msgs
 
 
@@ -76,8 +74,7 @@ def test_transactional_mode_publishes_and_commits_offsets_in_the_transaction(
     ensure_topics(conn, catalog(settings))
     publish_tf(dfs, stream)
     keys = send_json(conn, data, rows(1500))
-    with scorer_thread(settings, conn, transactional=True) as scorer:
-        wait_ready(scorer)
+    with ready_scorer(settings, conn, transactional=True) as scorer:
         msgs = read_topic(conn, predictions_topic(stream), expect=1500)
         assert scorer.metrics.commits._value.get() >= 1
     preds = predictions(msgs)

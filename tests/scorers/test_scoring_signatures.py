@@ -26,9 +26,9 @@ from tests.scorers.conftest import (
     eventually,
     publish_tf,
     read_topic,
+    ready_scorer,
     rows,
-    scorer_thread,
-    wait_ready,
+    score,
 )
 from tests.scorers.test_model_swap import _announce
 
@@ -73,9 +73,7 @@ def dead_reasons(msgs: list[Any]) -> dict[str, str]:
 
 
 def test_digit_images_from_json_raw_png_jpeg_and_arrow_match_offline_predictions(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     mv, model = sm.tf_digits(dfs, stream)
     imgs = sm.digits(40)
     png = [sm.encode(i) for i in imgs]
@@ -85,9 +83,7 @@ def test_digit_images_from_json_raw_png_jpeg_and_arrow_match_offline_predictions
     items += [(f"q{i}", jpg[i], "image/jpeg") for i in range(20, 30)]
     items.append(arrow_item("arrow", pa.table({"image": pa.array(png[30:], pa.binary())})))
     produce(conn, data, items)
-    with scorer_thread(settings, conn, top_k=3) as scorer:
-        wait_ready(scorer)
-        msgs = read_topic(conn, predictions_topic(stream), expect=31)
+    msgs, _ = score(settings, conn, expect=31, top_k=3)
     js, ar = split(msgs)
     assert len(js) == 30 and set(ar) == {"arrow"}
     seen = [png[i] for i in range(20)] + [jpg[i] for i in range(20, 30)] + png[30:]
@@ -108,9 +104,7 @@ def test_digit_images_from_json_raw_png_jpeg_and_arrow_match_offline_predictions
 
 
 def test_mxnet_digit_images_from_json_and_raw_bytes_match_offline_predictions(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     mv, net = sm.mx_digits(dfs, stream)  # sets numpy.bool, which MXNet needs, first
     import mxnet as mx
 
@@ -119,10 +113,7 @@ def test_mxnet_digit_images_from_json_and_raw_bytes_match_offline_predictions(
     items += [(f"p{i}", png[i], "image/png") for i in range(6, 12)]
     items.append(json_item("bad", {"image": b64(b"GIF89a not a png")}))
     produce(conn, data, items)
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
-        msgs = read_topic(conn, predictions_topic(stream), expect=12)
-        dead = read_topic(conn, dlq_topic(stream), expect=1)
+    msgs, dead = score(settings, conn, expect=12, dead=1)
     js, _ = split(msgs)
     x = np.stack([sm.decoded(b) for b in png])
     expect = net(mx.nd.array(x)).asnumpy()
@@ -145,9 +136,7 @@ def _bomb(rows_: int) -> bytes:
 
 
 def test_tensors_from_json_and_fixed_size_lists_bad_rows_and_a_bomb_go_to_the_dlq(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     mv, model = sm.tf_tensor(dfs, stream)
     x = np.random.default_rng(0).normal(size=(20, 4, 3)).astype(np.float32)
     fsl = pa.FixedSizeListArray.from_arrays(
@@ -163,10 +152,7 @@ def test_tensors_from_json_and_fixed_size_lists_bad_rows_and_a_bomb_go_to_the_dl
     items.append(arrow_item("arrow", pa.table({"grid": fsl})))
     produce(conn, data, items)
     peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
-        msgs = read_topic(conn, predictions_topic(stream), expect=11)
-        dead = read_topic(conn, dlq_topic(stream), expect=4)
+    msgs, dead = score(settings, conn, expect=11, dead=4)
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
     assert grown_mib < 256, f"peak RSS grew by {grown_mib:.0f} MiB"
     js, ar = split(msgs)
@@ -196,10 +182,7 @@ def test_text_records_from_json_and_arrow_strings_and_text_over_length(
     items.append(json_item("long", {"text": "good " * 9}))
     items.append(arrow_item("arrow", pa.table({"text": texts})))
     produce(conn, data, items)
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
-        msgs = read_topic(conn, predictions_topic(stream), expect=6)
-        dead = read_topic(conn, dlq_topic(stream), expect=1)
+    msgs, dead = score(settings, conn, expect=6, dead=1)
     js, ar = split(msgs)
     expect = np.asarray(model(tf.constant([[t] for t in texts])), np.float32)
     for i in range(len(texts)):
@@ -212,9 +195,7 @@ def test_text_records_from_json_and_arrow_strings_and_text_over_length(
 
 
 def test_an_image_plus_numeric_model_gives_top_k_and_both_outputs_and_bad_rows_their_reason(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     _, model = sm.tf_two_inputs(dfs, stream)
     imgs = sm.digits(8)
     png = [sm.encode(i) for i in imgs]
@@ -229,10 +210,7 @@ def test_an_image_plus_numeric_model_gives_top_k_and_both_outputs_and_bad_rows_t
     items.append(arrow_item("arrow", pa.table({
         "image": pa.array(png[4:], pa.binary()), "age": meta[4:, 0], "size": meta[4:, 1]})))
     produce(conn, data, items)
-    with scorer_thread(settings, conn, max_image_pixels=1000) as scorer:
-        wait_ready(scorer)
-        msgs = read_topic(conn, predictions_topic(stream), expect=5)
-        dead = read_topic(conn, dlq_topic(stream), expect=3)
+    msgs, dead = score(settings, conn, expect=5, dead=3, max_image_pixels=1000)
     js, ar = split(msgs)
     kind, weight = (np.asarray(y, np.float32) for y in model(
         {"image": imgs[..., None].astype(np.float32), "meta": meta}))
@@ -257,13 +235,10 @@ def test_an_image_plus_numeric_model_gives_top_k_and_both_outputs_and_bad_rows_t
 
 
 def test_a_swap_from_a_tabular_model_to_an_image_model_scores_the_new_inputs(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     v1 = publish_tf(dfs, stream)
     png = [sm.encode(i) for i in sm.digits(5)]
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
+    with ready_scorer(settings, conn) as scorer:
         produce(conn, data, [json_item(f"a{i}", r) for i, r in enumerate(rows(20))])
         read_topic(conn, predictions_topic(stream), expect=20, settle_s=0)
         v2, model = sm.tf_digits(dfs, stream)  # moves the production alias
@@ -284,9 +259,7 @@ def test_a_swap_from_a_tabular_model_to_an_image_model_scores_the_new_inputs(
 
 
 def test_mxnet_text_plus_numeric_model_with_two_outputs(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str) -> None:
-    stream = settings.streams[0]
-    ensure_topics(conn, catalog(settings))
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
     mv, net = sm.mx_text_and_meta(dfs, stream)  # sets numpy.bool, which MXNet needs, first
     import mxnet as mx
 
@@ -298,10 +271,7 @@ def test_mxnet_text_plus_numeric_model_with_two_outputs(
                                  "size": float(meta[i, 1])}) for i, t in enumerate(texts)]
     items.append(json_item("long", {"review": "good " * 7, "age": 1, "size": 1}))
     produce(conn, data, items)
-    with scorer_thread(settings, conn) as scorer:
-        wait_ready(scorer)
-        msgs = read_topic(conn, predictions_topic(stream), expect=4)
-        dead = read_topic(conn, dlq_topic(stream), expect=1)
+    msgs, dead = score(settings, conn, expect=4, dead=1)
     js, _ = split(msgs)
     ids = tokens.encode_text(pa.array(texts), sm.VOCAB, max_length=6).astype(np.float32)
     cls, reg = (y.asnumpy() for y in net(mx.nd.array(ids), mx.nd.array(meta)))
