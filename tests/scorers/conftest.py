@@ -27,6 +27,7 @@ from tests.fixtures import (
     scorer_thread,
     wait_ready,
 )
+from tests.scorers.signature_models import seeded_mxnet
 
 __all__ = ["eventually", "http_get", "read_topic", "ready_scorer", "score", "scorer_thread",
            "wait_ready"]
@@ -57,13 +58,7 @@ def publish_tf(root: Path, name: str, *, seed: int = 0, classes: tuple[str, ...]
 
 def publish_mx(root: Path, name: str, *, seed: int = 0, classes: tuple[str, ...] = CLASSES,
                features: tuple[str, ...] = FEATURES, alias: bool = True) -> ModelVersion:
-    import numpy
-
-    if not hasattr(numpy, "bool"):
-        numpy.bool = bool  # type: ignore[attr-defined]
-    import mxnet as mx
-
-    mx.random.seed(seed)
+    mx = seeded_mxnet(seed)
 
     class Net(mx.gluon.nn.HybridBlock):
         def __init__(self) -> None:

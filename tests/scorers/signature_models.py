@@ -70,8 +70,8 @@ def tf_digits(root: Path, name: str, *, seed: int = 0, alias: bool = True
     return _publish(root, m, lambda d: model.save(d / "model.keras"), alias), model
 
 
-def mx_digits(root: Path, name: str, *, seed: int = 0, alias: bool = True
-              ) -> tuple[ModelVersion, Any]:
+def seeded_mxnet(seed: int) -> Any:
+    """``mxnet``, imported after setting the NumPy alias MXNet 1.9 needs, its RNG seeded."""
     import numpy
 
     if not hasattr(numpy, "bool"):
@@ -79,6 +79,12 @@ def mx_digits(root: Path, name: str, *, seed: int = 0, alias: bool = True
     import mxnet as mx
 
     mx.random.seed(seed)
+    return mx
+
+
+def mx_digits(root: Path, name: str, *, seed: int = 0, alias: bool = True
+              ) -> tuple[ModelVersion, Any]:
+    mx = seeded_mxnet(seed)
 
     class Net(mx.gluon.nn.HybridBlock):
         def __init__(self) -> None:
