@@ -13,12 +13,11 @@ state from its event loop; the server thread only reads floats and booleans.
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from headrace.core.probe_server import ProbeHTTPServer
 
 
 @dataclass
@@ -62,40 +61,6 @@ class ControlHealth:
         return ok, {"tables_recovered": self.recovered, "kafka_session": self.session}
 
 
-class HealthServer:
+class HealthServer(ProbeHTTPServer):
     def __init__(self, *, host: str, port: int, health: ControlHealth) -> None:
-        state = health
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                path = self.path.split("?", 1)[0]
-                if path not in ("/livez", "/readyz"):
-                    self._send(404, {"error": "not found"})
-                    return
-                ok, info = state.live() if path == "/livez" else state.ready()
-                self._send(200 if ok else 503, {"ok": ok, **info})
-
-            def _send(self, code: int, doc: dict[str, object]) -> None:
-                body = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return None
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self.port = int(self._server.server_address[1])
-        self._thread = threading.Thread(target=self._server.serve_forever,
-                                        name="control-probes", daemon=True)
-
-    def start(self) -> HealthServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(host=host, port=port, state=health, name="control-probes")
