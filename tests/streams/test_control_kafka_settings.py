@@ -31,12 +31,13 @@ from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 from headrace.core.errors import ConfigError
 from headrace.core.settings import load_settings
 from headrace.streams.broker import EmbeddedBroker
-from headrace.streams.clients import KafkaConnection, send_events
+from headrace.streams.clients import KafkaConnection
 from headrace.streams.connection import connection_for
 from headrace.streams.contracts import JobEventKind
 from headrace.streams.control_app import ControlAppConfig, ControlHooks, build_app, topic_specs
 from headrace.streams.control_health import ControlHealth
 from headrace.streams.faust_kafka import broker_credentials
+from headrace.streams.producing import send_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from tests.trainers.conftest import REPO, job_env, request, stop, wait_events

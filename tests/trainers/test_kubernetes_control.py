@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from headrace.streams.clients import KafkaConnection, send_events
+from headrace.streams.clients import KafkaConnection
 from headrace.streams.contracts import JobEventKind
+from headrace.streams.producing import send_events
 from headrace.streams.topics import ControlTopics
 from headrace.topology.pod_security import manifest_violations
 from headrace.topology.validation import validate_object
