@@ -29,13 +29,13 @@ from headrace.core.settings import Settings
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.topics import catalog, data_topic, predictions_topic
 from tests.scorers.conftest import (
+    eventually,
     http_get,
     predictions,
     publish_tf,
     read_topic,
     rows,
     send_json,
-    wait_for,
 )
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
@@ -226,8 +226,8 @@ def test_scorer_in_the_image_serves_readyz_scores_and_exits_zero_on_sigterm(
     send_json(conn, data_topic(stream), rows(40))
     proc = c.start()
     try:
-        wait_for(lambda: proc.poll() is not None or _ready(port),
-                 timeout_s=240, what="/readyz from the containerised scorer")
+        eventually(lambda: proc.poll() is not None or _ready(port),
+                   timeout_s=240, what="/readyz from the containerised scorer")
         assert proc.poll() is None, proc.communicate()[0][-3000:]
         got = predictions(read_topic(conn, predictions_topic(stream), expect=40,
                                      timeout_s=120))
