@@ -20,6 +20,7 @@ from headrace.scorers.worker import Worker
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, make_producer
+from headrace.streams.consuming import BatchConsumer
 from tests.scorers import signature_models as sm
 from tests.scorers.conftest import read_topic
 
@@ -47,7 +48,8 @@ def _send(conn: KafkaConnection, topic: str) -> None:
 def _worker(conn: KafkaConnection, dfs: Path, topic: str, out: str) -> Worker:
     holder = ModelHolder()
     holder.swap(load_model(root=dfs, name="m", alias="production", device="cpu", max_batch=64))
-    io = StreamIO(conn, group_id=f"g-{topic}", topics=[topic], partitions=[0], idempotent=False)
+    io = StreamIO(conn, BatchConsumer(conn, group_id=f"g-{topic}", topics=[topic],
+                                      partitions=[0]), idempotent=False)
     return Worker(io=io, holder=holder, metrics=ScorerMetrics(stream="s", model="m"),
                   predictions_topic=out, dlq_topic=out + ".dlq", batch_size=N,
                   max_wait_s=2.0, grace_s=5.0, transactional=False, stop=threading.Event())
