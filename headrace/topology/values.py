@@ -72,15 +72,16 @@ def image_values(image: str) -> dict[str, str]:
 
 
 def deploy_values(deploy: Deploy) -> dict[str, Any]:
-    """What the cluster file's ``deploy:`` sets explicitly (its defaults are the chart's names
-    for release ``headrace``, so they are left to the chart and to `helm install`)."""
-    given = deploy.model_fields_set
+    """The cluster file's ``deploy:`` settings that differ from their defaults. The defaults
+    are the chart's own: its image, and for release ``headrace`` the claim ``headrace-dfs`` and
+    Secret ``headrace-kafka`` it creates, so `helm install` still creates them."""
+    default = Deploy()
     out: dict[str, Any] = {}
-    if "image" in given:
+    if deploy.image != default.image:
         out["image"] = image_values(deploy.image)
-    if "kafka_secret" in given:
+    if deploy.kafka_secret != default.kafka_secret:
         out["kafka"] = {"existingSecret": deploy.kafka_secret}
-    if "dfs_claim" in given:
+    if deploy.dfs_claim != default.dfs_claim:
         out["dfs"] = {"existingClaim": deploy.dfs_claim}
     return out
 

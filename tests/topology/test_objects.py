@@ -247,3 +247,18 @@ def test_multi_worker_mxnet_with_allreduce_is_refused_in_one_line() -> None:
 def test_validation_rejects_unknown_fields_and_kinds(broken: dict[str, Any]) -> None:
     with pytest.raises(ValidationFailed):
         validate_object(broken)
+
+
+@pytest.mark.parametrize(("image", "values"), [
+    ("ghcr.io/headrace/headrace:0.1.0", {"repository": "ghcr.io/headrace/headrace",
+                                         "tag": "0.1.0"}),
+    ("reg.example:5000/ml/headrace", {"repository": "reg.example:5000/ml/headrace",
+                                      "tag": "latest"}),
+    ("reg.example:5000/ml/headrace@sha256:" + "b" * 64,
+     {"repository": "reg.example:5000/ml/headrace", "digest": "sha256:" + "b" * 64}),
+])
+def test_the_deploy_image_becomes_the_charts_image_values(image: str,
+                                                          values: dict[str, str]) -> None:
+    from headrace.topology.values import image_values
+
+    assert image_values(image) == values
