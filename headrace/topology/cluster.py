@@ -150,15 +150,10 @@ class TrainerNeeds(_Frozen):
     gpu_type: str | None = Field(default=None, alias="gpuType")
     cpu_m: int = Field(default=4000, alias="cpuMillis", ge=1)
     memory_mib: int = Field(default=16384, alias="memoryMiB", ge=1)
-    gang: Literal["none", "volcano", "kueue"] | None = Field(
-        default=None, description="gang scheduler of training Jobs; default: volcano for "
-        "more than one worker, else none (the control plane's Role follows it)")
-
-    @property
-    def effective_gang(self) -> str:
-        if self.gang is not None:
-            return self.gang
-        return "volcano" if self.workers > 1 else "none"
+    # Opt-in: naming a scheduler the cluster lacks would leave training pods Pending.
+    gang: Literal["none", "volcano", "kueue"] = Field(
+        default="none", description="gang scheduler of training Jobs (the control plane's "
+        "Role follows it); without one, a multi-worker Job's pods start as they fit")
 
 
 class Labels(_Frozen):

@@ -106,6 +106,6 @@ def chart_values(*, plan: Plan, deploy: Deploy, trainer: TrainerNeeds | None = N
                           "minReplicaCount": opts.keda_min_replicas}
     if opts.service_monitor:
         values["serviceMonitor"] = {"enabled": True}
-    if trainer is not None and trainer.effective_gang != "none":
-        values["trainer"] = {"gang": trainer.effective_gang}
+    if trainer is not None and trainer.gang != "none":
+        values["trainer"] = {"gang": trainer.gang}
     return values

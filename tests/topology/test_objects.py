@@ -154,7 +154,8 @@ def test_each_statefulset_pod_runs_exactly_its_planned_partitions(planned: Any,
 
 
 @pytest.mark.parametrize(("trainer", "volcano"), [
-    ({}, False), ({"workers": 2}, True), ({"workers": 2, "gang": "none"}, False),
+    ({}, False), ({"workers": 2}, False), ({"workers": 2, "gang": "volcano"}, True),
+    ({"gang": "kueue"}, False),
 ])
 def test_executor_rbac_grants_podgroups_only_for_gangs(
         make_cluster: Any, three_racks: Any, trainer: dict[str, Any], volcano: bool) -> None:
