@@ -41,9 +41,12 @@ def find_chart(path: Path | None = None) -> Path:
 def render_chart(values: dict[str, Any], *, namespace: str, chart: Path | None = None,
                  release: str = RELEASE) -> dict[str, list[dict[str, Any]]]:
     """Each template's file name -> its rendered objects (values checked by the chart's schema)."""
-    import helm_python as helm
-
     where = find_chart(chart)
+    try:
+        import helm_python as helm
+    except ImportError:
+        raise ConfigError("rendering the Helm chart needs helm-python-sdk: "
+                          "pip install 'headrace[topology]'") from None
     try:
         with helm.Chart.load(where) as c:
             docs = c.render(values, name=release, namespace=namespace)
