@@ -27,6 +27,7 @@ PLANTS = [
     ("headrace/cli/_context.py", "kafka"),
     ("headrace/ops/demo.py", "kubernetes"),
     ("headrace/scorers/worker.py", "kubernetes"),
+    ("headrace/topology/commands.py", "helm_python"),
 ]
 
 

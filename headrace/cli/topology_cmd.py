@@ -14,13 +14,16 @@ from headrace.topology.placement import Plan
 
 app = typer.Typer(
     name="topology",
-    help="Plan scorer placement (racks, GPUs, volumes) and build Kubernetes objects / Helm values.",
+    help="Plan scorer placement (racks, GPUs, volumes); write Helm values or apply the chart.",
     no_args_is_help=True,
 )
 
 ClusterOpt = Annotated[Path, typer.Option("--cluster", "-c", help="Cluster description (YAML).")]
 PreviousOpt = Annotated[Path | None, typer.Option(
     "--previous", help="The last plan (JSON); its ownership is kept where still valid.")]
+ChartOpt = Annotated[Path | None, typer.Option(
+    "--chart", envvar="HEADRACE_CHART",
+    help="The helm/headrace chart directory (default: the source checkout's).")]
 
 
 @app.command("plan")
@@ -29,15 +32,18 @@ def plan_cmd(
     values_out: Annotated[Path | None, typer.Option(
         "--values-out", help="Write Helm values (scorerGroups) for helm/headrace.")] = None,
     manifests: Annotated[Path | None, typer.Option(
-        "--manifests", help="Write plain, validated YAML manifests into this directory.")] = None,
+        "--manifests", help="Write the objects `apply` would create (the chart rendered with "
+        "the plan's values), validated, as YAML files into this directory.")] = None,
     previous: PreviousOpt = None,
     plan_out: Annotated[Path | None, typer.Option(
         "--plan-out", help="Write the plan as JSON (feed it to --previous next time).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    chart: ChartOpt = None,
 ) -> None:
     """Plan scorer groups for a cluster and print them as a table."""
     result = commands.run_plan(cluster_path=cluster, previous_path=previous,
-                              values_out=values_out, manifests_dir=manifests, plan_out=plan_out)
+                              values_out=values_out, manifests_dir=manifests, plan_out=plan_out,
+                              chart=chart)
     stats = result.plan.stats
     if as_json:
         typer.echo(commands.plan_json(result))
@@ -83,9 +89,11 @@ def apply_cmd(
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the objects instead of creating them.")] = False,
     previous: PreviousOpt = None,
+    chart: ChartOpt = None,
 ) -> None:
-    """Create or patch the plan's objects in the current Kubernetes context."""
+    """Render the chart with the plan's values; create or patch the scorer objects and the
+    executor's RBAC in the current Kubernetes context."""
     _, lines = commands.run_apply(cluster_path=cluster, namespace=namespace, dry_run=dry_run,
-                                 previous_path=previous)
+                                 previous_path=previous, chart=chart)
     for line in lines:
         typer.echo(line.rstrip("\n"))

@@ -150,6 +150,10 @@ class TrainerNeeds(_Frozen):
     gpu_type: str | None = Field(default=None, alias="gpuType")
     cpu_m: int = Field(default=4000, alias="cpuMillis", ge=1)
     memory_mib: int = Field(default=16384, alias="memoryMiB", ge=1)
+    # Opt-in: naming a scheduler the cluster lacks would leave training pods Pending.
+    gang: Literal["none", "volcano", "kueue"] = Field(
+        default="none", description="gang scheduler of training Jobs (the control plane's "
+        "Role follows it); without one, a multi-worker Job's pods start as they fit")
 
 
 class Labels(_Frozen):

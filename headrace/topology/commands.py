@@ -13,12 +13,12 @@ from typing import Any
 import yaml
 
 from headrace.core.errors import ConfigError, RetriableError
+from headrace.topology.chart import applied_objects
 from headrace.topology.cluster import ClusterSpec, load_cluster
-from headrace.topology.objects import ScorerOptions, executor_rbac, scorer_objects
 from headrace.topology.placement import Plan, load_plan, moved_partitions
 from headrace.topology.planning import plan_placement
 from headrace.topology.validation import validate_all
-from headrace.topology.values import chart_values
+from headrace.topology.values import ScorerOptions, chart_values
 from headrace.trainers.executors.kubernetes import load_kube_config
 
 
@@ -30,14 +30,20 @@ class PlanResult:
     written: tuple[Path, ...]
 
 
+def plan_values(*, cluster: ClusterSpec, plan: Plan,
+                options: ScorerOptions | None = None) -> dict[str, Any]:
+    """The chart values for ``plan``: what ``plan --values-out`` writes and ``apply`` renders."""
+    return chart_values(plan=plan, deploy=cluster.deploy, trainer=cluster.trainer,
+                        options=options)
+
+
 def build_objects(*, cluster: ClusterSpec, plan: Plan, namespace: str | None = None,
-                  options: ScorerOptions | None = None) -> list[dict[str, Any]]:
-    """Scorer objects + executor RBAC for ``plan``, validated (strict) as manifests."""
-    deploy = cluster.deploy if namespace is None else cluster.deploy.model_copy(
-        update={"namespace": namespace})
-    objs = scorer_objects(plan=plan, deploy=deploy, options=options)
-    objs += executor_rbac(namespace=deploy.namespace, gang=cluster.trainer.workers > 1)
-    return validate_all(objs)
+                  options: ScorerOptions | None = None,
+                  chart: Path | None = None) -> list[dict[str, Any]]:
+    """The chart's scorer objects + executor RBAC for ``plan``, validated (strict)."""
+    values = plan_values(cluster=cluster, plan=plan, options=options)
+    return validate_all(applied_objects(values, namespace=namespace or cluster.deploy.namespace,
+                                        chart=chart))
 
 
 def write_manifests(manifests: list[dict[str, Any]], directory: Path) -> list[Path]:
@@ -52,17 +58,18 @@ def write_manifests(manifests: list[dict[str, Any]], directory: Path) -> list[Pa
 
 def run_plan(*, cluster_path: Path, previous_path: Path | None = None,
              values_out: Path | None = None, manifests_dir: Path | None = None,
-             plan_out: Path | None = None) -> PlanResult:
+             plan_out: Path | None = None, chart: Path | None = None) -> PlanResult:
     cluster = load_cluster(cluster_path)
     previous = load_plan(previous_path) if previous_path else None
     plan = plan_placement(cluster=cluster, previous=previous)
     written: list[Path] = []
     if values_out is not None:
-        values = chart_values(plan=plan, deploy=cluster.deploy)
+        values = plan_values(cluster=cluster, plan=plan)
         values_out.write_text(yaml.safe_dump(values, sort_keys=False), encoding="utf-8")
         written.append(values_out)
     if manifests_dir is not None:
-        written += write_manifests(build_objects(cluster=cluster, plan=plan), manifests_dir)
+        written += write_manifests(build_objects(cluster=cluster, plan=plan, chart=chart),
+                                   manifests_dir)
     if plan_out is not None:
         plan_out.write_text(plan.to_json(), encoding="utf-8")
         written.append(plan_out)
@@ -85,7 +92,12 @@ def run_explain(*, cluster_path: Path, previous_path: Path | None = None) -> Pla
 
 _CORE = {"ServiceAccount": "service_account", "Service": "service"}
 _APPS = {"StatefulSet": "stateful_set", "Deployment": "deployment"}
-_CUSTOM = {"ScaledObject": "scaledobjects", "ServiceMonitor": "servicemonitors"}
+# The client would send a whole object as a JSON Patch (its first content type), which the
+# API server refuses; a whole object is a strategic merge (built-in kinds) or a merge patch.
+_STRATEGIC = "application/strategic-merge-patch+json"
+_MERGE = "application/merge-patch+json"
+_CUSTOM = {"ScaledObject": "scaledobjects", "TriggerAuthentication": "triggerauthentications",
+           "ServiceMonitor": "servicemonitors"}
 
 
 def apply_manifests(manifests: list[dict[str, Any]], *, api_client: Any) -> list[str]:
@@ -106,14 +118,15 @@ def apply_manifests(manifests: list[dict[str, Any]], *, api_client: Any) -> list
             plural = _CUSTOM[kind]
             create = _bind(custom.create_namespaced_custom_object, group, version, ns, plural, m)
             patch = _bind(custom.patch_namespaced_custom_object, group, version, ns, plural,
-                          name, m)
+                          name, m, _content_type=_MERGE)
         else:
             snake = _CORE.get(kind) or _APPS.get(kind) or {
                 "PodDisruptionBudget": "pod_disruption_budget", "Role": "role",
                 "RoleBinding": "role_binding"}[kind]
             api = apis[m["apiVersion"]]
             create = _bind(getattr(api, f"create_namespaced_{snake}"), ns, m)
-            patch = _bind(getattr(api, f"patch_namespaced_{snake}"), name, ns, m)
+            patch = _bind(getattr(api, f"patch_namespaced_{snake}"), name, ns, m,
+                          _content_type=_STRATEGIC)
         try:
             create()
             done.append(f"created {kind}/{name}")
@@ -128,8 +141,8 @@ def apply_manifests(manifests: list[dict[str, Any]], *, api_client: Any) -> list
     return done
 
 
-def _bind(fn: Any, *args: Any) -> Any:
-    return lambda: fn(*args)
+def _bind(fn: Any, *args: Any, **kw: Any) -> Any:
+    return lambda: fn(*args, **kw)
 
 
 def _api_error(exc: BaseException) -> Exception:
@@ -157,12 +170,15 @@ def kube_api_client(context: str | None = None) -> Any:
 
 
 def run_apply(*, cluster_path: Path, namespace: str | None = None, dry_run: bool = False,
-              previous_path: Path | None = None, api_client: Any = None) -> tuple[Plan, list[str]]:
-    """Plan, build, validate, then print (dry run) or create/patch every object."""
+              previous_path: Path | None = None, api_client: Any = None,
+              chart: Path | None = None,
+              options: ScorerOptions | None = None) -> tuple[Plan, list[str]]:
+    """Plan, render the chart, validate, then print (dry run) or create/patch every object."""
     cluster = load_cluster(cluster_path)
     previous = load_plan(previous_path) if previous_path else None
     plan = plan_placement(cluster=cluster, previous=previous)
-    manifests = build_objects(cluster=cluster, plan=plan, namespace=namespace)
+    manifests = build_objects(cluster=cluster, plan=plan, namespace=namespace, chart=chart,
+                              options=options)
     if dry_run:
         return plan, [yaml.safe_dump_all(manifests, sort_keys=False)]
     return plan, apply_manifests(manifests, api_client=api_client or kube_api_client())

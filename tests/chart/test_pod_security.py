@@ -5,7 +5,8 @@
   pod spec is checked against the restricted profile written out in
   ``headrace.topology.pod_security`` (what the pod-security admission controller enforces: no
   API server runs here). The training Jobs the KubernetesExecutor creates
-  (``kubernetes_objects``) and the scorer objects ``headrace topology`` builds are checked too.
+  (``kubernetes_objects``) and the scorer objects ``headrace topology apply`` renders from the
+  chart for a plan are checked too.
 * checkov (PyPI, run offline with ``--skip-download``) scans the same rendered manifests. It is
   installed in its own virtual environment (its pins clash with ours): ``./dev test`` creates
   ``.venv-tools``; ``HEADRACE_CHECKOV`` points elsewhere. Without it the test skips, except
@@ -27,7 +28,7 @@ import yaml
 
 from headrace.core.errors import ValidationFailed
 from headrace.topology.cluster import parse_cluster
-from headrace.topology.objects import ScorerOptions, scorer_objects
+from headrace.topology.commands import build_objects
 from headrace.topology.planning import plan_placement
 from headrace.topology.pod_security import manifest_violations, pod_spec_of, violations
 from headrace.topology.validation import to_manifest, validate_object
@@ -135,8 +136,7 @@ def test_schedule_cronjob_and_planned_scorers_pass_the_restricted_profile() -> N
         "streams": [{"name": "clicks", "partitions": 4, "rackCycle": ["r1"]}],
         "scorer": {"gpus": 1},
     })
-    objs = [validate_object(o) for o in scorer_objects(
-        plan=plan_placement(cluster=cluster), deploy=cluster.deploy, options=ScorerOptions())]
+    objs = build_objects(cluster=cluster, plan=plan_placement(cluster=cluster))
     pods = workloads(objs)
     assert pods
     for w in pods:

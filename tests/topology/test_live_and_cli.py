@@ -125,3 +125,143 @@ def test_cli_errors_are_one_line_with_a_non_zero_exit(
     assert main(["topology", "apply", "--cluster", str(cluster_file)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no reachable Kubernetes cluster" in err
+
+
+APPLIED = ("rbac.yaml", "scorers.yaml", "keda.yaml", "servicemonitor.yaml")
+
+
+def _kind_name(d: dict[str, Any]) -> tuple[str, str]:
+    return d["kind"], d["metadata"]["name"]
+
+
+def test_dry_run_apply_is_the_chart_rendered_with_the_plan_values(
+    cluster_file: Path, tmp_path: Path
+) -> None:
+    """One source: what apply creates is what `helm template` makes of `plan --values-out`."""
+    import helm_python as helm
+    from typer.testing import CliRunner
+
+    from tests.chart.test_chart import CHART
+
+    data = yaml.safe_load(cluster_file.read_text())
+    data["trainer"] = {"workers": 2}
+    data["deploy"] = {"image": "reg.example:5000/ml/headrace:1.2", "kafkaSecret": "corp-kafka"}
+    cluster_file.write_text(yaml.safe_dump(data))
+    values_file = tmp_path / "v.yaml"
+    plan = CliRunner().invoke(app, ["plan", "--cluster", str(cluster_file),
+                                    "--values-out", str(values_file)])
+    assert plan.exit_code == 0, plan.output
+    applied = CliRunner().invoke(app, ["apply", "--cluster", str(cluster_file), "--dry-run",
+                                       "-n", "ml"])
+    assert applied.exit_code == 0, applied.output
+    docs = [d for d in yaml.safe_load_all(applied.output) if d]
+
+    with helm.Chart.load(CHART) as chart:
+        rendered = chart.render(yaml.safe_load(values_file.read_text()), name="headrace",
+                                namespace="ml")
+    expected = []
+    for path, text in rendered.items():
+        if path.rsplit("/", 1)[-1] in APPLIED:
+            for d in yaml.safe_load_all(text):
+                if d:
+                    d["metadata"]["namespace"] = "ml"
+                    expected.append(d)
+
+    assert sorted(docs, key=_kind_name) == sorted(expected, key=_kind_name)
+    assert sorted({d["kind"] for d in docs}) == [
+        "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount", "StatefulSet"]
+    role = next(d for d in docs if d["kind"] == "Role")
+    # 2 workers but no gang scheduler named: no Volcano rules (a missing scheduler would
+    # leave the training pods Pending)
+    assert "scheduling.volcano.sh" not in str(role["rules"])
+    pod = next(d for d in docs if d["kind"] == "StatefulSet")["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "reg.example:5000/ml/headrace:1.2"
+
+
+class FakeApiServer:
+    """The transport under the real kubernetes client: it records each request and keeps the
+    objects by URL, answering as an API server would (201, 409 on an existing name, 200 on a
+    patch, 415 for a whole object sent as a JSON Patch)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, Any] = {}
+        self.requests: list[tuple[str, str, str | None]] = []
+
+    def request(self, method: str, url: str, headers: dict[str, str] | None = None,
+                body: Any = None, **_: Any) -> Any:
+        import urllib3
+        from kubernetes.client import rest
+
+        path = urllib3.util.parse_url(url).path or ""
+        ctype = (headers or {}).get("Content-Type")
+        self.requests.append((method, path, ctype))
+        if method == "POST":
+            path = f"{path}/{body['metadata']['name']}"
+            status = 409 if path in self.objects else 201
+        elif ctype == "application/json-patch+json" and not isinstance(body, list):
+            status = 415
+        else:
+            status = 200 if path in self.objects else 404
+        if status in (200, 201):
+            self.objects[path] = body
+        resp = urllib3.HTTPResponse(body=json.dumps(body if status < 300 else {}).encode(),
+                                    status=status, headers={"Content-Type": "application/json"},
+                                    preload_content=True)
+        return rest.RESTResponse(resp)
+
+
+def test_apply_creates_then_patches_every_object_through_the_kubernetes_client(
+    cluster_file: Path,
+) -> None:
+    from kubernetes.client import ApiClient
+
+    from headrace.topology import commands
+
+    server = FakeApiServer()
+    api = ApiClient()
+    api.rest_client = server
+    _, dry = commands.run_apply(cluster_path=cluster_file, namespace="ml", dry_run=True)
+    manifests = [d for d in yaml.safe_load_all(dry[0]) if d]
+    _, first = commands.run_apply(cluster_path=cluster_file, namespace="ml", api_client=api)
+    assert first == [f"created {m['kind']}/{m['metadata']['name']}" for m in manifests]
+    assert sorted(server.objects.values(), key=_kind_name) == sorted(manifests, key=_kind_name)
+    assert "/apis/apps/v1/namespaces/ml/statefulsets/headrace-clicks-r1" in server.objects
+    assert "/apis/rbac.authorization.k8s.io/v1/namespaces/ml/roles/headrace-control" in (
+        server.objects)
+    _, again = commands.run_apply(cluster_path=cluster_file, namespace="ml", api_client=api)
+    assert again == [f"patched {m['kind']}/{m['metadata']['name']}" for m in manifests]
+    patches = {ctype for method, _, ctype in server.requests if method == "PATCH"}
+    assert patches == {"application/strategic-merge-patch+json"}
+
+
+def test_keda_objects_are_applied_through_the_custom_objects_api(cluster_file: Path) -> None:
+    from kubernetes.client import ApiClient
+
+    from headrace.topology import commands
+    from headrace.topology.values import ScorerOptions
+
+    server = FakeApiServer()
+    api = ApiClient()
+    api.rest_client = server
+    opts = ScorerOptions(mode="consumer-group", keda=True, service_monitor=True)
+    for _ in range(2):
+        commands.run_apply(cluster_path=cluster_file, namespace="ml", api_client=api,
+                           options=opts)
+    scaled = {p for p in server.objects if "/apis/keda.sh/v1alpha1/namespaces/ml/" in p}
+    assert scaled == {f"/apis/keda.sh/v1alpha1/namespaces/ml/scaledobjects/headrace-clicks-r{i}"
+                      for i in (1, 2, 3)}
+    assert "/apis/monitoring.coreos.com/v1/namespaces/ml/servicemonitors/headrace-scorers" in (
+        server.objects)
+    custom_patches = {c for m, p, c in server.requests if m == "PATCH" and "keda.sh" in p}
+    assert custom_patches == {"application/merge-patch+json"}
+
+
+def test_apply_without_the_chart_is_a_one_line_error(
+    cluster_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from headrace.cli import main
+
+    code = main(["topology", "apply", "--cluster", str(cluster_file), "--dry-run",
+                 "--chart", str(tmp_path / "nowhere")])
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("\n") == 1 and "Helm chart not found" in err

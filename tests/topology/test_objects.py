@@ -1,4 +1,6 @@
-"""Every object objects.py and kubernetes_objects.py build passes strict schema validation."""
+"""What the plan decides shows up in the objects ``topology apply`` creates (the chart rendered
+with the plan's values by Helm's own engine), and every object validates strictly; likewise
+the training objects ``kubernetes_objects`` builds."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from typing import Any
 
 import pytest
 
-from headrace.core.errors import ValidationFailed
-from headrace.topology.objects import ScorerOptions, executor_rbac, scorer_objects
+from headrace.core.errors import ConfigError, ValidationFailed
+from headrace.topology.commands import build_objects
 from headrace.topology.planning import plan_placement
+from headrace.topology.pod_security import manifest_violations
 from headrace.topology.training import (
     ScheduleSpec,
     TrainingJobSpec,
@@ -22,11 +25,12 @@ from headrace.topology.training import (
     training_objects,
 )
 from headrace.topology.validation import validate_all, validate_object
+from headrace.topology.values import ScorerOptions
 
 
 @pytest.fixture
 def planned(make_cluster: Any, three_racks: Any) -> Any:
-    three_racks["volumes"] = [{"name": "feat", "zones": ["z1"]}]
+    three_racks["volumes"] = [{"name": "feat", "zones": ["z1"], "claim": "feat-pvc"}]
     three_racks["streams"].append({"name": "views", "partitions": 3, "volume": "feat",
                                    "rackCycle": ["r2"], "replicationFactor": 1})
     cluster = make_cluster(**three_racks)
@@ -39,41 +43,88 @@ def by_kind(manifests: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 def test_static_scorer_objects_validate_and_carry_the_plan(planned: Any) -> None:
     cluster, plan = planned
-    objs = validate_all(scorer_objects(plan=plan, deploy=cluster.deploy,
-                                       options=ScorerOptions(service_monitor=True)))
+    objs = build_objects(cluster=cluster, plan=plan, options=ScorerOptions(service_monitor=True))
+    assert {o["metadata"]["namespace"] for o in objs} == {cluster.deploy.namespace}
     sts = by_kind(objs, "StatefulSet")
-    assert [s["metadata"]["name"] for s in sts] == [f"scorer-{g.name}" for g in plan.groups]
+    assert [s["metadata"]["name"] for s in sts] == [f"headrace-{g.name}" for g in plan.groups]
+    assert [s["spec"]["replicas"] for s in sts] == [len(g.pods) for g in plan.groups]
     assert len(by_kind(objs, "PodDisruptionBudget")) == len(by_kind(objs, "Service")) == len(sts)
+    assert all(p["spec"]["maxUnavailable"] == 1 for p in by_kind(objs, "PodDisruptionBudget"))
     assert len(by_kind(objs, "ServiceMonitor")) == 1
     pod = sts[0]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "headrace-scorer"
+    assert pod["automountServiceAccountToken"] is False
     c = pod["containers"][0]
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["HEADRACE_CLIENT_RACK"] == "r1" and env["HEADRACE_SCORER_DEVICE"] == "gpu:0"
     assert env["HEADRACE_SCORER_DECODE_PROCESSES"] == str(cluster.deploy.decode_processes)
     assert pod["terminationGracePeriodSeconds"] > int(env["HEADRACE_SCORER_GRACE_S"])
+    assert c["image"] == cluster.deploy.image
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert c["resources"]["requests"]["nvidia.com/gpu"] == "1"
     assert c["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert {"name": "dfs", "mountPath": "/dfs", "readOnly": True} in c["volumeMounts"]
+    assert {"name": "dfs", "persistentVolumeClaim": {"claimName": "headrace-dfs"}} in pod[
+        "volumes"]
+    assert manifest_violations(sts[0]) == []
     views = next(s for s in sts if s["metadata"]["labels"]["headrace.io/stream"] == "views")
-    terms = views["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
+    vpod = views["spec"]["template"]["spec"]
+    terms = vpod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]
     assert {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1"]} in terms[
         "matchExpressions"]
+    assert {"name": "data", "mountPath": "/data/feat", "readOnly": True} in vpod["containers"][0][
+        "volumeMounts"]
+    assert {"name": "data", "persistentVolumeClaim": {"claimName": "feat-pvc"}} in vpod["volumes"]
+
+
+def test_deploy_settings_in_the_cluster_file_reach_the_objects(make_cluster: Any,
+                                                                three_racks: Any) -> None:
+    cluster = make_cluster(**three_racks, deploy={
+        "namespace": "ml", "image": "reg.example:5000/ml/headrace@sha256:" + "a" * 64,
+        "dfsClaim": "shared-cephfs", "kafkaSecret": "corp-kafka", "graceSeconds": 45})
+    objs = build_objects(cluster=cluster, plan=plan_placement(cluster=cluster))
+    pod = by_kind(objs, "StatefulSet")[0]["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["image"] == cluster.deploy.image
+    assert pod["terminationGracePeriodSeconds"] == 55
+    assert {"name": "dfs", "persistentVolumeClaim": {"claimName": "shared-cephfs"}} in pod[
+        "volumes"]
+    secrets = {e["valueFrom"]["secretKeyRef"]["name"] for e in c["env"] if "valueFrom" in e}
+    assert secrets == {"corp-kafka"}
+    assert {o["metadata"]["namespace"] for o in objs} == {"ml"}
+    [binding] = by_kind(objs, "RoleBinding")
+    assert binding["subjects"][0]["namespace"] == "ml"
 
 
 def test_consumer_group_mode_scales_with_keda_capped_by_partitions(planned: Any) -> None:
     cluster, plan = planned
-    objs = validate_all(scorer_objects(plan=plan, deploy=cluster.deploy, options=ScorerOptions(
-        mode="consumer-group", keda=True)))
+    objs = build_objects(cluster=cluster, plan=plan, options=ScorerOptions(
+        mode="consumer-group", keda=True, keda_lag_threshold=500, keda_min_replicas=2))
     assert by_kind(objs, "StatefulSet") == []
     caps = {so["spec"]["scaleTargetRef"]["name"]: so["spec"]["maxReplicaCount"]
             for so in by_kind(objs, "ScaledObject")}
-    assert caps == {f"scorer-{g.name}": len(g.partitions) for g in plan.groups}
+    assert caps == {f"headrace-{g.name}": len(g.partitions) for g in plan.groups}
+    mins = {so["spec"]["minReplicaCount"] for so in by_kind(objs, "ScaledObject")}
+    assert mins == {min(2, len(g.partitions)) for g in plan.groups}
     trig = by_kind(objs, "ScaledObject")[0]["spec"]["triggers"][0]["metadata"]
     assert trig["consumerGroup"] == "headrace-scorer.clicks" and trig["topic"] == "data.clicks"
-    cmd = by_kind(objs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert trig["lagThreshold"] == "500"
+    deployments = by_kind(objs, "Deployment")
+    assert all("replicas" not in d["spec"] for d in deployments)  # KEDA owns the count
+    cmd = deployments[0]["spec"]["template"]["spec"]["containers"][0]["command"]
     assert cmd == ["headrace", "score", "clicks"]
+    # ScaledObjects come after the Deployments they scale.
+    kinds = [o["kind"] for o in objs]
+    assert kinds.index("ScaledObject") > max(i for i, k in enumerate(kinds) if k == "Deployment")
+
+
+def test_a_missing_chart_is_a_one_line_config_error(planned: Any, tmp_path: Path) -> None:
+    cluster, plan = planned
+    with pytest.raises(ConfigError, match="Helm chart not found") as info:
+        build_objects(cluster=cluster, plan=plan, chart=tmp_path)
+    assert "\n" not in str(info.value)
 
 
 def _fake_headrace(tmp_path: Path) -> dict[str, str]:
@@ -89,25 +140,33 @@ def _fake_headrace(tmp_path: Path) -> dict[str, str]:
 def test_each_statefulset_pod_runs_exactly_its_planned_partitions(planned: Any,
                                                                   tmp_path: Path) -> None:
     cluster, plan = planned
-    sts = by_kind(validate_all(scorer_objects(plan=plan, deploy=cluster.deploy)), "StatefulSet")[0]
+    sts = by_kind(build_objects(cluster=cluster, plan=plan), "StatefulSet")[0]
     cmd = sts["spec"]["template"]["spec"]["containers"][0]["command"]
     env = _fake_headrace(tmp_path)
     for ordinal, pod in enumerate(plan.groups[0].pods):
-        out = subprocess.run(cmd, env={**env, "HOSTNAME": f"scorer-clicks-r1-{ordinal}"},
+        out = subprocess.run(cmd, env={**env, "HOSTNAME": f"headrace-clicks-r1-{ordinal}"},
                              capture_output=True, text=True, check=True)
         assert out.stdout.split() == ["score", "clicks", "--partitions",
                                       ",".join(map(str, pod.partitions))]
-    bad = subprocess.run(cmd, env={**env, "HOSTNAME": "scorer-clicks-r1-9"}, capture_output=True)
+    bad = subprocess.run(cmd, env={**env, "HOSTNAME": "headrace-clicks-r1-9"},
+                         capture_output=True)
     assert bad.returncode == 64
 
 
-def test_executor_rbac_validates_and_grants_podgroups_only_for_gangs() -> None:
-    plain = validate_all(executor_rbac(namespace="ml", gang=False))
-    gang = validate_all(executor_rbac(namespace="ml", gang=True))
-    groups = [r["apiGroups"][0] for r in by_kind(gang, "Role")[0]["rules"]]
-    assert "scheduling.volcano.sh" in groups
-    assert "scheduling.volcano.sh" not in [r["apiGroups"][0] for r in by_kind(plain, "Role")[0][
-        "rules"]]
+@pytest.mark.parametrize(("trainer", "volcano"), [
+    ({}, False), ({"workers": 2}, False), ({"workers": 2, "gang": "volcano"}, True),
+    ({"gang": "kueue"}, False),
+])
+def test_executor_rbac_grants_podgroups_only_for_gangs(
+        make_cluster: Any, three_racks: Any, trainer: dict[str, Any], volcano: bool) -> None:
+    cluster = make_cluster(**three_racks, trainer=trainer)
+    objs = build_objects(cluster=cluster, plan=plan_placement(cluster=cluster))
+    accounts = {a["metadata"]["name"]: a for a in by_kind(objs, "ServiceAccount")}
+    assert set(accounts) == {"headrace-control", "headrace-trainer", "headrace-scorer"}
+    assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
+    [role] = by_kind(objs, "Role")
+    assert role["metadata"]["name"] == "headrace-control"
+    assert ("scheduling.volcano.sh" in [r["apiGroups"][0] for r in role["rules"]]) is volcano
 
 
 def test_single_worker_job_retries_by_exit_code() -> None:
@@ -189,3 +248,18 @@ def test_multi_worker_mxnet_with_allreduce_is_refused_in_one_line() -> None:
 def test_validation_rejects_unknown_fields_and_kinds(broken: dict[str, Any]) -> None:
     with pytest.raises(ValidationFailed):
         validate_object(broken)
+
+
+@pytest.mark.parametrize(("image", "values"), [
+    ("ghcr.io/headrace/headrace:0.1.0", {"repository": "ghcr.io/headrace/headrace",
+                                         "tag": "0.1.0"}),
+    ("reg.example:5000/ml/headrace", {"repository": "reg.example:5000/ml/headrace",
+                                      "tag": "latest"}),
+    ("reg.example:5000/ml/headrace@sha256:" + "b" * 64,
+     {"repository": "reg.example:5000/ml/headrace", "digest": "sha256:" + "b" * 64}),
+])
+def test_the_deploy_image_becomes_the_charts_image_values(image: str,
+                                                          values: dict[str, str]) -> None:
+    from headrace.topology.values import image_values
+
+    assert image_values(image) == values

@@ -1,5 +1,5 @@
 """Pod Security "restricted" settings shared by every pod Headrace builds in Python (training
-Jobs here, scorers in ``headrace.topology.objects``); the Helm chart renders the same values.
+Jobs); the Helm chart renders the same values for every pod it deploys.
 
 * a fixed non-root uid/gid (the image's ``headrace`` user) and ``fsGroup`` so the RWX DFS
   volume is group-writable where the storage honours it (NFS often does not: see
