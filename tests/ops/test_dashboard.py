@@ -19,6 +19,7 @@ from headrace.core.errors import RecordRef, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.ops.dashboard import Dashboard
 from headrace.store import versions
+from headrace.store.dfs import jobs_dir
 from headrace.store.manifest import Manifest
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.contracts import Framework, JobEvent, JobEventKind, Task
@@ -78,6 +79,11 @@ def dash(conn: KafkaConnection, settings: Settings, scorer_metrics: str) -> Iter
                  message="epoch 2/4 loss=0.40"),
         JobEvent(job_id="job-1", kind=JobEventKind.SUCCEEDED, model_name="iris"),
     ], key_of=lambda e: e.job_id)
+    dfs_job = jobs_dir(settings.dfs_root) / "job-dfs"
+    dfs_job.mkdir(parents=True, exist_ok=True)
+    (dfs_job / "status.json").write_text(json.dumps(
+        {"job_id": "job-dfs", "model_name": "iris", "framework": "tensorflow",
+         "state": "succeeded", "attempts": 2, "metrics": {"accuracy": 0.9}}))
     p = make_producer(conn)
     stream = settings.streams[0]
     for i in range(3):
@@ -109,6 +115,11 @@ def test_api_serves_jobs_models_scorers_and_dead_letters(dash: Dashboard,
     status, jobs = get(dash.url + "api/jobs")
     job = next(j for j in jobs["jobs"] if j["job_id"] == "job-1")
     assert status == 200 and job["status"] == "succeeded" and job["progress"] == 1.0
+    # A job known only from the DFS (its events expired): a finished one shows a full bar.
+    on_dfs = next(j for j in jobs["jobs"] if j["job_id"] == "job-dfs")
+    assert on_dfs["source"] == "dfs" and on_dfs["status"] == "succeeded"
+    assert on_dfs["progress"] == 1.0 and on_dfs["attempt"] == 2
+    assert on_dfs["metrics"] == {"accuracy": 0.9}
     status, detail = get(dash.url + "api/jobs/job-1?logs=10")
     assert any("epoch 2/4 loss=0.40" in line for line in detail["logs"])
 

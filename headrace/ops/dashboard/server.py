@@ -162,10 +162,14 @@ class Api:
         for job_id, info in on_dfs.items():
             if job_id in seen or len(listed) >= limit:
                 continue
-            state = (info.get("status") or {}).get("state") or "unknown"
+            js = info.get("status") or {}
+            state = js.get("state") or "unknown"
             if status is None or state == status:
                 listed.append({"job_id": job_id, "status": state, "source": "dfs",
-                               "model_name": (info.get("request") or {}).get("model_name")})
+                               "model_name": (info.get("request") or {}).get("model_name"),
+                               "progress": 1.0 if state == "succeeded" else None,
+                               "attempt": js.get("attempts"), "metrics": js.get("metrics") or {},
+                               "last_ts": js.get("updated_at")})
         return {"jobs": listed}
 
     def job(self, job_id: str, *, logs: int) -> dict[str, Any]:

@@ -90,10 +90,12 @@ class JobBoard:
             if ev.metrics:
                 job.metrics.update(ev.metrics)
                 total = ev.metrics.get("epochs") or ev.metrics.get("total_epochs")
-                if total and ev.epoch is not None:
-                    job.progress = min(1.0, ev.epoch / float(total))
-                if "progress" in ev.metrics:
+                if job.status == "succeeded":
+                    pass  # a finished job stays full, whatever its last events carried
+                elif "progress" in ev.metrics:
                     job.progress = min(1.0, max(0.0, float(ev.metrics["progress"])))
+                elif total and ev.epoch is not None:
+                    job.progress = min(1.0, ev.epoch / float(total))
             if ev.reason:
                 job.reason = ev.reason
             if ev.message:
