@@ -141,6 +141,59 @@ def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: 
             "model_s": model_s}
 
 
+# -- the per-message contenders: one record, one model call, one output ------------------------
+def _per_message(a: Any, scores_of: Callable[[bytes], np.ndarray],
+                 render: Callable[[Any, np.ndarray], dict[str, Any]], *, group: str,
+                 auto_commit: bool) -> dict[str, Any]:
+    from confluent_kafka import TopicPartition
+
+    from headrace.streams.clients import make_consumer, make_producer
+
+    conn = _conn(a.bootstrap)
+    commits = {"enable.auto.commit": True} if auto_commit else {}
+    consumer = make_consumer(conn, f"{group}-{uuid.uuid4().hex}",
+                             **commits, **{"enable.auto.offset.store": True})
+    consumer.assign([TopicPartition(a.input, 0, 0)])
+    producer = make_producer(conn)
+    print("READY", flush=True)
+    n, t0 = 0, None
+    while n < a.rows:
+        msg = consumer.poll(1.0)
+        if msg is None or msg.error():
+            continue
+        t0 = t0 or time.perf_counter()
+        scores = scores_of(msg.value())
+        producer.produce(a.output, json.dumps(render(msg, scores)).encode(), msg.key())
+        n += 1
+        if auto_commit:
+            producer.poll(0)
+        elif n % 16 == 0:
+            producer.flush()
+            consumer.commit(asynchronous=False)
+    producer.flush()
+    if not auto_commit and n % 16:  # nothing stored since the last commit otherwise
+        consumer.commit(asynchronous=False)
+    return {"rows": n, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
+
+
+def kafka_ml_loop(a: Any, scores_of: Callable[[bytes], np.ndarray],
+                  classes: tuple[str, ...]) -> dict[str, Any]:
+    """Kafka-ML's inference loop: poll one message, ``scores_of`` it (decode + model.predict),
+    json.dumps, produce; flush + commit synchronously every 16 messages."""
+    return _per_message(a, scores_of, lambda msg, scores: {
+        "key": msg.key().decode(), "offset": msg.offset(), "scores": [float(s) for s in scores],
+        "label": classes[int(np.argmax(scores))]}, group="kafkaml", auto_commit=False)
+
+
+def per_message_app_loop(a: Any, scores_of: Callable[[bytes], np.ndarray],
+                         classes: tuple[str, ...]) -> dict[str, Any]:
+    """The loop most Python apps write: consume one message, ``scores_of`` it (decode +
+    ``model(x)``), produce the label; auto commit."""
+    return _per_message(a, scores_of, lambda _msg, scores: {
+        "label": classes[int(np.argmax(scores))], "score": float(scores.max())},
+        group="app", auto_commit=True)
+
+
 def stream_topics(bootstrap: str, tag: str) -> tuple[str, str, str]:
     from headrace.streams.topics import data_topic, predictions_topic
 

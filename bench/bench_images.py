@@ -37,7 +37,6 @@ import os
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -152,70 +151,19 @@ def _decode(data: bytes) -> np.ndarray:
 # -- contenders (in a child process) ---------------------------------------------------------------
 def contender_kafka_ml(a: argparse.Namespace) -> dict[str, Any]:
     import keras
-    from confluent_kafka import TopicPartition
-
-    from headrace.streams.clients import make_consumer, make_producer
 
     model = keras.saving.load_model(_keras_file(a), compile=False)
-    conn = c._conn(a.bootstrap)
-    consumer = make_consumer(conn, f"kafkaml-{uuid.uuid4().hex}",
-                             **{"enable.auto.offset.store": True})
-    consumer.assign([TopicPartition(a.input, 0, 0)])
-    producer = make_producer(conn)
-    print("READY", flush=True)
-    n, t0 = 0, None
-    while n < a.rows:
-        msg = consumer.poll(1.0)
-        if msg is None or msg.error():
-            continue
-        t0 = t0 or time.perf_counter()
-        record = json.loads(msg.value())
-        x = _decode(base64.b64decode(record["image"]))
-        scores = model.predict(x, verbose=0)[0]
-        out = json.dumps({"key": msg.key().decode(), "offset": msg.offset(),
-                          "scores": [float(s) for s in scores],
-                          "label": CLASSES[int(np.argmax(scores))]})
-        producer.produce(a.output, out.encode(), msg.key())
-        n += 1
-        if n % 16 == 0:
-            producer.flush()
-            consumer.commit(asynchronous=False)
-    producer.flush()
-    if n % 16:  # nothing stored since the last commit otherwise (librdkafka refuses it)
-        consumer.commit(asynchronous=False)
-    return {"rows": n, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
+    return c.kafka_ml_loop(a, lambda v: model.predict(
+        _decode(base64.b64decode(json.loads(v)["image"])), verbose=0)[0], CLASSES)
 
 
 def contender_app(a: argparse.Namespace) -> dict[str, Any]:
     import keras
-    from confluent_kafka import TopicPartition
-
-    from headrace.streams.clients import make_consumer, make_producer
 
     model = keras.saving.load_model(_keras_file(a), compile=False)
     model(np.zeros((1, SIZE, SIZE, 3), np.float32), training=False)  # build before READY
-    conn = c._conn(a.bootstrap)
-    consumer = make_consumer(conn, f"app-{uuid.uuid4().hex}",
-                             **{"enable.auto.commit": True, "enable.auto.offset.store": True})
-    consumer.assign([TopicPartition(a.input, 0, 0)])
-    producer = make_producer(conn)
-    print("READY", flush=True)
-    n, t0 = 0, None
-    while n < a.rows:
-        msg = consumer.poll(1.0)
-        if msg is None or msg.error():
-            continue
-        t0 = t0 or time.perf_counter()
-        x = _decode(base64.b64decode(json.loads(msg.value())["image"]))
-        scores = np.asarray(model(x, training=False))[0]
-        label = CLASSES[int(np.argmax(scores))]
-        producer.produce(a.output, json.dumps({"label": label,
-                                               "score": float(scores.max())}).encode(),
-                         msg.key())
-        producer.poll(0)
-        n += 1
-    producer.flush()
-    return {"rows": n, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
+    return c.per_message_app_loop(a, lambda v: np.asarray(model(
+        _decode(base64.b64decode(json.loads(v)["image"])), training=False))[0], CLASSES)
 
 
 def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:

@@ -21,7 +21,6 @@ import os
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -125,68 +124,20 @@ def _keras_file(a: argparse.Namespace) -> Path:
 # -- contenders ------------------------------------------------------------------------------------
 def contender_kafka_ml(a: argparse.Namespace) -> dict[str, Any]:
     import tensorflow as tf
-    from confluent_kafka import TopicPartition
-
-    from headrace.streams.clients import make_consumer, make_producer
 
     model = _keras(a)
-    conn = c._conn(a.bootstrap)
-    consumer = make_consumer(conn, f"kafkaml-{uuid.uuid4().hex}",
-                             **{"enable.auto.offset.store": True})
-    consumer.assign([TopicPartition(a.input, 0, 0)])
-    producer = make_producer(conn)
-    print("READY", flush=True)
-    n, t0 = 0, None
-    while n < a.rows:
-        msg = consumer.poll(1.0)
-        if msg is None or msg.error():
-            continue
-        t0 = t0 or time.perf_counter()
-        x = tf.constant([[json.loads(msg.value())["text"]]])  # predict refuses object arrays
-        scores = model.predict(x, verbose=0)[0]
-        out = json.dumps({"key": msg.key().decode(), "offset": msg.offset(),
-                          "scores": [float(s) for s in scores],
-                          "label": CLASSES[int(np.argmax(scores))]})
-        producer.produce(a.output, out.encode(), msg.key())
-        n += 1
-        if n % 16 == 0:
-            producer.flush()
-            consumer.commit(asynchronous=False)
-    producer.flush()
-    if n % 16:  # nothing stored since the last commit otherwise (librdkafka refuses it)
-        consumer.commit(asynchronous=False)
-    return {"rows": n, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
+    # predict refuses object arrays: a string tensor
+    return c.kafka_ml_loop(a, lambda v: model.predict(
+        tf.constant([[json.loads(v)["text"]]]), verbose=0)[0], CLASSES)
 
 
 def contender_app(a: argparse.Namespace) -> dict[str, Any]:
     import tensorflow as tf
-    from confluent_kafka import TopicPartition
-
-    from headrace.streams.clients import make_consumer, make_producer
 
     model = _keras(a)
     model(tf.constant([["warm up"]]), training=False)
-    conn = c._conn(a.bootstrap)
-    consumer = make_consumer(conn, f"app-{uuid.uuid4().hex}",
-                             **{"enable.auto.commit": True, "enable.auto.offset.store": True})
-    consumer.assign([TopicPartition(a.input, 0, 0)])
-    producer = make_producer(conn)
-    print("READY", flush=True)
-    n, t0 = 0, None
-    while n < a.rows:
-        msg = consumer.poll(1.0)
-        if msg is None or msg.error():
-            continue
-        t0 = t0 or time.perf_counter()
-        text = json.loads(msg.value())["text"]
-        scores = np.asarray(model(tf.constant([[text]]), training=False))[0]
-        producer.produce(a.output, json.dumps({"label": CLASSES[int(np.argmax(scores))],
-                                               "score": float(scores.max())}).encode(),
-                         msg.key())
-        producer.poll(0)
-        n += 1
-    producer.flush()
-    return {"rows": n, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
+    return c.per_message_app_loop(a, lambda v: np.asarray(model(
+        tf.constant([[json.loads(v)["text"]]]), training=False))[0], CLASSES)
 
 
 def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
