@@ -188,7 +188,9 @@ def test_multi_worker_tensorflow_is_a_volcano_gang_with_tf_config(tmp_path: Path
                            image="img:1", workers=3, gpus_per_worker=2, gang="volcano")
     pg, svc, job = validate_all(training_objects(spec))
     assert pg["kind"] == "PodGroup" and pg["spec"]["minMember"] == 3
-    assert pg["spec"]["minResources"]["nvidia.com/gpu"] == "6"
+    # the whole gang's requests: 3 pods of 4 CPUs, 16 GiB and 2 GPUs each
+    assert pg["spec"]["minResources"] == {"cpu": "12000m", "memory": str(3 * 16 * 2**30),
+                                          "nvidia.com/gpu": "6"}
     assert svc["spec"]["clusterIP"] == "None"
     tmpl = job["spec"]["template"]
     assert tmpl["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == pg["metadata"]["name"]

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from kubernetes import client as k
+from kubernetes.utils.quantity import parse_quantity
 
 from headrace.core.errors import ValidationFailed
 from headrace.core.naming import check_name
@@ -282,10 +283,13 @@ def worker_service(spec: TrainingJobSpec) -> k.V1Service:
 
 
 def pod_group(spec: TrainingJobSpec) -> dict[str, Any]:
-    """Volcano PodGroup: the scheduler binds ``minMember`` pods together or none."""
-    min_res = {"cpu": spec.cpu, "memory": spec.memory}
+    """Volcano PodGroup: the scheduler binds ``minMember`` pods together or none, once the
+    whole gang's requests fit (every pod of the indexed Job requests the same)."""
+    n = spec.pods
+    min_res = {"cpu": f"{int(parse_quantity(spec.cpu) * 1000) * n}m",
+               "memory": str(int(parse_quantity(spec.memory)) * n)}
     if spec.gpus_per_worker:
-        min_res[GPU] = str(spec.gpus_per_worker * spec.workers)
+        min_res[GPU] = str(spec.gpus_per_worker * n)
     body: dict[str, Any] = {"minMember": spec.pods, "minResources": min_res}
     if spec.queue:
         body["queue"] = spec.queue
