@@ -4,8 +4,6 @@ contender, paced latency runs. Kafka and timing helpers come from bench_scoring 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import threading
 import time
@@ -21,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_scoring import (
     _conn,
     _rss_mib,
+    child_result,
     ensure,
     latencies,
     load_topic,
@@ -42,27 +41,11 @@ def tree_rss_mib(pid: int) -> float:
 
 def run_child(script: str, name: str, *, during: Callable[[], None] | None = None,
               timeout_s: float = 900, **kw: Any) -> dict[str, Any]:
-    """Run ``script --contender name --k v ...``; its last ``RESULT {json}`` line is the result.
-    ``during`` starts in a thread once the child prints READY (a paced upstream)."""
-    args = [sys.executable, script, "--contender", name]
-    for k, v in kw.items():
-        if isinstance(v, bool):
-            if v:
-                args.append(f"--{k.replace('_', '-')}")
-        elif v is not None:
-            args += [f"--{k.replace('_', '-')}", str(v)]
-    err = None if os.environ.get("BENCH_DEBUG") else subprocess.DEVNULL
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True)
-    assert proc.stdout is not None
-    result: dict[str, Any] | None = None
-    for line in proc.stdout:
-        if line.startswith("READY") and during is not None:
-            threading.Thread(target=during, daemon=True).start()
-        if line.startswith("RESULT "):
-            result = json.loads(line[7:])
-    proc.wait(timeout_s)
+    """Run ``script --contender name --k v ...``; its last ``RESULT {json}`` line is the result
+    (a failed contender is reported, not raised). ``during``: a paced upstream, from READY."""
+    result, code = child_result(script, name, during=during, timeout_s=timeout_s, **kw)
     if result is None:
-        return {"error": f"exit {proc.returncode}", "rows": 0, "seconds": 1.0, "rss_mib": 0.0}
+        return {"error": f"exit {code}", "rows": 0, "seconds": 1.0, "rss_mib": 0.0}
     return result
 
 
@@ -139,6 +122,16 @@ def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: 
     t.join(30)
     return {"rows": rows - first, "seconds": took, "extra_rss_mib": helpers,
             "model_s": model_s}
+
+
+def timed_batches(call: Callable[[], int], rows: int) -> dict[str, Any]:
+    """The model alone: ``call`` (one batch; returns its rows) once to warm up, then timed until
+    ``rows`` rows are done."""
+    call()
+    n, t0 = 0, time.perf_counter()
+    while n < rows:
+        n += call()
+    return {"rows": n, "seconds": time.perf_counter() - t0}
 
 
 # -- the per-message contenders: one record, one model call, one output ------------------------

@@ -182,16 +182,12 @@ def _loaded(a: argparse.Namespace) -> Any:
 def contender_model(a: argparse.Namespace) -> dict[str, Any]:
     """Decode excluded: float32 NHWC batches ready in memory."""
     model = _loaded(a)
-    assert model.inputs_fn is not None
+    fn = model.inputs_fn
+    assert fn is not None
     side = model.signature[0].height
     x = np.random.default_rng(0).uniform(0, 255, (a.batch_size, side, side, 3)).astype(
         np.float32)
-    model.inputs_fn({"image": x})
-    n, t0 = 0, time.perf_counter()
-    while n < a.rows:
-        model.inputs_fn({"image": x})
-        n += len(x)
-    return {"rows": n, "seconds": time.perf_counter() - t0}
+    return c.timed_batches(lambda: len(fn({"image": x})[0]), a.rows)
 
 
 def contender_model_decode(a: argparse.Namespace) -> dict[str, Any]:
@@ -199,17 +195,18 @@ def contender_model_decode(a: argparse.Namespace) -> dict[str, Any]:
     from headrace.scorers.images import ImageSpec, decode_batch
 
     model = _loaded(a)
-    assert model.inputs_fn is not None
+    fn = model.inputs_fn
+    assert fn is not None
     inp = model.signature[0]
     spec = ImageSpec(height=inp.height or SIZE, width=inp.width or SIZE, channels=3)
     imgs = images(a.batch_size, "JPEG" if a.jpeg else "PNG")
-    model.inputs_fn({"image": decode_batch(imgs, spec)[0]})
-    n, t0 = 0, time.perf_counter()
-    while n < a.rows:
+
+    def call() -> int:
         x, _ = decode_batch(imgs, spec)
-        model.inputs_fn({"image": x})
-        n += len(x)
-    return {"rows": n, "seconds": time.perf_counter() - t0}
+        fn({"image": x})
+        return len(x)
+
+    return c.timed_batches(call, a.rows)
 
 
 def contender_mlserver(a: argparse.Namespace) -> dict[str, Any]:

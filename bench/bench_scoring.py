@@ -374,13 +374,16 @@ def child_main(a: argparse.Namespace) -> None:
 
 
 # -- parent ------------------------------------------------------------------------------------
-def run_child(name: str, *, during: Any = None, **kw: Any) -> dict[str, Any]:
-    args = [sys.executable, __file__, "--contender", name]
+def child_result(script: str, name: str, *, during: Any = None, timeout_s: float = 600,
+                 **kw: Any) -> tuple[dict[str, Any] | None, int]:
+    """Run ``script --contender name --k v ...`` (True flags bare, None left out); ``during``
+    starts in a thread once the child prints READY. Its last ``RESULT {json}`` line, and exit."""
+    args = [sys.executable, script, "--contender", name]
     for k, v in kw.items():
         if isinstance(v, bool):
             if v:
                 args.append(f"--{k.replace('_', '-')}")
-        else:
+        elif v is not None:
             args += [f"--{k.replace('_', '-')}", str(v)]
     err = None if os.environ.get("BENCH_DEBUG") else subprocess.DEVNULL
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -391,9 +394,14 @@ def run_child(name: str, *, during: Any = None, **kw: Any) -> dict[str, Any]:
             threading.Thread(target=during, daemon=True).start()
         if line.startswith("RESULT "):
             result = json.loads(line[7:])
-    proc.wait(600)
+    proc.wait(timeout_s)
+    return result, proc.returncode
+
+
+def run_child(name: str, *, during: Any = None, **kw: Any) -> dict[str, Any]:
+    result, code = child_result(__file__, name, during=during, **kw)
     if result is None:
-        raise SystemExit(f"contender {name} failed (exit {proc.returncode})")
+        raise SystemExit(f"contender {name} failed (exit {code})")
     return result
 
 

@@ -151,14 +151,10 @@ def contender_model(a: argparse.Namespace) -> dict[str, Any]:
 
     model = load_model(root=Path(a.dfs), name=MODEL, alias="production", device="cpu",
                        max_batch=a.batch_size)
-    assert model.inputs_fn is not None
+    fn = model.inputs_fn
+    assert fn is not None
     x = np.asarray(corpus(a.batch_size), object)
-    model.inputs_fn({"text": x})
-    n, t0 = 0, time.perf_counter()
-    while n < a.rows:
-        model.inputs_fn({"text": x})
-        n += len(x)
-    return {"rows": n, "seconds": time.perf_counter() - t0}
+    return c.timed_batches(lambda: len(fn({"text": x})[0]), a.rows)
 
 
 def contender_mlserver(a: argparse.Namespace) -> dict[str, Any]:
