@@ -72,6 +72,27 @@ def _exported_checksum(framework: str, path: Path) -> str:
     return mxnet_ps.exported_checksum(path)
 
 
+def _two_identical_workers_published_once(dfs: Path, jid: str, ex: LocalExecutor,
+                                           framework: str, servers: int
+                                           ) -> tuple[str, versions.ModelVersion]:
+    """The job succeeded, both workers logged the same weight checksum, the chief published
+    exactly one version with those weights, recorded as distributed: (job log, version)."""
+    [outcome] = _until_done(ex)
+    log = jobs.log_path(dfs, jid).read_text()
+    assert outcome.succeeded, log[-3000:]
+    sums = checksums_in_log(log)
+    assert set(sums) == {"w0", "w1"} and sums["w0"] == sums["w1"]
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.version is not None
+    assert versions.list_versions(dfs, st.model_name) == [1]
+    mv = versions.load_version(dfs, st.model_name, st.version)
+    assert _exported_checksum(framework, mv.path) == sums["w0"]
+    assert mv.manifest.extra["distributed"] == {
+        "strategy": "allreduce" if framework == "tensorflow" else "parameter_server",
+        "workers": 2, "servers": servers}
+    return log, mv
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("framework", "servers"), [("tensorflow", 0), ("mxnet", 1)])
 def test_two_workers_end_identical_publish_the_chiefs_model_and_average_the_gradient(
@@ -79,20 +100,7 @@ def test_two_workers_end_identical_publish_the_chiefs_model_and_average_the_grad
         topics: ControlTopics) -> None:
     jid, ex = _submit(dfs, demo, framework, workers=2, servers=servers, bootstrap=broker,
                       topic_prefix=topics.prefix, max_attempts=1)
-    [outcome] = _until_done(ex)
-    log = jobs.log_path(dfs, jid).read_text()
-    assert outcome.succeeded, log[-3000:]
-
-    sums = checksums_in_log(log)
-    assert set(sums) == {"w0", "w1"} and sums["w0"] == sums["w1"]
-    st = jobs.read_status(dfs, jid)
-    assert st is not None and st.version is not None
-    mv = versions.load_version(dfs, st.model_name, st.version)
-    assert _exported_checksum(framework, mv.path) == sums["w0"]
-    assert mv.manifest.extra["distributed"] == {
-        "strategy": "allreduce" if framework == "tensorflow" else "parameter_server",
-        "workers": 2, "servers": servers}
-    assert versions.list_versions(dfs, st.model_name) == [1]
+    log, _ = _two_identical_workers_published_once(dfs, jid, ex, framework, servers)
 
     # Every worker's log lines are in the job log, prefixed, and its events name the worker.
     assert "[w1] " in log and "[w0] " in log
@@ -172,21 +180,8 @@ def test_two_workers_train_the_cnn_family_on_digit_tensors_to_identical_weights(
     # feeds its shard of the named input, and the chief publishes the cnn.
     uri = _digit_tensors(dfs, tmp_path)
     jid, ex = _submit(dfs, uri, framework, workers=2, servers=servers, spec=CNN, max_attempts=1)
-    [outcome] = _until_done(ex)
-    log = jobs.log_path(dfs, jid).read_text()
-    assert outcome.succeeded, log[-3000:]
-
-    sums = checksums_in_log(log)
-    assert set(sums) == {"w0", "w1"} and sums["w0"] == sums["w1"]
-    st = jobs.read_status(dfs, jid)
-    assert st is not None and st.version is not None
-    assert versions.list_versions(dfs, st.model_name) == [1]
-    mv = versions.load_version(dfs, st.model_name, st.version)
-    assert _exported_checksum(framework, mv.path) == sums["w0"]
+    _, mv = _two_identical_workers_published_once(dfs, jid, ex, framework, servers)
     assert mv.manifest.family == "cnn"
     (inp,) = mv.manifest.input_signature()
     assert inp.name == "pixels" and inp.kind.value == "tensor" and inp.row_shape == (8, 8)
-    assert mv.manifest.extra["distributed"] == {
-        "strategy": "allreduce" if framework == "tensorflow" else "parameter_server",
-        "workers": 2, "servers": servers}
     assert mv.manifest.metrics["accuracy"] > 0.3  # 2 epochs on 240 rows: learning, not luck
