@@ -23,7 +23,7 @@ PreviousOpt = Annotated[Path | None, typer.Option(
     "--previous", help="The last plan (JSON); its ownership is kept where still valid.")]
 ChartOpt = Annotated[Path | None, typer.Option(
     "--chart", envvar="HEADRACE_CHART",
-    help="The helm/headrace chart directory (default: the source checkout's).")]
+    help="A Helm chart directory (default: the chart shipped in the package).")]
 
 
 @app.command("plan")

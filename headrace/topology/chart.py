@@ -4,8 +4,9 @@ objects ``headrace topology apply`` owns.
 The chart is the one source of the scorer objects: ``apply`` and ``plan --manifests`` render it
 with the values ``plan --values-out`` writes, as release ``headrace`` (so the names match the
 cluster file's defaults: ServiceAccounts ``headrace-scorer``/``-control``/``-trainer``, claim
-``headrace-dfs``, Secret ``headrace-kafka``). The chart is not in the wheel: it is found next to
-the package in a source checkout, or given with ``--chart`` / ``HEADRACE_CHART``.
+``headrace-dfs``, Secret ``headrace-kafka``). The chart ships inside the package
+(``headrace/_chart``, a link to ``helm/headrace`` in a checkout, its files in a wheel), or is
+given with ``--chart`` / ``HEADRACE_CHART``.
 """
 
 from __future__ import annotations
@@ -26,15 +27,15 @@ APPLIED_TEMPLATES = ("rbac.yaml", "scorers.yaml", "keda.yaml", "servicemonitor.y
 
 
 def source_chart() -> Path:
-    """``helm/headrace`` of the source checkout this package is imported from."""
-    return Path(__file__).resolve().parents[2] / "helm" / "headrace"
+    """The chart the package ships: ``headrace/_chart`` (in a checkout, ``helm/headrace``)."""
+    return Path(__file__).resolve().parents[1] / "_chart"
 
 
 def find_chart(path: Path | None = None) -> Path:
     chart = path or source_chart()
     if not (chart / "Chart.yaml").is_file():
         raise ConfigError(f"Helm chart not found at {chart}: pass --chart DIR or set "
-                          "HEADRACE_CHART (an installed package does not ship helm/headrace)")
+                          "HEADRACE_CHART")
     return chart
 
 
