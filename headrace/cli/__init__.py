@@ -17,7 +17,7 @@ from typer.core import TyperGroup
 from typer.exceptions import Abort, Exit, TyperException
 
 from headrace import __version__
-from headrace.cli import _context, streams_cmd
+from headrace.cli import _context, _extras, streams_cmd
 from headrace.core.errors import FatalError, HeadraceError, PermanentError, RetriableError
 
 
@@ -117,6 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     except HeadraceError as exc:
         print(f"headrace: {_kind(exc)}{exc}", file=sys.stderr)
         return _exit(exc.exit_code, argv)
+    except ModuleNotFoundError as exc:  # a role's library whose extra is not installed
+        line = _extras.missing_extra(exc)
+        if line is None:
+            raise
+        print(f"headrace: error: {line}", file=sys.stderr)
+        return _exit(2, argv)
     except (OSError, ValueError) as exc:
         print(f"headrace: error: {exc}", file=sys.stderr)
         return _exit(1, argv)

@@ -11,7 +11,6 @@ import typer
 
 from headrace.cli import _context
 from headrace.core.settings import Settings
-from headrace.scorers.serving import install_signal_handlers, run
 from headrace.scorers.settings import ScorerSettings, load_scorer_settings
 from headrace.streams.clients import KafkaConnection
 
@@ -66,6 +65,8 @@ def score(
         decode_processes=decode_processes, top_k=top_k, max_batch_bytes=max_batch_bytes)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from headrace.scorers.serving import install_signal_handlers, run  # the scorer extra's
+
     stop = threading.Event()
     install_signal_handlers(stop, grace_s=scorer.grace_s)
     with _context.service_connection(where) as conn:

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from headrace.cli.topology_views import explain_lines, plan_table
-from headrace.topology import commands
-from headrace.topology.placement import Plan
+if TYPE_CHECKING:
+    from headrace.topology.placement import Plan
 
 app = typer.Typer(
     name="topology",
@@ -41,6 +40,11 @@ def plan_cmd(
     chart: ChartOpt = None,
 ) -> None:
     """Plan scorer groups for a cluster and print them as a table."""
+    # headrace.topology is imported by the command, not with the CLI: it needs the
+    # kubernetes client (the `topology` extra), which other roles do not install.
+    from headrace.cli.topology_views import plan_table
+    from headrace.topology import commands
+
     result = commands.run_plan(cluster_path=cluster, previous_path=previous,
                               values_out=values_out, manifests_dir=manifests, plan_out=plan_out,
                               chart=chart)
@@ -78,6 +82,9 @@ def _fail_if_nothing_placed(plan: Plan) -> None:
 @app.command("explain")
 def explain_cmd(cluster: ClusterOpt, previous: PreviousOpt = None) -> None:
     """Say why each decision that is not rack-local was made."""
+    from headrace.cli.topology_views import explain_lines
+    from headrace.topology import commands
+
     for line in explain_lines(commands.run_explain(cluster_path=cluster, previous_path=previous)):
         typer.echo(line)
 
@@ -93,6 +100,8 @@ def apply_cmd(
 ) -> None:
     """Render the chart with the plan's values; create or patch the scorer objects and the
     executor's RBAC in the current Kubernetes context."""
+    from headrace.topology import commands
+
     _, lines = commands.run_apply(cluster_path=cluster, namespace=namespace, dry_run=dry_run,
                                  previous_path=previous, chart=chart)
     for line in lines:

@@ -29,12 +29,19 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from headrace.core.errors import ConfigError
 from headrace.core.validation import first_error
 from headrace.streams.contracts import SafeName, TrainRequested, Trigger, TriggerKind
+
+
+def _croniter() -> Any:
+    # Imported when a schedule is read, not with the package: croniter comes with the
+    # `control` extra, and `headrace train` (which imports this module) runs without it.
+    from croniter import croniter
+
+    return croniter
 
 
 class Schedule(BaseModel):
@@ -47,13 +54,14 @@ class Schedule(BaseModel):
     @field_validator("cron")
     @classmethod
     def _valid_cron(cls, v: str) -> str:
-        if not croniter.is_valid(v):
+        if not _croniter().is_valid(v):
             raise ValueError(f"invalid cron expression {v!r}")
         return v
 
     def slot_at(self, now: datetime) -> datetime:
         """The latest slot at or before ``now`` (cron has minute granularity)."""
         base = now.astimezone(UTC).replace(second=0, microsecond=0)
+        croniter = _croniter()
         if croniter.match(self.cron, base):
             return base
         prev: datetime = croniter(self.cron, base).get_prev(datetime)

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# CI: build the wheel and install each extra ALONE in a fresh virtual environment, then run
+# `headrace --help` and that role's command there, outside the checkout, so that an import a
+# role does not install (or a file the wheel does not carry) fails here and not for a user.
+#   tools/check_wheel.sh            every extra (base, control, trainer, scorer+tensorflow,
+#                                   scorer+mxnet, topology, all with `headrace demo`)
+#   tools/check_wheel.sh base all   only these
+# Installs go through uv (its own venv, .venv-uv): hardlinks from one download cache, so the
+# seven environments cost one download of TensorFlow and MXNet, not seven installs.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+export UV_PYTHON_DOWNLOADS=never UV_NO_PROGRESS=1
+unset PYTHONPATH VIRTUAL_ENV
+# The environments must not see a broker, DFS or settings of the machine running the check.
+for v in $(env | sed -n 's/^\(HEADRACE_[A-Z0-9_]*\)=.*/\1/p'); do unset "$v"; done
+
+UV=$HERE/.venv-uv/bin/uv
+if [ ! -x "$UV" ]; then
+  "$PY" -m venv "$HERE/.venv-uv"
+  "$HERE/.venv-uv/bin/python" -m pip install -q uv
+fi
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/headrace-wheel.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+export XDG_DATA_HOME=$WORK/data XDG_STATE_HOME=$WORK/state  # no broker state, no user DFS
+cd "$WORK"  # never the checkout: `headrace` must come from the installed wheel
+
+start=$SECONDS
+"$PY" -m pip wheel --quiet --no-deps --disable-pip-version-check -w "$WORK/dist" "$HERE"
+WHEEL=$(ls "$WORK"/dist/headrace-*.whl)
+echo "== built $(basename "$WHEEL") in $((SECONDS - start)) s"
+
+run() {  # run NAME CMD...: a role's command in its environment; its output shown on failure
+  local name=$1; shift
+  if ! "$@" >"$WORK/$name.out" 2>&1; then
+    echo "FAILED ($name): $*" >&2
+    tail -n 40 "$WORK/$name.out" >&2
+    return 1
+  fi
+}
+
+check() {  # check EXTRA: a fresh environment with the wheel and only EXTRA
+  local extra=$1 t0=$SECONDS env spec
+  env=$WORK/env-${extra//[^a-z]/-}
+  spec=$WHEEL; [ "$extra" = base ] || spec="$WHEEL[$extra]"
+  "$UV" venv --quiet -p "$PY" "$env"
+  "$UV" pip install --quiet -p "$env/bin/python" "$spec"
+  local h=$env/bin/headrace
+  run "$extra-help" "$h" --help
+  run "$extra-version" "$h" --version
+  case "$extra" in
+    base)
+      run base-send "$h" send --help
+      # A role's command without its extra: one line naming the extra, exit 2, no traceback.
+      if "$h" topology plan -c "$HERE/examples/cluster.yaml" >"$WORK/base-topo.out" 2>&1 \
+         || ! grep -q "pip install 'headrace\[kubernetes\]'" "$WORK/base-topo.out" \
+         || grep -q Traceback "$WORK/base-topo.out"; then
+        echo "FAILED (base): topology plan without its extra should name it" >&2
+        cat "$WORK/base-topo.out" >&2; return 1
+      fi ;;
+    control)
+      run control "$h" control --help
+      run control-import "$env/bin/python" -c \
+        "import headrace.streams.control_app, headrace.trainers.control.service" ;;
+    trainer)
+      run trainer "$h" train --help
+      run trainer-import "$env/bin/python" -c "import headrace.trainers.job_process" ;;
+    scorer,tensorflow|scorer,mxnet)
+      run "$extra" "$h" score --help
+      run "$extra-import" "$env/bin/python" -c \
+        "import headrace.scorers.serving, headrace.scorers.adapters.${extra#scorer,}" ;;
+    topology)
+      run topology "$h" topology plan -c "$HERE/examples/cluster.yaml" \
+        --manifests "$WORK/manifests"  # renders the chart the wheel ships
+      ls "$WORK"/manifests/*.yaml >/dev/null ;;
+    all)
+      run all-demo "$h" demo
+      grep -q "image accuracy" "$WORK/all-demo.out" \
+        || { echo "FAILED (all): the demo did not score the digits" >&2;
+             tail -n 40 "$WORK/all-demo.out" >&2; return 1; }
+      grep "accuracy" "$WORK/all-demo.out" | tail -n 2 ;;
+  esac
+  echo "== $extra: ok in $((SECONDS - t0)) s"
+  rm -rf "$env"
+}
+
+extras=("$@")
+[ ${#extras[@]} -gt 0 ] || extras=(base control trainer scorer,tensorflow scorer,mxnet topology all)
+for e in "${extras[@]}"; do check "$e"; done
+echo "== every extra works alone from the wheel ($((SECONDS - start)) s)"
