@@ -101,8 +101,8 @@ class Where:
         out = [self.broker_line, self.dfs_line]
         if self.ignored is not None:
             out.append(f"note: not using the broker at {self.ignored.bootstrap} "
-                       f"({self.ignored.describe()}); `--bootstrap {self.ignored.bootstrap}` "
-                       "would")
+                       f"({self.ignored.describe()}); add `--bootstrap "
+                       f"{self.ignored.bootstrap}` before the command to use it")
         return out
 
 
@@ -156,7 +156,7 @@ def connection(ctx: typer.Context) -> KafkaConnection:
     if not s.bootstrap:
         raise typer.BadParameter(
             "no Kafka configured: set HEADRACE_BOOTSTRAP or --bootstrap, "
-            "or start one with `headrace broker`", param_hint="--bootstrap")
+            "or start one with `headrace broker` (or `headrace up`)", param_hint="--bootstrap")
     conn = connection_for(s)
     check_reachable(conn)
     return conn

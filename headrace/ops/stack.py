@@ -25,7 +25,13 @@ from typing import IO
 
 from headrace.core.errors import FatalError
 from headrace.core.settings import Settings
-from headrace.streams.broker import MEMORY_ONLY_NOTICE, EmbeddedBroker
+from headrace.streams.broker import (
+    MEMORY_ONLY_NOTICE,
+    EmbeddedBroker,
+    clear_state,
+    find_running,
+    write_state,
+)
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.connection import connection_for
 from headrace.streams.topics import catalog
@@ -178,11 +184,21 @@ def run_up(*, settings: Settings, dashboard_port: int, say: Callable[[str], None
     previous = {sig: signal.signal(sig, lambda *_: stop.set())
                 for sig in (signal.SIGINT, signal.SIGTERM)}
     dash = None
+    recorded = False
     try:
         conn = stack.start_broker()
         where = "embedded broker" if stack.broker else "Kafka"
         say(f"● broker        {where} at {conn.bootstrap}")
         if stack.broker:
+            # Recorded like `headrace broker` does, so short commands in another terminal find
+            # it; a running `headrace broker` keeps the state file it wrote.
+            other = find_running()
+            if other is None:
+                write_state(stack.broker)
+                recorded = True
+            else:
+                say(f"  note: short commands keep using {other.describe()}")
+            say(f"  export HEADRACE_BOOTSTRAP={conn.bootstrap}")
             say(f"  note: {MEMORY_ONLY_NOTICE}")
         stack.start_control()
         for s in stack.streams:
@@ -207,6 +223,8 @@ def run_up(*, settings: Settings, dashboard_port: int, say: Callable[[str], None
     finally:
         if dash is not None:
             dash.stop()
+        if recorded:
+            clear_state()
         stack.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
