@@ -5,14 +5,18 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from headrace.cli import _context
+from headrace.core.errors import ValidationFailed
 from headrace.core.settings import Settings
 from headrace.scorers.settings import ScorerSettings, load_scorer_settings
 from headrace.streams.clients import KafkaConnection
+
+if TYPE_CHECKING:
+    from headrace.scorers.serving import Scorer
 
 
 def score(
@@ -52,6 +56,9 @@ def score(
     max_batch_bytes: Annotated[int | None, typer.Option(
         "--max-batch-bytes", help="Most payload (and decoded input) bytes per micro-batch "
         "(default 64 MiB).", min=1024)] = None,
+    create: Annotated[bool, typer.Option(
+        "--create", help="Score a stream that does not exist yet (and is not in "
+        "HEADRACE_STREAMS): its topics are created.")] = False,
 ) -> None:
     """Score a stream until SIGTERM: predictions.STREAM, bad input to data.STREAM.dlq."""
     where = _context.service(ctx, "score", own_broker=False)
@@ -65,14 +72,51 @@ def score(
         decode_processes=decode_processes, top_k=top_k, max_batch_bytes=max_batch_bytes)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from headrace.scorers.serving import install_signal_handlers, run  # the scorer extra's
+    from headrace.scorers.serving import Scorer, install_signal_handlers  # the scorer extra's
 
     stop = threading.Event()
     install_signal_handlers(stop, grace_s=scorer.grace_s)
     with _context.service_connection(where) as conn:
+        if not create:
+            _refuse_unknown_stream(conn, settings, scorer)
         for line in _waiting_for(conn, settings, scorer):
             print(line, file=sys.stderr, flush=True)
-        run(settings, scorer, stop, conn=conn)
+        worker = Scorer(settings, scorer, conn=conn)
+        threading.Thread(target=_say_probes, args=(worker, scorer.http_host, stop),
+                         name="probes-address", daemon=True).start()
+        worker.run(stop)
+
+
+def _say_probes(worker: Scorer, host: str, stop: threading.Event) -> None:
+    """Print where the probes and metrics listen once bound (``--http-port 0``: any port)."""
+    while not worker.probes_up.wait(0.5):
+        if stop.is_set():
+            return
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else host
+    print(f"probes and metrics on http://{shown}:{worker.http_port} (/livez /readyz /metrics)",
+          file=sys.stderr, flush=True)
+
+
+def _refuse_unknown_stream(conn: KafkaConnection, settings: Settings,
+                           scorer: ScorerSettings) -> None:
+    """Like `send`: a stream whose topic does not exist and that is not configured is taken
+    for a typo, not created, unless ``--create``."""
+    from headrace.store.versions import list_models
+    from headrace.streams.clients import list_topics
+    from headrace.streams.topics import data_topic
+
+    topic = data_topic(scorer.stream)
+    existing = list_topics(conn)
+    if topic in existing or scorer.stream in settings.streams:
+        return
+    streams = sorted(t[len("data."):] for t in existing
+                     if t.startswith("data.") and not t.endswith(".dlq"))
+    models = list_models(settings.dfs_root)
+    raise ValidationFailed(
+        f"unknown stream {scorer.stream}: {topic} does not exist on {conn.bootstrap} (streams "
+        f"there: {', '.join(streams) or 'none'}; models in {settings.dfs_root / 'models'}: "
+        f"{', '.join(models) or 'none'}); score a new stream on purpose with "
+        f"`headrace score {scorer.stream} --create`")
 
 
 def _waiting_for(conn: KafkaConnection, settings: Settings, scorer: ScorerSettings) -> list[str]:
@@ -90,8 +134,7 @@ def _waiting_for(conn: KafkaConnection, settings: Settings, scorer: ScorerSettin
                      "`headrace models list` shows what there is)")
     if topic not in list_topics(conn):
         lines.append(f"waiting for records: {topic} does not exist yet, so stream "
-                     f"{scorer.stream} is new here (a typo? `headrace topics` lists the "
-                     "streams)")
+                     f"{scorer.stream} is new here; its topics are created now")
     return lines
 
 

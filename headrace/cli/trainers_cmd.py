@@ -33,6 +33,11 @@ PrefixOpt = Annotated[str, typer.Option("--topic-prefix", hidden=True,
                                         help="Namespace for the control-plane topics.")]
 
 
+def _topics(ctx: typer.Context, flag: str) -> ControlTopics:
+    """The control topics: ``--topic-prefix`` if given, else HEADRACE_TOPIC_PREFIX's."""
+    return ControlTopics.with_prefix(flag or _context.base_settings(ctx).topic_prefix)
+
+
 def _hidden(value: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(v) for v in value.split(",") if v.strip())
@@ -103,7 +108,7 @@ def train(
     # this machine sees the DFS.
     api.admit_request(request=request, root=s.dfs_root, caps=RequestCaps.from_settings(s))
     conn = _context.connection(ctx)
-    topics = ControlTopics.with_prefix(topic_prefix)
+    topics = _topics(ctx, topic_prefix)
     since = int(time.time() * 1000) - 5000
     s = _context.settings(ctx)
     job_id = api.request_training(conn=conn, request=request, topics=topics,
@@ -240,7 +245,7 @@ def models_promote(ctx: typer.Context, ref: str, topic_prefix: PrefixOpt = "") -
     """Point production at NAME:VERSION and publish ModelPublished."""
     ev = api.promote_model(root=_context.base_settings(ctx).dfs_root,
                            conn=_context.connection(ctx),
-                           ref=ref, topics=ControlTopics.with_prefix(topic_prefix))
+                           ref=ref, topics=_topics(ctx, topic_prefix))
     console.print(f"{ev.model_name}:{ev.version} is production (was {ev.previous_version})")
 
 
@@ -249,7 +254,7 @@ def models_rollback(ctx: typer.Context, name: str, topic_prefix: PrefixOpt = "")
     """Point production back at its previous version and publish ModelPublished."""
     ev = api.rollback_model(root=_context.base_settings(ctx).dfs_root,
                             conn=_context.connection(ctx), name=name,
-                            topics=ControlTopics.with_prefix(topic_prefix))
+                            topics=_topics(ctx, topic_prefix))
     console.print(f"{ev.model_name} rolled back to {ev.version} (from {ev.previous_version})")
 
 
@@ -301,7 +306,7 @@ def control(
     for line in where.lines():
         console.print(line, highlight=False, soft_wrap=True)
     trig = load_triggers(control_settings.triggers)
-    topics = ControlTopics.with_prefix(topic_prefix)
+    topics = _topics(ctx, topic_prefix)
     root = s.dfs_root
     runs = (f"jobs run here as subprocesses ({concurrency})"
             if control_settings.executor == "local" else
@@ -344,7 +349,7 @@ def schedule_fire(
     when = api.parse_time(at) if at else None
     s = _context.settings(ctx)
     req = api.fire_schedule(conn=_context.connection(ctx), triggers=load_triggers(path),
-                            name=name, at=when, topics=ControlTopics.with_prefix(topic_prefix),
+                            name=name, at=when, topics=_topics(ctx, topic_prefix),
                             durability=(s.replication_factor, s.topic_config()))
     console.print(f"schedule {name} fired for slot {req.trigger.slot} as job "
                   f"[bold]{api.job_id_of(req)}[/bold] (key {req.idempotency_key})")
@@ -363,7 +368,7 @@ def job_run(ctx: typer.Context, job_id: str, topic_prefix: PrefixOpt = "") -> No
         raise typer.Exit(int(ExitCode.PERMANENT)) from None
     code = run_job(root=s.dfs_root, job_id=job_id,
                    conn=connection_for(s) if s.bootstrap else None,
-                   topics=ControlTopics.with_prefix(topic_prefix),
+                   topics=_topics(ctx, topic_prefix),
                    caps=RequestCaps.from_settings(s))
     if code:
         raise typer.Exit(int(code))

@@ -50,6 +50,10 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(default=10.0, gt=0, le=600)
     client_rack: str | None = None
     embedded_port: int = Field(default=0, ge=0, le=65535)
+    topic_prefix: str = Field(
+        default="",
+        description="Namespace of the control plane's topics (PREFIX.events.*) and of its "
+                    "consumer group, so several control planes share one cluster; empty: none.")
     # Operator caps on training requests: the control plane, `headrace train` and the trainer
     # refuse a request over one, naming it (headrace.trainers.limits).
     max_layers: int = Field(default=32, ge=1, le=100_000,
@@ -97,6 +101,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             value = [s.strip() for s in value.split(",") if s.strip()]
         return tuple(check_name(s, what="stream name") for s in value)
+
+    @field_validator("topic_prefix", mode="after")
+    @classmethod
+    def _safe_prefix(cls, value: str) -> str:
+        return check_name(value, what="topic prefix") if value else value
 
     @field_validator("kafka_config", mode="before")
     @classmethod

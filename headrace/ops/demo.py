@@ -16,12 +16,16 @@ Stages (each fails with one line naming it):
 6. Print a summary (records in, predictions out, DLQ count, model versions, throughput,
    image accuracy); exit 0.
 
-It uses a temporary DFS root unless one was chosen (``--dfs-root``/``HEADRACE_DFS_ROOT``).
+It uses a temporary DFS root unless one was chosen (``--dfs-root``/``HEADRACE_DFS_ROOT``),
+kept when the demo fails. On a named broker it uses topics of its own (a control-topic prefix,
+so its own control-plane consumer group, and streams named after the run, so its own scorer
+groups): no control plane or scorer of the user's can take its work.
 """
 
 from __future__ import annotations
 
 import io
+import secrets
 import shutil
 import tempfile
 import time
@@ -52,14 +56,7 @@ from headrace.streams.contracts import (
 from headrace.streams.producing import send_events
 from headrace.streams.reading import Follower, probe_ends
 from headrace.streams.sending import send_table
-from headrace.streams.topics import (
-    JOB_EVENTS,
-    MODEL_EVENTS,
-    TRAIN_REQUESTS,
-    data_topic,
-    dlq_topic,
-    predictions_topic,
-)
+from headrace.streams.topics import ControlTopics, data_topic, dlq_topic, predictions_topic
 
 STREAM = "demo"
 MODEL = "demo"
@@ -69,11 +66,27 @@ TRAIN_TIMEOUT_S = 150.0
 SCORE_TIMEOUT_S = 90.0
 
 
+@dataclass(frozen=True)
+class Names:
+    """The demo's topics: the plain ones on its own broker; on a named broker, ones no one
+    else uses (``run`` in the control-topic prefix and in the stream names)."""
+
+    stream: str = STREAM
+    image_stream: str = IMAGE_STREAM
+    topics: ControlTopics = field(default_factory=ControlTopics)
+
+    @classmethod
+    def private(cls, run: str) -> Names:
+        return cls(stream=f"{STREAM}-{run}", image_stream=f"{IMAGE_STREAM}-{run}",
+                   topics=ControlTopics.with_prefix(f"headrace-demo-{run}"))
+
+
 @dataclass
 class Tour:
     conn: KafkaConnection
     stack: Stack
     say: Callable[[str], None]  # a line of progress, for the CLI to render
+    names: Names = field(default_factory=Names)
     records_in: int = 0
     predictions: Counter[int] = field(default_factory=Counter)  # model version -> count
     # Prediction messages already counted: on Tansu, "the end" of a topic is the last record
@@ -107,17 +120,24 @@ def run_demo(*, settings: Settings, records: int, epochs: int, say: Callable[[st
     if not keep_dfs:
         tmp = Path(tempfile.mkdtemp(prefix="headrace-demo-"))
         settings = settings.with_overrides(dfs_root=tmp / "dfs")
-    settings = settings.with_overrides(streams=[STREAM, IMAGE_STREAM])
+    names = Names.private(secrets.token_hex(3)) if settings.bootstrap else Names()
+    settings = settings.with_overrides(streams=[names.stream, names.image_stream],
+                                       topic_prefix=names.topics.prefix)
     settings.dfs_root.mkdir(parents=True, exist_ok=True)
     stack = Stack(settings, log_dir=settings.dfs_root / "ops" / "logs" / "demo", scorers=[])
     tour: Tour | None = None
     t0 = time.monotonic()
+    failed = True
     try:
         say("1/6 starting the broker and the control plane")
         conn = stack.start_broker()
         kind = "embedded broker, memory only" if stack.broker else "the named Kafka"
         say(f"  broker {conn.bootstrap} ({kind}); DFS {settings.dfs_root}")
-        tour = Tour(conn, stack, say)
+        if settings.bootstrap:
+            say(f"  its own topics there: {names.topics.prefix}.events.* (its control plane's "
+                f"group too), streams {names.stream} and {names.image_stream}; no control "
+                "plane or scorer of yours takes its work")
+        tour = Tour(conn, stack, say, names)
         stack.start_control()
         tour.stage = "make the demo dataset"
         say("2/6 making the demo dataset")
@@ -127,8 +147,8 @@ def run_demo(*, settings: Settings, records: int, epochs: int, say: Callable[[st
         say("3/6 training with TensorFlow; waiting for the gate and the publish")
         train(tour, settings, Framework.TENSORFLOW, dataset_uri, epochs)
         tour.stage = "score live"
-        say(f"4/6 starting a scorer for stream {STREAM}; streaming records")
-        stack.start_scorer(STREAM)
+        say(f"4/6 starting a scorer for stream {names.stream}; streaming records")
+        stack.start_scorer(names.stream, model=MODEL)
         features = features_of(settings)
         rows = sample_rows(table, features, records)
         half = rows.num_rows // 2
@@ -144,18 +164,38 @@ def run_demo(*, settings: Settings, records: int, epochs: int, say: Callable[[st
             tour.images = score_images(tour, held_out)
         tour.stage = "summary"
         summary(tour, time.monotonic() - t0)
+        failed = False
         return 0
     except (HeadraceError, OSError) as exc:
         stage = tour.stage if tour else "start the broker"
         say(f"demo failed at stage '{stage}': {exc}")
+        say(f"  likely cause: {likely_cause(stage, stack, settings)}")
         for c in stack.components:
             if c.last_log_line():
                 say(f"  {c.name}: {c.last_log_line()}  (log {c.log_path})")
         return 1
     finally:
         stack.stop()
-        if tmp is not None:
+        if tmp is not None and not failed:
             shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp is not None:
+            say(f"  kept the scratch directory (DFS, jobs and logs) for a look: {tmp}")
+
+
+def likely_cause(stage: str, stack: Stack, settings: Settings) -> str:
+    """The first thing to check after a failure at ``stage``, in plain words."""
+    dead = stack.dead()
+    if dead:
+        return (f"{dead[0].name} exited (its last log line is below); its log says why")
+    if stage == "start the broker":
+        return (f"the broker {settings.bootstrap} is not reachable from here"
+                if settings.bootstrap else "the embedded broker could not start")
+    if stage.startswith("train") or stage == "make the demo dataset":
+        return ("the training job did not finish in time: the control plane's log and "
+                f"{settings.dfs_root / 'jobs'} show how far it got (a loaded machine: rerun "
+                "with fewer --epochs)")
+    return ("the scorer did not keep up or could not load the model: its log shows which "
+            "(a loaded machine: rerun with fewer --records)")
 
 
 def make_dataset(settings: Settings, stack: Stack) -> tuple[str, pa.Table]:
@@ -191,8 +231,9 @@ def train(tour: Tour, settings: Settings, framework: Framework, dataset_uri: str
         framework=framework, dataset_uri=dataset_uri,
         spec=ModelSpec(epochs=epochs, hidden=(32, 32), batch_size=128),
         trigger=Trigger(source="headrace demo"))
-    send_events(tour.conn, TRAIN_REQUESTS, [req], key_of=lambda e: e.idempotency_key)
-    jobs = Follower(tour.conn, [JOB_EVENTS, MODEL_EVENTS])
+    t = tour.names.topics
+    send_events(tour.conn, t.train_requests, [req], key_of=lambda e: e.idempotency_key)
+    jobs = Follower(tour.conn, [t.jobs, t.models])
     deadline = time.monotonic() + TRAIN_TIMEOUT_S
     published: ModelPublished | None = None
     last_line = 0.0
@@ -203,7 +244,7 @@ def train(tour: Tour, settings: Settings, framework: Framework, dataset_uri: str
                                  f"{TRAIN_TIMEOUT_S:.0f}s")
             _check_alive(tour.stack)
             for rec in jobs.poll(0.5):
-                if rec.topic == MODEL_EVENTS:
+                if rec.topic == t.models:
                     try:
                         ev = parse(ModelPublished, rec.value or b"")
                     except ValidationFailed:
@@ -273,13 +314,14 @@ def train_image_model(tour: Tour, settings: Settings) -> pa.Table | None:
              f"{len(held['key'])} digits held out for scoring")
     # The scorer starts now: it loads its framework while the job trains, then waits for the
     # first production version of ``digits``.
-    tour.stack.start_scorer(IMAGE_STREAM)
+    tour.stack.start_scorer(tour.names.image_stream, model="digits")
     req = TrainRequested(
         idempotency_key=f"demo-digits-{int(time.time())}", model_name="digits",
         framework=Framework.MXNET, dataset_uri=info.uri,
         spec=ModelSpec(model="cnn", epochs=6, hidden=(64,), batch_size=64, learning_rate=0.003),
         trigger=Trigger(source="headrace demo"))
-    send_events(tour.conn, TRAIN_REQUESTS, [req], key_of=lambda e: e.idempotency_key)
+    send_events(tour.conn, tour.names.topics.train_requests, [req],
+                key_of=lambda e: e.idempotency_key)
     job_id = jobs.job_id_for(req.idempotency_key)
 
     def done() -> bool:
@@ -302,18 +344,19 @@ def score_images(tour: Tour, held_out: pa.Table) -> ImageScore:
     """Send the held-out digits to ``data.digits`` as raw ``image/png`` messages (key: the
     digit's id), wait until each has a prediction (or a dead letter), and score the predicted
     labels against the known ones, as read back from ``predictions.digits``."""
+    image_stream = tour.names.image_stream
     truth = dict(zip(held_out.column("key").to_pylist(), held_out.column("label").to_pylist(),
                      strict=True))
     t0 = time.monotonic()
-    send_table(tour.conn, data_topic(IMAGE_STREAM), held_out.select(["key", "image"]),
+    send_table(tour.conn, data_topic(image_stream), held_out.select(["key", "image"]),
                fmt="raw", key_column="key")
-    tour.say(f"  sent {len(truth)} digit PNGs to {data_topic(IMAGE_STREAM)} "
+    tour.say(f"  sent {len(truth)} digit PNGs to {data_topic(image_stream)} "
              "(raw image/png messages)")
     got: dict[str, Prediction] = {}
-    watcher = Follower(tour.conn, [predictions_topic(IMAGE_STREAM)])
+    watcher = Follower(tour.conn, [predictions_topic(image_stream)])
     deadline = time.monotonic() + SCORE_TIMEOUT_S
     try:
-        while len(got) + _count(tour.conn, dlq_topic(IMAGE_STREAM)) < len(truth):
+        while len(got) + _count(tour.conn, dlq_topic(image_stream)) < len(truth):
             if time.monotonic() > deadline:
                 raise FatalError(f"{len(truth) - len(got)} of {len(truth)} digits have no "
                                  f"prediction after {SCORE_TIMEOUT_S:.0f}s")
@@ -329,7 +372,7 @@ def score_images(tour: Tour, held_out: pa.Table) -> ImageScore:
         watcher.close()
     correct = sum(str(p.label) == truth[k] for k, p in got.items())
     score = ImageScore(sent=len(truth), predicted=len(got), correct=correct,
-                       dead=_count(tour.conn, dlq_topic(IMAGE_STREAM)),
+                       dead=_count(tour.conn, dlq_topic(image_stream)),
                        models=tuple(sorted({f"{p.model_name}:{p.model_version}"
                                             for p in got.values()})),
                        seconds=time.monotonic() - t0)
@@ -360,7 +403,7 @@ def stream_and_watch(tour: Tour, rows: pa.Table, *, expect_version: int) -> None
     """Send ``rows`` to data.demo and print predictions as they arrive until every row of
     this batch has one from ``expect_version`` (or the rest went to the DLQ)."""
     conn = tour.conn
-    watcher = Follower(conn, [predictions_topic(STREAM)], from_beginning=False)
+    watcher = Follower(conn, [predictions_topic(tour.names.stream)], from_beginning=False)
     try:
         watcher.poll(0.2)  # assign at the end before sending
         t0 = time.monotonic()
@@ -379,7 +422,7 @@ def stream_and_watch(tour: Tour, rows: pa.Table, *, expect_version: int) -> None
                      and time.monotonic() - last_send > 1)
             if sent < rows.num_rows or again:
                 chunk = rows.slice(sent % rows.num_rows, slice_rows)
-                send_table(conn, data_topic(STREAM), chunk, fmt="json")
+                send_table(conn, data_topic(tour.names.stream), chunk, fmt="json")
                 sent += chunk.num_rows
                 tour.records_in += chunk.num_rows
                 last_send = time.monotonic()
@@ -416,8 +459,8 @@ def stream_and_watch(tour: Tour, rows: pa.Table, *, expect_version: int) -> None
 
 def _caught_up(tour: Tour) -> bool:
     """Every record sent has a prediction or a dead letter (verified end offsets)."""
-    preds = _count(tour.conn, predictions_topic(STREAM))
-    dead = _count(tour.conn, dlq_topic(STREAM))
+    preds = _count(tour.conn, predictions_topic(tour.names.stream))
+    dead = _count(tour.conn, dlq_topic(tour.names.stream))
     return preds + dead >= tour.records_in
 
 
@@ -427,8 +470,8 @@ def _count(conn: KafkaConnection, topic: str) -> int:
 
 
 def summary(tour: Tour, elapsed_s: float) -> None:
-    preds = _count(tour.conn, predictions_topic(STREAM))
-    dead = _count(tour.conn, dlq_topic(STREAM))
+    preds = _count(tour.conn, predictions_topic(tour.names.stream))
+    dead = _count(tour.conn, dlq_topic(tour.names.stream))
     c = tour.say
     c("6/6 summary")
     c(f"  records in        {tour.records_in}")
@@ -442,7 +485,8 @@ def summary(tour: Tour, elapsed_s: float) -> None:
     c(f"  throughput        {rate:,.0f} records/s end to end (incl. waiting for the swap)")
     if tour.images is not None:
         im = tour.images
-        c(f"  images in         {im.sent}  ({data_topic(IMAGE_STREAM)}, held out of training)")
+        c(f"  images in         {im.sent}  ({data_topic(tour.names.image_stream)}, "
+          "held out of training)")
         c(f"  image predictions {im.predicted}  by {', '.join(im.models)}")
         c(f"  image dead letters {im.dead}")
         c(f"  image accuracy    {im.accuracy:.3f}  ({im.correct}/{im.predicted} against the "

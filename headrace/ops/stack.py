@@ -124,6 +124,7 @@ class Stack:
         env["HEADRACE_BOOTSTRAP"] = self.conn.bootstrap
         env["HEADRACE_DFS_ROOT"] = str(self.settings.dfs_root)
         env["HEADRACE_STREAMS"] = ",".join(self.settings.streams)
+        env["HEADRACE_TOPIC_PREFIX"] = self.settings.topic_prefix  # the control topics' namespace
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
 
@@ -147,10 +148,10 @@ class Stack:
     def start_control(self) -> Component:
         return self.add("control-plane", ["control"])
 
-    def start_scorer(self, stream: str) -> Component:
+    def start_scorer(self, stream: str, *, model: str | None = None) -> Component:
         port = free_port()
-        return self.add(f"scorer-{stream}", ["score", stream, "--http-port", str(port)],
-                        metrics_url=f"http://127.0.0.1:{port}/metrics")
+        args = ["score", stream, "--http-port", str(port)] + (["--model", model] if model else [])
+        return self.add(f"scorer-{stream}", args, metrics_url=f"http://127.0.0.1:{port}/metrics")
 
     def start(self) -> None:
         self.start_broker()

@@ -72,17 +72,18 @@ class Scorer:
         decoders: DecodePool | None = None
         try:
             data = topics.data_topic(s.stream)
+            model_events = topics.ControlTopics.of(self.settings).models  # HEADRACE_TOPIC_PREFIX
             ensure_topics(self.conn, [
                 spec for spec in topics.catalog(self.settings.with_overrides(streams=[s.stream]))
                 if spec.name in (data, topics.predictions_topic(s.stream),
-                                 topics.dlq_topic(s.stream), topics.MODEL_EVENTS)
+                                 topics.dlq_topic(s.stream), model_events)
             ], replication_factor=self.settings.replication_factor)
             watcher = ModelWatcher(
                 root=self.settings.dfs_root, name=s.model_name, alias=s.alias, device=s.device,
                 max_batch=s.batch_size, holder=self.holder, metrics=self.metrics,
                 sizes=Sizing(max_batch_bytes=s.max_batch_bytes,
                              device_memory_mb=s.device_memory_mb),
-                events=ModelEventsListener(self.conn), poll_s=s.model_poll_s)
+                events=ModelEventsListener(self.conn, model_events), poll_s=s.model_poll_s)
             self.state.model_ready = lambda: self.holder.current is not None
             self.state.model_ref = lambda: (self.holder.current.ref
                                             if self.holder.current else None)

@@ -95,10 +95,16 @@ class ControlTopics:
     def with_prefix(cls, prefix: str) -> ControlTopics:
         return cls(prefix=check_name(prefix, what="topic prefix") if prefix else "")
 
+    @classmethod
+    def of(cls, settings: Settings) -> ControlTopics:
+        """The control topics of ``settings.topic_prefix`` (HEADRACE_TOPIC_PREFIX)."""
+        return cls.with_prefix(settings.topic_prefix)
+
 
 def catalog(settings: Settings) -> list[TopicSpec]:
-    """Every topic for the configured streams, control-plane topics first."""
-    specs = ControlTopics().specs()
+    """Every topic for the configured streams, control-plane topics (under the settings'
+    topic prefix) first."""
+    specs = ControlTopics.of(settings).specs()
     for stream in settings.streams:
         specs += [
             TopicSpec(data_topic(stream), settings.partitions, f"records to score ({stream})",

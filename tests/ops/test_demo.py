@@ -3,7 +3,7 @@ and an image model (digits) trained and scored on its own stream."""
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
 import re
 import subprocess
@@ -14,6 +14,8 @@ import pytest
 
 from headrace.cli import app
 from headrace.streams.broker import EmbeddedBroker
+from headrace.trainers.datasets import make_demo
+from tests.cli.conftest import lines_until
 
 
 def _commands() -> set[str]:
@@ -37,35 +39,49 @@ def test_the_cli_has_every_command_the_demo_drives() -> None:
     assert _commands() >= NEEDED, f"missing CLI commands: {sorted(NEEDED - _commands())}"
 
 
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` by relative path, with the sha256 of its bytes."""
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
 @pytest.mark.slow
-def test_demo_exits_zero_on_its_own_broker_beside_a_users_running_stack(tmp_path: Path) -> None:
-    # The user's stack, as the README suggests: `headrace broker` (recorded in the broker state
-    # file) and `headrace control` on it with the user's DFS. The demo must not touch either.
+def test_demo_on_a_named_broker_leaves_the_users_control_plane_and_dfs_alone(
+        tmp_path: Path) -> None:
+    # The user's stack as docs/training.md sets it up: HEADRACE_BOOTSTRAP exported, and
+    # `headrace control` on that broker with the user's DFS (which holds a dataset called
+    # demo.parquet, like the demo's). The demo must not hand its requests to that control
+    # plane: the user's DFS stays byte for byte the same.
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
-    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"))
+    env.update(XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"),
+               TF_CPP_MIN_LOG_LEVEL="3")
     users_dfs = tmp_path / "users-dfs"
+    make_demo(out=users_dfs / "datasets" / "demo.parquet", rows=200, seed=3)
+    before = _tree(users_dfs)
     cli = [sys.executable, "-c", "import sys; from headrace.cli import main; sys.exit(main())"]
     with EmbeddedBroker() as users_broker:
-        state = tmp_path / "state" / "headrace" / "broker.json"
-        state.parent.mkdir(parents=True)
-        state.write_text(json.dumps({"bootstrap": users_broker.bootstrap, "pid": os.getpid()}))
-        control = subprocess.Popen(
-            [*cli, "--bootstrap", users_broker.bootstrap, "--dfs-root", str(users_dfs),
-             "control"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        env["HEADRACE_BOOTSTRAP"] = users_broker.bootstrap
+        control = subprocess.Popen([*cli, "--dfs-root", str(users_dfs), "control"], env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         try:
+            assert control.stdout is not None
+            ready = lines_until(control.stdout, lambda ls: any("control plane:" in s for s in ls))
+            assert any("listening to events.train-requests" in s for s in ready), ready
             proc = subprocess.run([*cli, "demo", "--records", "400", "--epochs", "2"],
                                   env=env, capture_output=True, text=True, timeout=420,
                                   check=False)
+            assert control.poll() is None  # the user's control plane ran all along
         finally:
             control.terminate()
             control.wait(30)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = proc.stdout
-    first = out.splitlines()[:3]
-    assert first[0].startswith("broker: an embedded one started by this command"), out[:500]
+    first = out.splitlines()[:2]
+    assert first[0] == f"broker: {users_broker.bootstrap} (from HEADRACE_BOOTSTRAP)", out[:500]
     assert first[1].startswith("DFS: a scratch directory"), out[:500]
-    assert first[2].startswith(f"note: not using the broker at {users_broker.bootstrap}")
-    assert not (users_dfs / "models").exists() and not (users_dfs / "jobs").exists()
+    own = re.search(r"its own topics there: (headrace-demo-[0-9a-f]{6})\.events\.\*", out)
+    assert own, out[:2000]
+    assert _tree(users_dfs) == before
     assert "predictions out" in out and "model versions" in out
     assert "(tensorflow)" in out and "(mxnet)" in out
     assert "published digits:" in out, out[-2000:]  # the image model (cnn on digit PNGs)
