@@ -126,6 +126,9 @@ def send(
                        image_column=image_input)
     if got.bad and not skip_bad:
         raise ValidationFailed(bad_lines_message(file, got))
+    warning = _missing_inputs(settings.dfs_root, model or stream, got.table.column_names)
+    if warning:
+        err.print(f"warning: {warning}", highlight=False, markup=False, soft_wrap=True)
     if key is None and file.is_dir():
         key = "key"
     conn = _context.connection(ctx)
@@ -165,6 +168,29 @@ def _model_columns(root: Path, model: str) -> tuple[list[str], list[str]]:
         elif inp.kind in (InputKind.CATEGORY, InputKind.TEXT):
             strings.append(inp.name)
     return numeric, strings
+
+
+def _missing_inputs(root: Path, model: str, columns: list[str]) -> str | None:
+    """What the records lack of the production model's inputs, said before anything is sent
+    (the scorer would dead-letter every such record), or None."""
+    from headrace.store.signature import InputKind
+    from headrace.store.versions import resolve
+
+    try:
+        mv = resolve(root, model)
+    except HeadraceError:
+        return None  # no model yet: nothing to check against
+    have = set(columns)
+    needed: list[str] = []
+    for inp in mv.manifest.input_signature():
+        needed.extend(inp.columns if inp.kind == InputKind.NUMERIC else [inp.name])
+    missing = [c for c in needed if c not in have]
+    if not missing:
+        return None
+    shown = ", ".join(missing[:8]) + (f", ... ({len(missing)} in all)" if len(missing) > 8 else "")
+    return (f"the records lack {len(missing)} of the {len(needed)} inputs of model "
+            f"{mv.name}:{mv.version} ({shown}); the scorer will dead-letter them "
+            f"(`headrace models show {mv.name}` lists its inputs)")
 
 
 def _streams_in(existing: dict[str, int]) -> list[str]:

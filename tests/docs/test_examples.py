@@ -8,12 +8,14 @@ import shutil
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from headrace.streams.sending import read_records
 from headrace.topology.cluster import load_cluster
 from headrace.topology.planning import plan_placement
 from headrace.trainers.control.triggers import load_triggers
+from headrace.trainers.datasets import make_demo
 from headrace.trainers.gate import load_gates
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,9 +46,12 @@ def test_the_example_gates_file_loads_for_its_model_and_as_the_default(tmp_path:
     assert load_gates(tmp_path, "other").max_regression == {"accuracy": 0.01}
 
 
-def test_the_example_records_hold_the_same_rows_in_every_format() -> None:
+def test_the_example_records_hold_the_same_rows_in_every_format(tmp_path: Path) -> None:
     tables = [read_records(EXAMPLES / f"records.{s}") for s in ("jsonl", "csv", "parquet")]
-    assert tables[0].num_rows == 5 and tables[0].column_names == ["f0", "f1", "f2", "f3"]
+    # Every input of the model the quick start trains on `headrace datasets make-demo`'s data.
+    demo = pq.read_table(make_demo(out=tmp_path / "demo.parquet", rows=10))
+    features = [c for c in demo.column_names if c != "label"]
+    assert tables[0].num_rows == 5 and tables[0].column_names == features
     for t in tables[1:]:
         assert t.cast(tables[0].schema).equals(tables[0].cast(tables[0].schema))
     assert all(pa.types.is_floating(f.type) for f in tables[0].schema)
