@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
         hint = getattr(exc, "param_hint", None)
         hint = f" ({hint})" if isinstance(hint, str) and hint not in message else ""
-        print(f"headrace: {message}{hint}", file=sys.stderr)
+        print(f"headrace: {message}{hint}{_global_option_hint(exc, argv)}", file=sys.stderr)
         return _exit(int(getattr(exc, "exit_code", 2)), argv)
     except KeyboardInterrupt:
         print("headrace: interrupted", file=sys.stderr)
@@ -127,6 +127,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"headrace: error: {exc}", file=sys.stderr)
         return _exit(1, argv)
     return _exit(code if isinstance(code, int) else 0, argv)
+
+
+GLOBAL_OPTIONS = ("--bootstrap", "-b", "--dfs-root", "--version")
+
+
+def _global_option_hint(exc: TyperException, argv: list[str] | None) -> str:
+    """A root option given after the command is unknown there: say where it goes."""
+    name = getattr(exc, "option_name", None)
+    if not isinstance(name, str) or name.split("=")[0] not in GLOBAL_OPTIONS:
+        return ""
+    args = list(sys.argv[1:] if argv is None else argv)
+    at = next((i for i, a in enumerate(args) if a.split("=")[0] == name.split("=")[0]), None)
+    if at is not None:  # the same line with the option moved to the front
+        moved = args[at:at + 1] if "=" in args[at] else args[at:at + 2]
+        rest = args[:at] + args[at + len(moved):]
+        example = " ".join(["headrace", *moved, *rest])
+    else:
+        example = "headrace --bootstrap HOST:PORT score demo"
+    return f"; global options go before the command: {example}"
 
 
 def _kind(exc: HeadraceError) -> str:
