@@ -22,7 +22,7 @@ def push(ctx: typer.Context,
          directory: Annotated[Path, typer.Argument(help="The package directory.")],
          name: Annotated[str, typer.Option("--name", "-n", help="Code name.")]) -> None:
     """Copy DIR to code/NAME/<sha256>/ and print NAME@<12 hex> (same bytes, same ref)."""
-    cv = code_store.push(_context.settings(ctx).dfs_root, directory, name)
+    cv = code_store.push(_context.base_settings(ctx).dfs_root, directory, name)
     typer.echo(cv.ref)
 
 
@@ -33,7 +33,7 @@ def list_(ctx: typer.Context) -> None:
     table.add_column("ref", no_wrap=True, min_width=25)
     for col in ("files", "size", "pushed at (UTC)"):
         table.add_column(col, no_wrap=True)
-    for cv in code_store.list_code(_context.settings(ctx).dfs_root):
+    for cv in code_store.list_code(_context.base_settings(ctx).dfs_root):
         table.add_row(cv.name, cv.ref, str(len(cv.files)), f"{cv.size:,} B",
                       cv.pushed_at[:16].replace("T", " "))
     console.print(table)

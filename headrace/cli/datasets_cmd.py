@@ -59,24 +59,30 @@ def put(
 ) -> None:
     """Copy a file or image folder to datasets/NAME.parquet with its column kinds."""
     info = dataset_files.put_dataset(
-        root=_context.settings(ctx).dfs_root, path=path, name=name, label=label,
+        root=_context.base_settings(ctx).dfs_root, path=path, name=name, label=label,
         image_columns=tuple(image_column or ()), text_columns=tuple(text_column or ()),
         kinds=_kinds(kind or []))
     _print(info)
+    if info.label is None:  # training this dataset would fail on the missing label
+        Console(stderr=True).print(
+            f"warning: {path.name} has no label column {label!r} (columns: "
+            f"{', '.join(info.kinds)}); name it with `--label COLUMN` to train on it",
+            highlight=False, markup=False, soft_wrap=True)
 
 
 def list_(ctx: typer.Context) -> None:
     """Datasets under datasets/ on the DFS."""
     table = Table("dataset", "rows", "bytes")
-    for d in dataset_files.list_datasets(root=_context.settings(ctx).dfs_root):
+    for d in dataset_files.list_datasets(root=_context.base_settings(ctx).dfs_root):
         table.add_row(d.uri, str(d.rows), str(d.bytes))
     console.print(table)
 
 
 def show(ctx: typer.Context, name: str,
-         label: Annotated[str, typer.Option(help="Label column.")] = "label") -> None:
+         label: Annotated[str | None, typer.Option(
+             help="Label column (default: the one `datasets put` recorded).")] = None) -> None:
     """Schema, column kinds and label counts of a dataset."""
-    _print(dataset_files.show_dataset(root=_context.settings(ctx).dfs_root, name=name,
+    _print(dataset_files.show_dataset(root=_context.base_settings(ctx).dfs_root, name=name,
                                       label=label))
 
 

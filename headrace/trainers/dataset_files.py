@@ -133,12 +133,16 @@ def _path(root: Path, name: str) -> Path:
         raise DatasetFileError(str(exc)) from None
 
 
-def show_dataset(*, root: Path, name: str, label: str = "label") -> DatasetInfo:
-    """Schema, kinds and label counts of ``datasets/NAME.parquet``."""
+def show_dataset(*, root: Path, name: str, label: str | None = None) -> DatasetInfo:
+    """Schema, kinds and label counts of ``datasets/NAME.parquet``; ``label`` None: the
+    column ``datasets put`` recorded as the label, else ``label``."""
     path = _path(root, name)
     if not path.is_file():
         raise DatasetFileError(f"dataset {name!r} does not exist (datasets list shows them)")
     table = pq.read_table(path)
+    if label is None:
+        recorded = [c for c, k in columns.stored_kinds(table).items() if k == ColumnKind.LABEL]
+        label = recorded[0] if recorded else "label"
     lab = label if label in table.column_names else None
     kinds = columns.kinds_of(table, label=lab)
     counts: dict[str, int] = {}
