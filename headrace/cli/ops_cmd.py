@@ -21,7 +21,8 @@ def replay(
     ctx: typer.Context,
     source: Annotated[str, typer.Argument(help="Topic to replay from.")],
     into: Annotated[str | None, typer.Option(
-        "--into", help="Target topic (default: the source itself).")] = None,
+        "--into", help="Target topic; `--into SOURCE` appends the range onto the source "
+        "itself (never implied).")] = None,
     partition: Annotated[list[int] | None, typer.Option(
         "--partition", "-p", help="Partition to replay (repeat; default: all).")] = None,
     from_offset: Annotated[list[int] | None, typer.Option(
@@ -71,10 +72,15 @@ def replay(
                             from_offsets=from_offset or (), to_offsets=to_offset or (),
                             from_time=from_time, to_time=to_time, rate=rate, model=model,
                             keep_timestamps=keep_timestamps)
+        if into is None and not dry_run:  # a copy of a topic onto itself only on purpose
+            raise ValidationFailed(
+                f"replay needs a target: --into TOPIC (a side topic), or --into {source} to "
+                f"append the range onto {source} itself")
     for line in replaying.describe(cp):
         out.print(line)
     if dry_run:
-        out.print("dry run: nothing written")
+        out.print("dry run: nothing written" + ("" if into or resume else
+                  f" (a real run needs --into: a side topic, or {source} itself)"))
         return
     bar = _progress_bar(cp.replay_id) if progress and err.is_terminal else None
     try:

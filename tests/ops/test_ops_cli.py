@@ -43,6 +43,23 @@ def test_bad_replay_exits_non_zero_with_one_line_and_writes_nothing(
     assert not (dfs / "ops").exists()
 
 
+def test_replay_without_into_refuses_to_append_a_topic_onto_itself(
+    conn: KafkaConnection, dfs: Path, topic_factory: Callable[..., str],
+    writer: Callable[..., list[Written]], capsys: pytest.CaptureFixture[str],
+) -> None:
+    src = topic_factory(partitions=1)
+    writer(src, per_partition=5)
+    assert run(conn, dfs, "replay", src, "--no-progress") == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (f"headrace: invalid: replay needs a target: --into TOPIC (a side topic), or "
+                   f"--into {src} to append the range onto {src} itself")
+    assert len(read_all(conn, src)) == 5 and not (dfs / "ops").exists()
+    assert run(conn, dfs, "replay", src, "--dry-run") == 0  # a look needs no target
+    assert "a real run needs --into" in capsys.readouterr().out
+    assert run(conn, dfs, "replay", src, "--into", src, "--no-progress") == 0  # on purpose
+    assert len(read_all(conn, src)) == 10
+
+
 def test_replay_of_an_unknown_topic_exits_non_zero(conn: KafkaConnection, dfs: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     assert run(conn, dfs, "replay", "no-such-topic-cli") != 0
