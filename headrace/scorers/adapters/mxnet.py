@@ -8,15 +8,21 @@ text is turned into token ids here, with the vocabulary file the version ships.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy
 
-if not hasattr(numpy, "bool"):
+if "bool" not in vars(numpy):  # vars: hasattr would itself warn (numpy's __getattr__)
     numpy.bool = bool  # type: ignore[attr-defined]
 
-import mxnet as mx
+with warnings.catch_warnings():
+    # MXNet 1.9's import-time Future/Deprecation warnings about NumPy: nothing a user can act on.
+    warnings.simplefilter("ignore", FutureWarning)  # scoped to this import
+    warnings.simplefilter("ignore", DeprecationWarning)  # (scipy.sparse via mxnet too)
+    import mxnet as mx
 import numpy as np
 import pyarrow as pa
 
@@ -40,10 +46,19 @@ def mx_context(device: str) -> mx.Context:
     return mx.gpu(index)
 
 
+@contextlib.contextmanager
+def _quiet_imports() -> Iterator[None]:
+    """SymbolBlock.imports warns "Cannot decide type" for every exported graph: not a fault."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module="mxnet")
+        yield
+
+
 def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int) -> ModelFn:
     ctx = mx_context(device)
-    net = mx.gluon.nn.SymbolBlock.imports(
-        str(version_path / SYMBOL_FILE), ["data"], str(version_path / PARAMS_FILE), ctx=ctx)
+    with _quiet_imports():
+        net = mx.gluon.nn.SymbolBlock.imports(
+            str(version_path / SYMBOL_FILE), ["data"], str(version_path / PARAMS_FILE), ctx=ctx)
     net.hybridize(static_alloc=True, static_shape=True)
     outputs = manifest.num_outputs
 
@@ -87,9 +102,10 @@ def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
     signature = manifest.input_signature()
     outputs = manifest.output_signature()
     names = [inp.name for inp in signature]
-    net = mx.gluon.nn.SymbolBlock.imports(
-        str(version_path / SYMBOL_FILE), _data_names(version_path, names),
-        str(version_path / PARAMS_FILE), ctx=ctx)
+    with _quiet_imports():
+        net = mx.gluon.nn.SymbolBlock.imports(
+            str(version_path / SYMBOL_FILE), _data_names(version_path, names),
+            str(version_path / PARAMS_FILE), ctx=ctx)
     net.hybridize(static_alloc=True, static_shape=True)
     feed = {inp.name: _feeder(inp, version_path) for inp in signature}
 

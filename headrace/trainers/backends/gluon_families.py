@@ -14,6 +14,7 @@ all float32: categories and text arrive as ids from :mod:`headrace.store.tokens`
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -21,8 +22,11 @@ import numpy
 
 numpy.bool = bool  # type: ignore[attr-defined]  # MXNet 1.9 still uses the removed alias
 
-import mxnet as mx  # noqa: E402
-from mxnet import gluon  # noqa: E402
+with warnings.catch_warnings():  # MXNet 1.9's import-time NumPy deprecation noise
+    warnings.simplefilter("ignore", FutureWarning)  # scoped to this import
+    warnings.simplefilter("ignore", DeprecationWarning)  # (scipy.sparse via mxnet too)
+    import mxnet as mx
+    from mxnet import gluon
 
 from headrace.store.signature import InputKind  # noqa: E402
 from headrace.streams.contracts import ModelSpec  # noqa: E402

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,12 @@ import numpy
 
 numpy.bool = bool  # type: ignore[attr-defined]  # MXNet 1.9 still uses the removed alias
 
-import mxnet as mx  # noqa: E402
+with warnings.catch_warnings():  # MXNet 1.9's import-time NumPy deprecation noise
+    warnings.simplefilter("ignore", FutureWarning)  # scoped to this import
+    warnings.simplefilter("ignore", DeprecationWarning)  # (scipy.sparse via mxnet too)
+    import mxnet as mx
+    from mxnet import autograd, gluon
 import numpy as np  # noqa: E402
-from mxnet import autograd, gluon  # noqa: E402
 
 from headrace.core.errors import PermanentError  # noqa: E402
 from headrace.store import tokens  # noqa: E402
@@ -214,8 +218,11 @@ class SymbolPredictor:
         self.plan = ModelPlan("?", signature, (), 0)
         self.vocabularies = {i.name: tokens.read_vocabulary(path / i.vocabulary)
                              for i in signature if i.vocabulary}
-        self.block = gluon.SymbolBlock.imports(str(path / SYMBOL_FILE), input_names(self.plan),
-                                               str(path / PARAMS_FILE), ctx=self.ctx)
+        with warnings.catch_warnings():  # "Cannot decide type" for every exported graph
+            warnings.filterwarnings("ignore", category=UserWarning, module="mxnet")
+            self.block = gluon.SymbolBlock.imports(
+                str(path / SYMBOL_FILE), input_names(self.plan), str(path / PARAMS_FILE),
+                ctx=self.ctx)
 
     def predict(self, x: Inputs | np.ndarray) -> np.ndarray:
         inp = as_inputs(x)

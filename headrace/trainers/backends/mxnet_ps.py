@@ -21,6 +21,7 @@ seen to end with different weights (a small CNN, 2 workers; the same run under
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,12 @@ import numpy
 
 numpy.bool = bool  # type: ignore[attr-defined]  # MXNet 1.9 still uses the removed alias
 
-import mxnet as mx  # noqa: E402
+with warnings.catch_warnings():  # MXNet 1.9's import-time NumPy deprecation noise
+    warnings.simplefilter("ignore", FutureWarning)  # scoped to this import
+    warnings.simplefilter("ignore", DeprecationWarning)  # (scipy.sparse via mxnet too)
+    import mxnet as mx
+    from mxnet import gluon
 import numpy as np  # noqa: E402
-from mxnet import gluon  # noqa: E402
 
 from headrace.trainers.backends.mxnet_gluon import PARAMS_FILE, GluonModel  # noqa: E402
 from headrace.trainers.distributed.peers import GangMember  # noqa: E402
