@@ -133,14 +133,17 @@ def send(
         key = "key"
     conn = _context.connection(ctx)
     existing = list_topics(conn)
-    if topic not in existing:
-        if stream not in settings.streams:
-            raise ValidationFailed(
-                f"unknown stream {stream}: {topic} does not exist on {conn.bootstrap} (streams "
-                f"there: {', '.join(_streams_in(existing)) or 'none'}); create it on purpose "
-                f"with `headrace topics --create --stream {stream}`")
-        ensure_topics(conn, [s for s in topic_names.catalog(
-            settings.with_overrides(streams=[stream])) if s.name == topic])
+    if topic not in existing and stream not in settings.streams:
+        raise ValidationFailed(
+            f"unknown stream {stream}: {topic} does not exist on {conn.bootstrap} (streams "
+            f"there: {', '.join(_streams_in(existing)) or 'none'}); create it on purpose "
+            f"with `headrace topics --create --stream {stream}`")
+    # The stream's three topics, so `tail predictions.STREAM` works before a scorer started.
+    wanted = {topic, topic_names.predictions_topic(stream), topic_names.dlq_topic(stream)}
+    missing = [s for s in topic_names.catalog(settings.with_overrides(streams=[stream]))
+               if s.name in wanted and s.name not in existing]
+    if missing:
+        ensure_topics(conn, missing, replication_factor=settings.replication_factor)
     result = send_table(conn, topic, got.table, fmt=fmt, key_column=key,  # type: ignore[arg-type]
                         batch_rows=batch_rows)
     out.print(f"sent {result.rows} records in {result.messages} messages to {result.topic}")

@@ -10,7 +10,8 @@ A runnable block is a fence tagged ``bash quick-start``. Each line is one comman
 * ``control`` and ``train`` get a private ``--topic-prefix`` (the session broker is shared);
 * anything else (``printf``, ``cp``, ``mkdir``) runs in bash in the checkout.
 
-Every command must exit 0.
+Every command must exit 0. A reader who follows README.md and then docs/training.md in order,
+on a broker of their own, gets every record they sent scored and none dead-lettered.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ from pathlib import Path
 import pytest
 
 from headrace.cli import main
+from headrace.core.settings import load_settings
+from headrace.streams.broker import EmbeddedBroker
+from headrace.streams.connection import connection_for
+from headrace.streams.contracts import Prediction, parse
+from tests.fixtures import eventually, read_all
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -41,10 +47,10 @@ def quick_starts() -> list[tuple[str, str]]:
 
 
 class DocSession:
-    def __init__(self, broker: str, env: dict[str, str]) -> None:
+    def __init__(self, broker: str, env: dict[str, str], *, prefixed: bool = True) -> None:
         self.broker = broker
         self.env = env
-        self.prefix = "q" + uuid.uuid4().hex[:8]
+        self.prefix = "q" + uuid.uuid4().hex[:8] if prefixed else ""
         self.background: list[subprocess.Popen[bytes]] = []
 
     def run(self, line: str) -> None:
@@ -68,7 +74,7 @@ class DocSession:
         if args[:1] == ["broker"]:
             return
         args = [os.path.expandvars(a) for a in args]
-        if args[:1] and args[0] in PREFIXED:
+        if args[:1] and args[0] in PREFIXED and self.prefix:
             args = [args[0], "--topic-prefix", self.prefix, *args[1:]]
         if background:
             self.background.append(subprocess.Popen(
@@ -99,13 +105,17 @@ class DocSession:
                 p.wait()
 
 
-@pytest.fixture
-def doc_session(broker: str, dfs: Path, tmp_path: Path) -> Iterator[DocSession]:
+def _env(broker: str, dfs: Path, tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEADRACE_")}
     env.update(HEADRACE_BOOTSTRAP=broker, HEADRACE_DFS_ROOT=str(dfs),
                XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"),
                TF_CPP_MIN_LOG_LEVEL="3", COLUMNS="100")
-    s = DocSession(broker, env)
+    return env
+
+
+@pytest.fixture
+def doc_session(broker: str, dfs: Path, tmp_path: Path) -> Iterator[DocSession]:
+    s = DocSession(broker, _env(broker, dfs, tmp_path))
     try:
         yield s
     finally:
@@ -135,3 +145,27 @@ def test_user_docs_keep_benchmark_lab_notes_in_bench_results() -> None:
     assert "bench/RESULTS.md" in scoring
     assert "runs 1-5" not in scoring and "2026-" not in scoring
     assert "runs 1-5" in (REPO / "bench" / "RESULTS.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_readme_then_training_md_in_order_score_every_record_and_dead_letter_none(
+        dfs: Path, tmp_path: Path) -> None:
+    blocks = dict(quick_starts())
+    with EmbeddedBroker() as own:  # the reader's own broker: data.demo holds only their records
+        session = DocSession(own.bootstrap, _env(own.bootstrap, dfs, tmp_path), prefixed=False)
+        try:
+            for where in ("README.md#1", "training.md#1"):
+                for line in blocks[where].splitlines():
+                    session.run(line)
+            conn = connection_for(load_settings(bootstrap=own.bootstrap))
+            sent = len(read_all(conn, "data.demo"))
+            assert sent == 10  # examples/records.jsonl, from each of the two blocks
+            got = eventually(lambda: (p := read_all(conn, "predictions.demo")) and
+                             len(p) >= sent and p, timeout_s=60, what="every record scored")
+        finally:
+            session.stop()
+        assert read_all(conn, "data.demo.dlq") == []
+    preds = [parse(Prediction, r.value or b"") for r in got]
+    assert len(preds) == sent and {p.model_name for p in preds} == {"demo"}
+    assert sorted((p.source_partition, p.source_offset) for p in preds) == sorted(
+        {(p.source_partition, p.source_offset) for p in preds})  # one each
