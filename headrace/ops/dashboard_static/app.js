@@ -319,7 +319,8 @@ async function loadScorers() {
     " prints it)"));
   const basis = scorers.map((s) => s.latency && s.latency.basis).find(Boolean);
   document.getElementById("scorers-note").textContent = scorers.length ?
-    `Quantiles ${basis ? "over the " + basis : ""}, interpolated inside histogram buckets. ` +
+    `Quantiles ${basis === "since start" ? "since each scorer started" : "over the " + (basis || "scrapes")}, ` +
+    "interpolated inside histogram buckets. " +
     "Waiting in topic: record CreateTime to the scorer receiving it (a backlog, or a scorer " +
     "that was not running); scoring: received to prediction acknowledged." : "";
 }
