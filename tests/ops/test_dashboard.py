@@ -164,6 +164,9 @@ def test_every_job_and_version_carries_the_gates_outcome_and_reasons(dash: Dashb
     assert jobs["job-refused"]["training"] == {"epochs_run": 5, "best_epoch": 3,
                                                "stopped_because": "early_stopping",
                                                "epochs": 5}
+    # A job's detail: from its events when the DFS has no word on it, else from the DFS.
+    assert get(dash.url + "api/jobs/job-1?logs=0")[1]["outcome"]["result"] == "promoted"
+    assert get(dash.url + "api/jobs/job-legacy?logs=0")[1]["outcome"]["held_by"] == ["baseline"]
     models = {m["name"]: m for m in get(dash.url + "api/models")[1]["models"]}
     got = [(v["version"], v["outcome"]["result"]) for v in models["iris"]["versions"]]
     assert got == [(1, "kept"), (2, "promoted"), (3, "refused"), (4, "refused")]

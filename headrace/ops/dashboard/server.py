@@ -169,8 +169,9 @@ class Api:
             raise ApiError(HTTPStatus.NOT_FOUND, f"no job {job_id}")
         out = view or {"job_id": job_id, "status": "unknown", "logs": []}
         out["dfs"] = dfs
-        out.update(records.job_detail(self.state.root, job_id) if dfs else
-                   {"history": None})
+        detail = records.job_detail(self.state.root, job_id) if dfs else {"history": None}
+        # The DFS's word wins, but an unknown there keeps what the job's events said.
+        out.update({k: v for k, v in detail.items() if v is not None or k not in out})
         out["log_file"] = records.job_log_file(self.state.root, job_id, lines=logs) if logs else []
         return out
 
