@@ -354,6 +354,21 @@ def test_page_shows_gate_badges_every_stream_curves_and_heatmap_in_chromium_at_1
             driver.set_window_size(1280, int(height) + 140)
             time.sleep(0.5)
             driver.save_screenshot(str(Path(os.environ[SHOT_DIR_ENV]) / "dashboard-test.png"))
+        # A fresh DFS and no broker: each empty panel says what to run next.
+        empty_dfs = tmp_path / "empty-dfs"
+        empty_dfs.mkdir()
+        empty = Dashboard(settings=settings.with_overrides(dfs_root=empty_dfs), conn=None)
+        empty.start()
+        try:
+            driver.get(empty.url)
+            wait.until(lambda d: d.execute_script("return document.body.dataset.loaded"))
+            wait.until(lambda d: "no jobs yet" in d.find_element(By.ID, "jobs").text)
+            assert "headrace train NAME" in driver.find_element(By.ID, "jobs").text
+            assert "no models yet" in driver.find_element(By.ID, "models").text
+            scorers = driver.find_element(By.ID, "scorers").text
+            assert "no scorers registered" in scorers and "headrace up" in scorers
+        finally:
+            empty.stop()
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
