@@ -286,7 +286,7 @@ def test_page_shows_gate_badges_every_stream_curves_and_heatmap_in_chromium_at_1
     driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
 
     def badges(where: str, key: str) -> dict[str, list[str]]:
-        return driver.execute_script(  # type: ignore[no-any-return]
+        return driver.execute_script(
             f"const out = {{}}; for (const tr of document.querySelectorAll('{where} tbody tr')) "
             f"{{ const k = {key}; out[k] = [...tr.querySelectorAll('.badge')]"
             ".map((b) => b.textContent); } return out;")
