@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from headrace.core.errors import RecordRef, ValidationFailed
-from headrace.core.settings import Settings
+from headrace.core.settings import Settings, load_settings
 from headrace.ops.dashboard import Dashboard
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.store.dfs import jobs_dir
@@ -107,6 +107,16 @@ def dash(conn: KafkaConnection, settings: Settings, scorer_metrics: str,
     d = Dashboard(settings=settings, conn=conn, scorer_urls=[scorer_metrics])
     d.start()
     _wait(lambda: d.state.jobs.get("job-1", logs=0) is not None, "job events")
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def bare_dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+    """One dashboard on an empty DFS with no broker, for the requests that need no data."""
+    d = Dashboard(settings=load_settings(dfs_root=tmp_path_factory.mktemp("bare-dfs")),
+                  conn=None)
+    d.start()
     yield d
     d.stop()
 
@@ -204,6 +214,14 @@ def test_every_stream_is_listed_wherever_it_was_seen(dash: Dashboard, streams: S
     assert seen[streams.dfs_only] == ["dfs"]
     assert seen[streams.scorer_only] == ["scorer"]
     assert overview["streams"] == sorted(seen)
+    # Dead letters are counted in the background: 3 on the configured stream, and a stream
+    # seen only on the DFS has no dead-letter topic (said, not an error page).
+    _wait(lambda: {s["name"]: s["dead_letters"] for s in get(dash.url + "api/overview")[1][
+        "stream_details"]}.get(streams.configured) == 3, "the background count")
+    _wait(lambda: {s["name"]: s for s in get(dash.url + "api/overview")[1][
+        "stream_details"]}[streams.dfs_only]["dead_letters_error"], "the ledger-only stream")
+    details = {s["name"]: s for s in get(dash.url + "api/overview")[1]["stream_details"]}
+    assert "has no dead-letter topic" in details[streams.dfs_only]["dead_letters_error"]
 
 
 def test_scorer_latency_is_split_and_its_quantiles_interpolated(dash: Dashboard) -> None:
@@ -239,17 +257,17 @@ def test_scorer_latency_is_split_and_its_quantiles_interpolated(dash: Dashboard)
     ("static/../../pyproject.toml", 404, "not found"),
     ("static/__init__.py", 404, "not found"),
 ])
-def test_bad_requests_get_a_one_line_error_never_a_traceback(dash: Dashboard, path: str,
+def test_bad_requests_get_a_one_line_error_never_a_traceback(bare_dash: Dashboard, path: str,
                                                              code: int, message: str) -> None:
-    status, body = get(dash.url + path)
+    status, body = get(bare_dash.url + path)
     assert status == code and message in body["error"]
     assert "Traceback" not in body["error"] and "\n" not in body["error"]
 
 
-def test_static_files_and_index_are_served(dash: Dashboard) -> None:
-    with urllib.request.urlopen(dash.url, timeout=10) as r:
+def test_static_files_and_index_are_served(bare_dash: Dashboard) -> None:
+    with urllib.request.urlopen(bare_dash.url, timeout=10) as r:
         assert b"<canvas id=\"heatmap\"" in r.read()
-    with urllib.request.urlopen(dash.url + "static/app.js", timeout=10) as r:
+    with urllib.request.urlopen(bare_dash.url + "static/app.js", timeout=10) as r:
         assert "javascript" in r.headers["Content-Type"]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from headrace.core.errors import HeadraceError, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.ops.dashboard import records
+from headrace.ops.dashboard.dead_letters import DeadLetterBoard
 from headrace.ops.dashboard.records import MAX_LOG_LINES
 from headrace.ops.dashboard.scrape import ScorerBoard
 from headrace.ops.dashboard.streams import all_streams, streams_on_dfs
@@ -26,6 +27,7 @@ from headrace.streams.topics import JOB_EVENTS
 
 __all__ = ["MAX_LOG_LINES", "DashboardState", "JobBoard", "JobView"]
 TOPICS_TTL_S = 5.0
+DEAD_LETTERS_EVERY_S = 5.0  # pause between two background passes over every stream
 _TERMINAL = {JobEventKind.SUCCEEDED: "succeeded", JobEventKind.FAILED: "failed"}
 
 
@@ -133,7 +135,7 @@ class DashboardState:
         self.scorers = ScorerBoard(scorer_urls)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._dlq_cache: dict[str, tuple[float, dict[str, Any]]] = {}
+        self.dead_letters = DeadLetterBoard(conn, settings.dfs_root)
         self._topics: tuple[float, list[str] | None] = (0.0, None)
         self.kafka_error: str | None = None
 
@@ -147,6 +149,9 @@ class DashboardState:
                                                   name="dashboard-jobs"))
         self._threads.append(threading.Thread(target=self._scrape_loop, daemon=True,
                                               name="dashboard-scrape"))
+        if self.conn is not None:
+            self._threads.append(threading.Thread(target=self._dead_letter_loop, daemon=True,
+                                                  name="dashboard-dead-letters"))
         for t in self._threads:
             t.start()
 
@@ -205,26 +210,21 @@ class DashboardState:
         return self._topics[1]
 
     def streams(self) -> list[dict[str, Any]]:
-        return all_streams(configured=self.settings.streams, topics=self.topics(),
-                           dfs=streams_on_dfs(self.root), scorers=self.scorers.streams())
+        """Every stream, with its dead letters as last read in the background (None: not yet)."""
+        out = all_streams(configured=self.settings.streams, topics=self.topics(),
+                          dfs=streams_on_dfs(self.root), scorers=self.scorers.streams())
+        counts = self.dead_letters.counts()
+        for x in out:
+            seen = counts.get(x["name"], {})
+            x["dead_letters"], x["dead_letters_error"] = seen.get("count"), seen.get("error")
+        return out
+
+    def _dead_letter_loop(self) -> None:
+        while not self._stop.is_set():
+            configured = list(self.settings.streams)
+            others = [x["name"] for x in self.streams() if x["name"] not in configured]
+            self.dead_letters.refresh(configured + others, self._stop.is_set)
+            self._stop.wait(DEAD_LETTERS_EVERY_S)
 
     def dlq(self, stream: str, *, max_letters: int) -> dict[str, Any]:
-        from headrace.ops import deadletters
-
-        if self.conn is None:
-            return {"stream": stream, "error": "no Kafka configured", "groups": [], "letters": []}
-        key = f"{stream}:{max_letters}"
-        cached = self._dlq_cache.get(key)
-        if cached and time.monotonic() - cached[0] < 2.0:
-            return cached[1]
-        try:
-            letters = deadletters.read_letters(self.conn, stream, timeout_s=10)
-        except ValidationFailed as exc:
-            return {"stream": stream, "error": str(exc), "count": 0, "groups": [], "letters": []}
-        ledger = deadletters.load_ledger(self.root, stream)
-        data = {"stream": stream, "error": None, "count": len(letters),
-                "groups": [g.__dict__ for g in deadletters.summarize(letters, ledger)],
-                "letters": [{**lt.to_json(preview=200), "redriven": bool(ledger.redriven(lt))}
-                            for lt in letters[-max_letters:]] if max_letters else []}
-        self._dlq_cache[key] = (time.monotonic(), data)
-        return data
+        return self.dead_letters.get(stream, max_letters=max_letters)

@@ -327,32 +327,37 @@ async function loadScorers() {
 
 // --- streams and dead letters ----------------------------------------------------------------
 
+// Counts come with the overview (read in the background); groups are fetched only for the
+// streams that have dead letters, so many streams cost the page nothing.
+const MAX_DLQ_DETAILS = 10;
 async function loadStreams() {
   const body = document.querySelector("#streams tbody");
   const box = document.getElementById("dlq");
   const rows = [], parts = [];
   for (const s of state.details) {
     const scorer = state.scorers.filter((x) => (x.stream || "").split(", ").includes(s.name));
-    let d = null;
-    try { d = await api(`/api/dlq?stream=${encodeURIComponent(s.name)}&max=5`); } catch (e) { d = { error: String(e) }; }
-    // A stream seen only on the DFS or in a scorer may have no dead-letter topic: say so in
-    // its row, not as a line of its own.
+    const err = s.dead_letters_error;
     rows.push(el("tr", { "data-stream": s.name }, el("td", { class: "wrap" }, s.name),
       el("td", { class: "small muted" }, s.seen_in.join(", ")),
       el("td", { class: "small" }, scorer.length ? scorer.map((x) => x.model || x.url).join(", ") : "none"),
-      d.error ? el("td", { class: "small muted wrap", title: d.error },
-        /no dead-letter topic/.test(d.error) ? "no dead-letter topic" : clip(d.error, 80))
-        : el("td", { class: "num" }, String(d.count ?? 0))));
-    if (d.error) continue;
-    if (d.groups && d.groups.length) {
-      parts.push(el("h3", {}, `${s.name}: ${d.count} dead letters`));
-      parts.push(el("table", {}, el("thead", {}, el("tr", {}, ...["error class", "stage", "count",
-        "redriven", "message"].map((h) => el("th", {}, h)))),
-      el("tbody", {}, ...d.groups.map((g) => el("tr", {}, el("td", { class: "nowrap" }, g.error_class),
-        el("td", {}, g.stage), el("td", { class: "num" }, String(g.count)), el("td", { class: "num" }, String(g.redriven)),
-        el("td", { class: "small wrap" }, g.sample_message))))));
-    }
+      err ? el("td", { class: "small muted wrap", title: err },
+        /no dead-letter topic/.test(err) ? "no dead-letter topic" : clip(err, 80))
+        : el("td", { class: "num" }, s.dead_letters === null || s.dead_letters === undefined ? "…" : String(s.dead_letters))));
   }
+  const withLetters = state.details.filter((s) => s.dead_letters > 0);
+  for (const s of withLetters.slice(0, MAX_DLQ_DETAILS)) {
+    let d;
+    try { d = await api(`/api/dlq?stream=${encodeURIComponent(s.name)}&max=5`); } catch (e) { continue; }
+    if (!d.groups || !d.groups.length) continue;
+    parts.push(el("h3", {}, `${s.name}: ${d.count} dead letters`));
+    parts.push(el("table", {}, el("thead", {}, el("tr", {}, ...["error class", "stage", "count",
+      "redriven", "message"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...d.groups.map((g) => el("tr", {}, el("td", { class: "nowrap" }, g.error_class),
+      el("td", {}, g.stage), el("td", { class: "num" }, String(g.count)), el("td", { class: "num" }, String(g.redriven)),
+      el("td", { class: "small wrap" }, g.sample_message))))));
+  }
+  if (withLetters.length > MAX_DLQ_DETAILS) parts.push(hint(`and ${withLetters.length - MAX_DLQ_DETAILS} ` +
+    "more streams with dead letters: ", ["cmd", "headrace dlq list STREAM"], " shows one"));
   body.replaceChildren(...rows);
   if (!rows.length) body.append(emptyRow(4, "no streams yet: ",
     ["cmd", "headrace send STREAM FILE"], " publishes records to data.STREAM (",
