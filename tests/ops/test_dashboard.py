@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from headrace.contracts import Framework, JobEvent, JobEventKind, Task
 from headrace.core.errors import RecordRef, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.ops.dashboard import Dashboard
@@ -22,7 +23,6 @@ from headrace.store import versions
 from headrace.store.dfs import jobs_dir
 from headrace.store.manifest import Manifest
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
-from headrace.streams.contracts import Framework, JobEvent, JobEventKind, Task
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import send_events, write_dead_letter
 from headrace.streams.topics import JOB_EVENTS, catalog, data_topic, dlq_topic

@@ -223,7 +223,7 @@ def test_schedules_become_cronjobs() -> None:
 
 
 def test_a_train_request_maps_onto_a_validated_job(make_cluster: Any, three_racks: Any) -> None:
-    from headrace.streams.contracts import Resources, TrainRequested
+    from headrace.contracts import Resources, TrainRequested
 
     req = TrainRequested(idempotency_key="k1", model_name="churn", framework="tensorflow",
                          dataset_uri="datasets/churn", resources=Resources(gpus=1, workers=2))

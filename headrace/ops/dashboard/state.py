@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headrace.contracts import JobEvent, JobEventKind, parse
 from headrace.core.errors import HeadraceError, ValidationFailed
 from headrace.core.naming import check_name
 from headrace.core.settings import Settings
 from headrace.store import versions
 from headrace.store.dfs import jobs_dir
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import JobEvent, JobEventKind, parse
 from headrace.streams.reading import Follower, Record
 from headrace.streams.topics import JOB_EVENTS
 
