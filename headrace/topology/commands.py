@@ -42,6 +42,8 @@ def build_objects(*, cluster: ClusterSpec, plan: Plan, namespace: str | None = N
                   chart: Path | None = None) -> list[dict[str, Any]]:
     """The chart's scorer objects + executor RBAC for ``plan``, validated (strict)."""
     values = plan_values(cluster=cluster, plan=plan, options=options)
+    # apply mounts the claim `helm install` made (or the cluster file names); it creates no PVC.
+    values["dfs"] = {**values.get("dfs", {}), "existingClaim": cluster.deploy.dfs_claim}
     return validate_all(applied_objects(values, namespace=namespace or cluster.deploy.namespace,
                                         chart=chart))
 

@@ -145,7 +145,9 @@ def test_dry_run_apply_is_the_chart_rendered_with_the_plan_values(
 
     data = yaml.safe_load(cluster_file.read_text())
     data["trainer"] = {"workers": 2}
-    data["deploy"] = {"image": "reg.example:5000/ml/headrace:1.2", "kafkaSecret": "corp-kafka"}
+    data["deploy"] = {"image": "reg.example:5000/ml/headrace:1.2",
+                      "gpuImage": "reg.example:5000/ml/headrace:1.2-gpu",
+                      "kafkaSecret": "corp-kafka", "dfsClaim": "shared-cephfs"}
     cluster_file.write_text(yaml.safe_dump(data))
     values_file = tmp_path / "v.yaml"
     plan = CliRunner().invoke(app, ["plan", "--cluster", str(cluster_file),
@@ -175,7 +177,7 @@ def test_dry_run_apply_is_the_chart_rendered_with_the_plan_values(
     # leave the training pods Pending)
     assert "scheduling.volcano.sh" not in str(role["rules"])
     pod = next(d for d in docs if d["kind"] == "StatefulSet")["spec"]["template"]["spec"]
-    assert pod["containers"][0]["image"] == "reg.example:5000/ml/headrace:1.2"
+    assert pod["containers"][0]["image"] == "reg.example:5000/ml/headrace:1.2-gpu"
 
 
 class FakeApiServer:

@@ -70,7 +70,7 @@ app.kubernetes.io/component: {{ .component }}
 {{/* imagePullSecrets of every pod (a list of names or {name: ...}). */}}
 {{- define "headrace.imagePullSecrets" -}}
 {{- range .Values.imagePullSecrets }}
-- name: {{ kindIs "string" . | ternary . .name }}
+- name: {{ if kindIs "string" . }}{{ . }}{{ else }}{{ .name }}{{ end }}
 {{- end -}}
 {{- end -}}
 
