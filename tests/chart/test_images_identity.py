@@ -3,6 +3,7 @@ names that never collide, and the DFS class-or-claim rule."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -152,10 +153,15 @@ def test_two_long_release_names_in_one_namespace_share_no_object_name(chart: Any
     a, b = render(chart, values, LONG_A), render(chart, values, LONG_B)
     assert len(a) == len(b) >= 15
     assert {n for _, n in _names(a)} & {n for _, n in _names(b)} == set()
-    for d in a + b:
-        name = d["metadata"]["name"]
-        assert len(name) <= 52, name  # a StatefulSet's pods add a 10-char revision hash
-        assert name.startswith(LONG_A[:30]), name
+    for release, docs in ((LONG_A, a), (LONG_B, b)):
+        mark = hashlib.sha256(f"{release}-headrace".encode()).hexdigest()[:8]
+        for d in docs:
+            name = d["metadata"]["name"]
+            assert len(name) <= 52, name  # a StatefulSet's pods add a 10-char revision hash
+            # cut, marked with the hash of the whole release name, readable suffix kept
+            assert name.startswith("payments-fra") and f"-{mark}-" in name, name
+    mark_a = hashlib.sha256(f"{LONG_A}-headrace".encode()).hexdigest()[:8]
+    assert ("Deployment", f"{LONG_A[:35]}-{mark_a}-control") in _names(a)
     # Distinct groups of one long release stay distinct too.
     sts = [d["metadata"]["name"] for d in a if d["kind"] in ("StatefulSet", "Deployment")]
     assert len(set(sts)) == len(sts) == 3

@@ -1,25 +1,20 @@
-{{/* Release-scoped name (<= 52 chars): a long one is cut and ends in a hash of the whole,
-     so two long release names in one namespace never share a name. */}}
+{{/* The release's base name: <release>-headrace, or the release alone if it says headrace. */}}
 {{- define "headrace.fullname" -}}
-{{- $full := ternary .Release.Name (printf "%s-%s" .Release.Name .Chart.Name) (contains .Chart.Name .Release.Name) -}}
-{{- include "headrace.short" $full -}}
+{{- ternary .Release.Name (printf "%s-%s" .Release.Name .Chart.Name) (contains .Chart.Name .Release.Name) -}}
 {{- end -}}
 
-{{/* A name of at most 52 characters (a StatefulSet's pods carry <name>-<10-char hash> as a
-     63-char label; CronJobs allow 52): longer ones keep 43 characters + "-" + 8 hex of the
-     sha256 of the whole name. */}}
-{{- define "headrace.short" -}}
-{{- if le (len .) 52 -}}
-{{- . -}}
-{{- else -}}
-{{- printf "%s-%s" (. | trunc 43 | trimSuffix "-") (sha256sum . | trunc 8) -}}
-{{- end -}}
-{{- end -}}
-
-{{/* An object name: (dict "root" $ "suffix" "control") -> <fullname>-control, shortened. */}}
+{{/* An object name, (dict "root" $ "suffix" "control") -> <fullname>-control, at most 52
+     characters (a StatefulSet's pods carry <name>-<10-char hash> as a 63-char label; CronJobs
+     allow 52). A base too long for the suffix is cut and followed by 8 hex of its sha256, so
+     two long release names in one namespace never share a name and the suffix stays readable. */}}
 {{- define "headrace.name" -}}
-{{- $rel := ternary .root.Release.Name (printf "%s-%s" .root.Release.Name .root.Chart.Name) (contains .root.Chart.Name .root.Release.Name) -}}
-{{- include "headrace.short" (printf "%s-%s" $rel .suffix) -}}
+{{- $base := include "headrace.fullname" .root -}}
+{{- $budget := sub 51 (len .suffix) | int -}}
+{{- if le (len $base) $budget -}}
+{{- printf "%s-%s" $base .suffix -}}
+{{- else -}}
+{{- printf "%s-%s-%s" ($base | trunc (sub $budget 9 | int) | trimSuffix "-") (sha256sum $base | trunc 8) .suffix -}}
+{{- end -}}
 {{- end -}}
 
 {{- define "headrace.labels" -}}
