@@ -224,8 +224,8 @@ def test_sasl_password_is_only_in_the_secret_and_mounted_as_a_file(rendered: Any
 
 
 def test_bumping_credentials_revision_rolls_pods(chart: Any) -> None:
-    [ctl] = kinds(render_docs(chart, with_dfs({"kafka": {"credentialsRevision": "2024-06-rotation"}})),
-                  "Deployment")
+    values = with_dfs({"kafka": {"credentialsRevision": "2024-06-rotation"}})
+    [ctl] = kinds(render_docs(chart, values), "Deployment")
     assert ctl["spec"]["template"]["metadata"]["annotations"] == {
         "headrace.io/credentials-revision": "2024-06-rotation"}
 

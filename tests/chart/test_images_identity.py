@@ -177,7 +177,7 @@ def test_short_names_are_unchanged(chart: Any) -> None:
 @pytest.mark.parametrize("dfs", [{}, {"storageClassName": ""}, {"size": "1Ti"}])
 def test_the_dfs_needs_a_storage_class_or_an_existing_claim(chart: Any,
                                                            dfs: dict[str, Any]) -> None:
-    with pytest.raises(helm.HelmValuesError, match="storageClassName|existingClaim"):
+    with pytest.raises(helm.HelmValuesError, match=r"storageClassName|existingClaim"):
         chart.validate_schema(chart.merge_values({"dfs": dfs}))
     for ok in ({"storageClassName": "cephfs"}, {"existingClaim": "shared"}):
         chart.validate_schema(chart.merge_values({"dfs": {**dfs, **ok}}))

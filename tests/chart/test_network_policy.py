@@ -73,7 +73,7 @@ def test_a_bootstrap_without_ports_means_9092(chart: Any) -> None:
 
 
 def test_no_kafka_port_known_is_a_one_line_render_error(chart: Any) -> None:
-    with pytest.raises(helm.HelmError, match="networkPolicy.kafka.ports") as info:
+    with pytest.raises(helm.HelmError, match=r"networkPolicy\.kafka\.ports") as info:
         chart.render(with_dfs({"kafka": {"existingSecret": "corp", "bootstrap": ""}}),
                      name="hr", namespace="ml")
     assert "no Kafka port can be read from kafka.bootstrap" in str(info.value)

@@ -83,7 +83,8 @@ def test_deploy_settings_in_the_cluster_file_reach_the_objects(make_cluster: Any
                                                                 three_racks: Any) -> None:
     cluster = make_cluster(**three_racks, deploy={
         "namespace": "ml", "image": "reg.example:5000/ml/headrace@sha256:" + "a" * 64,
-        "gpuImage": "reg.example:5000/ml/headrace:1.2-gpu", "dfsClaim": "shared-cephfs", "kafkaSecret": "corp-kafka", "graceSeconds": 45})
+        "gpuImage": "reg.example:5000/ml/headrace:1.2-gpu", "dfsClaim": "shared-cephfs",
+        "kafkaSecret": "corp-kafka", "graceSeconds": 45})
     objs = build_objects(cluster=cluster, plan=plan_placement(cluster=cluster))
     pod = by_kind(objs, "StatefulSet")[0]["spec"]["template"]["spec"]
     c = pod["containers"][0]
