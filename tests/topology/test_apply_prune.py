@@ -14,6 +14,7 @@ import yaml
 from headrace.core.errors import ConfigError
 from headrace.topology import commands
 from headrace.topology.applyset import ApplySet, applyset_id
+from headrace.topology.validation import validate_object
 from headrace.topology.values import ScorerOptions
 from tests.topology.fake_api import FakeApiServer, fake_client
 
@@ -93,6 +94,7 @@ def test_members_and_parent_carry_the_applyset_labels(two_streams: Path) -> None
     commands.run_apply(cluster_path=two_streams, namespace="ml", api_client=fake_client(server))
     aset_id = applyset_id(name="headrace-topology", namespace="ml")
     assert re.fullmatch(r"applyset-[A-Za-z0-9_-]{43}-v1", aset_id)
+    validate_object(server.objects[PARENT])  # the parent is a valid ConfigMap (strict)
     parent = server.objects[PARENT]["metadata"]
     assert parent["labels"]["applyset.kubernetes.io/id"] == aset_id
     assert parent["annotations"]["applyset.kubernetes.io/tooling"] == "headrace/v0.1.0"
@@ -104,6 +106,7 @@ def test_members_and_parent_carry_the_applyset_labels(two_streams: Path) -> None
             labels = obj["metadata"]["labels"]
             assert labels["applyset.kubernetes.io/part-of"] == aset_id, path
             assert labels["app.kubernetes.io/managed-by"] == "headrace", path
+            validate_object(obj)
 
 
 def test_a_kind_no_longer_rendered_is_still_pruned(two_streams: Path) -> None:
