@@ -368,6 +368,7 @@ def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any)
     {"scorerGroups": [{**GROUP, "image": {"repo": "x"}}]},
     {"serviceAccount": {"annotations": {"a": 1}}},
     {"imagePullSecrets": [{"secret": "x"}]},
+    {"kafka": {"tls": {"clientCertSecret": "user"}}},  # a client certificate needs TLS on
 ])
 def test_values_schema_rejects_bad_values(chart: Any, bad: dict[str, Any]) -> None:
     bad = with_dfs(bad)  # so each case fails for its own reason
