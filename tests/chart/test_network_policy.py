@@ -139,3 +139,11 @@ def test_the_evaluator_treats_unselected_pods_as_open_and_honours_except() -> No
     assert not allowed([pol], a, Address("10.1.0.1"), 1)
     assert allowed([pol], other, Address("10.1.0.1"), 1)
     assert not allowed([pol], a, Pod({"app": "b"}), 1)  # a pod with no IP: ipBlock is no match
+
+
+def test_install_notes_say_which_kafka_ports_are_open(chart: Any) -> None:
+    docs = chart.render(with_dfs({"kafka": {"bootstrap": MSK}, "networkPolicy": {
+        "dns": {"preset": "nodelocal"}, "kafka": {"extraPorts": [9098]}}}),
+        name="hr", namespace="ml")
+    notes = next(text for path, text in docs.items() if path.endswith("NOTES.txt"))
+    assert "egress to Kafka on TCP 9096, 9098, DNS preset nodelocal (169.254.20.10)" in notes
