@@ -119,3 +119,32 @@ def test_cli_apply_with_a_malformed_kubeconfig_prints_one_line(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "kubeconfig" in err and "is not valid YAML at line" in err
 
+
+
+def test_a_refused_request_names_the_object_and_the_servers_reason() -> None:
+    import json as _json
+
+    import urllib3
+    from kubernetes.client import rest
+
+    from tests.topology.fake_api import FakeApiServer, fake_client
+
+    class Forbidding(FakeApiServer):
+        def request(self, method: str, url: str, headers: dict[str, str] | None = None,
+                    body: Any = None, **kw: Any) -> Any:
+            if method != "POST":
+                return super().request(method, url, headers, body, **kw)
+            msg = {"kind": "Status", "message": 'statefulsets.apps is forbidden: User "dev" '
+                   'cannot create resource "statefulsets"\nin the namespace "ml"'}
+            return rest.RESTResponse(urllib3.HTTPResponse(
+                body=_json.dumps(msg).encode(), status=403, preload_content=True,
+                headers={"Content-Type": "application/json"}))
+
+    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+           "metadata": {"name": "s", "namespace": "ml"}}
+    with pytest.raises(ConfigError) as info:
+        Rest(fake_client(Forbidding())).create(sts)
+    msg = str(info.value)
+    assert msg.startswith("Kubernetes API refused creating StatefulSet/s (403): "
+                          "statefulsets.apps is forbidden")
+    assert "\n" not in msg
