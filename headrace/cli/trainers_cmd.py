@@ -14,8 +14,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from headrace.cli import _context
+from headrace.contracts import JobEvent, JobEventKind
 from headrace.core.errors import ConfigError, PermanentError
-from headrace.streams.contracts import JobEvent, JobEventKind
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import api
 from headrace.trainers.executors.base import ExitCode

@@ -24,9 +24,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from headrace.contracts import JobState, TrainRequested, parse
 from headrace.core.errors import PermanentError, RetriableError, ValidationFailed
 from headrace.store.dfs import fsync_dir, job_dir, jobs_dir, write_atomic
-from headrace.streams.contracts import JobState, TrainRequested, parse
 
 REQUEST = "request.json"
 STATUS = "status.json"

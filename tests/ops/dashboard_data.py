@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from headrace.contracts import Framework, Task
 from headrace.store import versions
 from headrace.store.dfs import jobs_dir
 from headrace.store.manifest import Manifest
-from headrace.streams.contracts import Framework, Task
 
 MATRIX = [[40, 2, 1], [3, 35, 4], [0, 5, 50]]
 KEPT_WHY = ("iris:1 not promoted: production is at the newer iris:2; a re-run never moves "

@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 
+from headrace.contracts import JobEvent, JobEventKind
 from headrace.core.errors import RecordRef, ValidationFailed
 from headrace.core.settings import Settings, load_settings
 from headrace.ops.dashboard import Dashboard
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.store.dfs import jobs_dir
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
-from headrace.streams.contracts import JobEvent, JobEventKind
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import send_events, write_dead_letter
 from headrace.streams.topics import JOB_EVENTS, TopicSpec, catalog, data_topic, dlq_topic

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headrace.contracts import JobEvent, JobEventKind, parse
 from headrace.core.errors import HeadraceError, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.ops.dashboard import records
@@ -21,7 +22,6 @@ from headrace.ops.dashboard.records import MAX_LOG_LINES
 from headrace.ops.dashboard.scrape import ScorerBoard
 from headrace.ops.dashboard.streams import all_streams, streams_on_dfs
 from headrace.streams.clients import KafkaConnection, list_topics
-from headrace.streams.contracts import JobEvent, JobEventKind, parse
 from headrace.streams.reading import Follower, Record
 from headrace.streams.topics import JOB_EVENTS
 
