@@ -385,6 +385,7 @@ def test_page_shows_gate_badges_every_stream_curves_and_heatmap_in_chromium_at_1
             assert "no models yet" in driver.find_element(By.ID, "models").text
             scorers = driver.find_element(By.ID, "scorers").text
             assert "no scorers registered" in scorers and "headrace up" in scorers
+            assert "no Kafka given" in driver.find_element(By.ID, "streams").text
         finally:
             empty.stop()
     finally:

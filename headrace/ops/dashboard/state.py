@@ -217,6 +217,8 @@ class DashboardState:
         for x in out:
             seen = counts.get(x["name"], {})
             x["dead_letters"], x["dead_letters_error"] = seen.get("count"), seen.get("error")
+            if self.conn is None:
+                x["dead_letters_error"] = "no Kafka given (--bootstrap): dead letters unknown"
         return out
 
     def _dead_letter_loop(self) -> None:

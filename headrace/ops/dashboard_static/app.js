@@ -341,7 +341,8 @@ async function loadStreams() {
       el("td", { class: "small muted" }, s.seen_in.join(", ")),
       el("td", { class: "small" }, scorer.length ? scorer.map((x) => x.model || x.url).join(", ") : "none"),
       err ? el("td", { class: "small muted wrap", title: err },
-        /no dead-letter topic/.test(err) ? "no dead-letter topic" : clip(err, 80))
+        /no dead-letter topic/.test(err) ? "no dead-letter topic" :
+          /no Kafka/.test(err) ? "no Kafka given" : clip(err, 80))
         : el("td", { class: "num" }, s.dead_letters === null || s.dead_letters === undefined ? "…" : String(s.dead_letters))));
   }
   const withLetters = state.details.filter((s) => s.dead_letters > 0);
