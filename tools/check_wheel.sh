@@ -63,7 +63,7 @@ check() {  # check EXTRA: a fresh environment with the wheel and only EXTRA
     control)
       run control "$h" control --help
       run control-import "$env/bin/python" -c \
-        "import headrace.streams.control_app, headrace.trainers.control.service" ;;
+        "import headrace.trainers.control.app, headrace.trainers.control.service" ;;
     trainer)
       run trainer "$h" train --help
       run trainer-import "$env/bin/python" -c "import headrace.trainers.job_process" ;;

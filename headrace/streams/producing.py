@@ -15,10 +15,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from headrace.contracts import Contract
 from headrace.core.errors import FatalError, HeadraceError, RecordRef, RetriableError
 from headrace.streams import headers as hdr
 from headrace.streams.clients import PRODUCER_DEFAULTS, KafkaConnection
-from headrace.streams.contracts import Contract
 from headrace.streams.dlq import DeadLetter
 
 

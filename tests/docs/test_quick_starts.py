@@ -28,10 +28,10 @@ from pathlib import Path
 import pytest
 
 from headrace.cli import main
+from headrace.contracts import Prediction, parse
 from headrace.core.settings import load_settings
 from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.connection import connection_for
-from headrace.streams.contracts import Prediction, parse
 from tests.fixtures import eventually, read_all
 
 REPO = Path(__file__).resolve().parents[2]

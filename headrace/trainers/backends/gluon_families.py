@@ -28,8 +28,8 @@ with warnings.catch_warnings():  # MXNet 1.9's import-time NumPy deprecation noi
     import mxnet as mx
     from mxnet import gluon
 
+from headrace.contracts import ModelSpec  # noqa: E402
 from headrace.store.signature import InputKind  # noqa: E402
-from headrace.streams.contracts import ModelSpec  # noqa: E402
 from headrace.trainers.inputs import ModelPlan  # noqa: E402
 
 Builder = Callable[[ModelSpec, ModelPlan], gluon.HybridBlock]

@@ -23,10 +23,10 @@ with warnings.catch_warnings():  # MXNet 1.9's import-time NumPy deprecation noi
     from mxnet import autograd, gluon
 import numpy as np  # noqa: E402
 
+from headrace.contracts import CodeRef, Framework, ModelSpec, Task  # noqa: E402
 from headrace.core.errors import PermanentError  # noqa: E402
 from headrace.store import tokens  # noqa: E402
 from headrace.store.signature import InputKind, ModelInput, tabular_inputs  # noqa: E402
-from headrace.streams.contracts import CodeRef, Framework, ModelSpec, Task  # noqa: E402
 from headrace.trainers.backends.base import PREDICT_BATCH  # noqa: E402
 from headrace.trainers.backends.gluon_families import (  # noqa: E402
     FAMILIES,

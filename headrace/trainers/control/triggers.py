@@ -31,9 +31,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from headrace.contracts import SafeName, TrainRequested, Trigger, TriggerKind
 from headrace.core.errors import ConfigError
 from headrace.core.validation import first_error
-from headrace.streams.contracts import SafeName, TrainRequested, Trigger, TriggerKind
 
 
 def _croniter() -> Any:
