@@ -74,7 +74,10 @@ check() {  # check EXTRA: a fresh environment with the wheel and only EXTRA
     topology)
       run topology "$h" topology plan -c "$HERE/examples/cluster.yaml" \
         --manifests "$WORK/manifests"  # renders the chart the wheel ships
-      ls "$WORK"/manifests/*.yaml >/dev/null ;;
+      ls "$WORK"/manifests/*.yaml >/dev/null
+      # apply finds that chart with no --chart (--render: the objects, no cluster needed)
+      run topology-apply "$h" topology apply -c "$HERE/examples/cluster.yaml" --render
+      grep -q "kind: StatefulSet" "$WORK/topology-apply.out" ;;
     all)
       run all-demo "$h" demo
       grep -q "image accuracy" "$WORK/all-demo.out" \
