@@ -43,9 +43,9 @@ HOST_PY=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 # The project's sources: what git tracks (or would), nothing ignored, nothing built.
 sources() {
   if git rev-parse --git-dir >/dev/null 2>&1; then
-    git ls-files -co --exclude-standard -- pyproject.toml README.md headrace | sort
+    git ls-files -co --exclude-standard -- pyproject.toml README.md headrace helm | sort
   else
-    { echo pyproject.toml; echo README.md; find headrace -type f ! -path '*/__pycache__/*'; } | sort
+    { echo pyproject.toml; echo README.md; find headrace helm \( -type f -o -type l \) ! -path '*/__pycache__/*'; } | sort
   fi
 }
 INPUTS=$( { sources | while read -r f; do [ -f "$f" ] && sha256sum "$f"; done
