@@ -23,7 +23,7 @@ from headrace.ops.dashboard.scrape import ScorerBoard
 from headrace.ops.dashboard.streams import all_streams, streams_on_dfs
 from headrace.streams.clients import KafkaConnection, list_topics
 from headrace.streams.reading import Follower, Record
-from headrace.streams.topics import JOB_EVENTS
+from headrace.streams.topics import ControlTopics
 
 __all__ = ["MAX_LOG_LINES", "DashboardState", "JobBoard", "JobView"]
 TOPICS_TTL_S = 5.0
@@ -166,7 +166,8 @@ class DashboardState:
         while not self._stop.is_set():
             try:
                 if follower is None:
-                    follower = Follower(self.conn, [JOB_EVENTS])
+                    # The control plane's topic, under HEADRACE_TOPIC_PREFIX when one is set.
+                    follower = Follower(self.conn, [ControlTopics.of(self.settings).jobs])
                 for rec in follower.poll(0.5):
                     self.jobs.apply(rec)
                 self.kafka_error = None
