@@ -10,56 +10,9 @@ from headrace.core.errors import ConfigError, RetriableError
 from headrace.topology.validation import validate_object
 from headrace.trainers.executors.base import Executor, JobSpec
 from headrace.trainers.executors.kubernetes import KubernetesExecutor, KubernetesExecutorConfig
+from tests.kube_fake import FakeKube, pod
 
-
-class ApiError(Exception):
-    def __init__(self, status: int | None) -> None:
-        super().__init__(f"status {status}")
-        self.status = status
-        self.reason = f"status {status}"
-
-
-class FakeCluster:
-    """Batch, Core and CustomObjects APIs over in-memory objects."""
-
-    def __init__(self) -> None:
-        self.created: list[Any] = []
-        self.jobs: dict[str, Any] = {}
-        self.status = NS(active=0, failed=0, succeeded=0, conditions=[])
-        self.pods: list[Any] = []
-        self.logs: dict[str, str] = {}
-        self.fail_with: int | None = None
-
-    def create_namespaced_job(self, ns: str, body: Any) -> Any:
-        if self.fail_with:
-            raise ApiError(self.fail_with)
-        if body.metadata.name in self.jobs:
-            raise ApiError(409)
-        self.jobs[body.metadata.name] = body
-        self.created.append(body)
-        return body
-
-    def create_namespaced_service(self, ns: str, body: Any) -> Any:
-        self.created.append(body)
-        return body
-
-    def create_namespaced_custom_object(self, **kw: Any) -> Any:
-        self.created.append(kw["body"])
-        return kw["body"]
-
-    def read_namespaced_job_status(self, name: str, ns: str) -> Any:
-        if name not in self.jobs:
-            raise ApiError(404)
-        return NS(status=self.status)
-
-    def list_namespaced_pod(self, ns: str, label_selector: str) -> Any:
-        return NS(items=self.pods)
-
-    def read_namespaced_pod_log(self, name: str, ns: str, **kw: Any) -> str:
-        return self.logs.get(name, "")
-
-    def delete_namespaced_job(self, name: str, ns: str, **kw: Any) -> None:
-        self.jobs.pop(name, None)
+FakeCluster = FakeKube
 
 
 @pytest.fixture
@@ -78,12 +31,6 @@ def job(workers: int = 1, job_id: str = "job-1") -> JobSpec:
                    resources=Resources(gpus=2, workers=workers, cpu=2, memory_gib=8))
 
 
-def pod(name: str, phase: str = "Running", exit_code: int | None = None) -> Any:
-    term = NS(exit_code=exit_code, finished_at="2024-01-01T00:00:00Z") if exit_code else None
-    cs = NS(name="trainer", state=NS(terminated=term))
-    return NS(metadata=NS(name=name), status=NS(phase=phase, container_statuses=[cs]))
-
-
 def test_it_implements_the_executor_protocol(rig: Any) -> None:
     assert isinstance(rig[0], Executor)
 
@@ -92,8 +39,17 @@ def test_a_gang_job_creates_podgroup_service_and_job_that_validate(rig: Any) -> 
     ex, fake, events = rig
     ex.submit(job(workers=4))
     kinds = [validate_object(o)["kind"] for o in fake.created]
-    assert kinds == ["PodGroup", "Service", "Job"]
+    # The owner first (suspended), then what it owns, then it is let go.
+    assert kinds == ["Job", "PodGroup", "Service"]
+    owner = fake.objects[("Job", "train-job-1-worker-0")]
+    for kind in ("PodGroup", "Service"):
+        [ref] = fake.objects[(kind, "train-job-1")]["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["uid"]) == ("Job", owner["metadata"]["uid"])
+    assert owner["spec"]["suspend"] is False and owner["spec"]["activeDeadlineSeconds"] > 0
+    assert fake.requests[-1] == ("patch", "Job", "train-job-1-worker-0")
     assert ex.active() == ["job-1"]
+    assert ex.cancel("job-1")  # deleting the owner deletes the whole attempt
+    assert fake.objects == {}
     assert events[0][0] == "queued" and events[0][2]["job_id"] == "job-1"
 
 

@@ -60,6 +60,7 @@ def build_executor(
     from headrace.trainers.executors.kubernetes import (
         KubernetesExecutor,
         KubernetesExecutorConfig,
+        jobset_installed,
     )
 
     if choice.kube is None:
@@ -73,6 +74,10 @@ def build_executor(
         service_account=control.k8s_service_account, gang=control.k8s_gang,
         queue=control.k8s_queue, gpu_type=control.k8s_gpu_type,
         max_retries=control.k8s_max_retries,
+        # The job timeout bounds every Job (activeDeadlineSeconds): a hung or never-admitted
+        # gang lets go of its pods and GPUs.
+        active_deadline_s=max(1, int(timeout_s)),
+        jobset=jobset_installed(choice.kube),
         trainer_env=tuple(sorted(control.k8s_trainer_env.items())))
     return KubernetesExecutor(config=config, batch_api=choice.kube.batch,
                               core_api=choice.kube.core, custom_api=choice.kube.custom,

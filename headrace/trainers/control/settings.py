@@ -82,6 +82,10 @@ class ControlSettings(BaseSettings):
         if self.executor == "kubernetes" and not self.k8s_image:
             raise ValueError("HEADRACE_K8S_IMAGE is not set (the trainer image, required with "
                              "HEADRACE_EXECUTOR=kubernetes)")
+        if self.k8s_gang == "kueue" and not self.k8s_queue:
+            # Without a queue label Kueue never admits the Job: it would stay suspended.
+            raise ValueError("HEADRACE_K8S_QUEUE is not set (the Kueue LocalQueue, required "
+                             "with HEADRACE_K8S_GANG=kueue)")
         return self
 
 

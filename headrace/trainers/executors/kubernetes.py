@@ -13,6 +13,7 @@ this module needs no cluster to test; :func:`from_kube_config` builds the real o
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -22,11 +23,14 @@ from headrace.core.errors import ConfigError, FatalError, RetriableError
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, JobOutcome, JobSpec
 from headrace.trainers.executors.kubernetes_objects import (
     CONTAINER,
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    VOLCANO_GROUP,
+    VOLCANO_VERSION,
     ClusterPlacement,
     TrainingJobSpec,
-    pod_group,
-    training_job,
-    worker_service,
+    training_objects,
 )
 
 log = logging.getLogger(__name__)
@@ -54,6 +58,8 @@ def job_spec_for(job: JobSpec, config: KubernetesExecutorConfig) -> TrainingJobS
         strategy=job.strategy,  # type: ignore[arg-type]
         gpus_per_worker=r.gpus, gpu_type=config.gpu_type if r.gpus else None,
         cpu=f"{int(r.cpu * 1000)}m", memory=f"{int(r.memory_gib * 1024)}Mi",
+        server_cpu=f"{int(r.server_cpu * 1000)}m",
+        server_memory=f"{int(r.server_memory_gib * 1024)}Mi", server_gpus=r.server_gpus,
         extra_env=config.trainer_env,
     )
 
@@ -97,14 +103,61 @@ class KubernetesExecutor:
     def submit_spec(self, spec: TrainingJobSpec) -> bool:
         """Create the job's objects; False when the Job already existed (idempotent)."""
         self._jobs[spec.job_id] = _Tracked(spec)
+        return self._create_attempt(spec)
+
+    def _create_attempt(self, spec: TrainingJobSpec) -> bool:
+        """The owner first (a gang's suspended), then what it owns, then let it start: the
+        Service and PodGroup exist before any pod, and deleting the owner deletes them."""
         ns = spec.namespace
-        if spec.gang_scheduled:
-            self._create(lambda: self._custom.create_namespaced_custom_object(
-                group="scheduling.volcano.sh", version="v1beta1", namespace=ns,
-                plural="podgroups", body=pod_group(spec)))
-        if spec.pods > 1:
-            self._create(lambda: self._core.create_namespaced_service(ns, worker_service(spec)))
-        return self._create(lambda: self._batch.create_namespaced_job(ns, training_job(spec)))
+        owner, *_ = training_objects(spec)
+        created = self._create(lambda: self._create_object(ns, owner))
+        if spec.pods == 1:
+            return created
+        uid = self._owner_uid(spec)
+        for obj in training_objects(spec, owner_uid=uid)[1:]:
+            self._create(functools.partial(self._create_object, ns, obj))
+        if spec.gang != "kueue":  # under Kueue, admission unsuspends it
+            self._call(lambda: self._patch_owner(spec, {"spec": {"suspend": False}}))
+        return created
+
+    def _create_object(self, ns: str, obj: Any) -> Any:
+        kind = obj["kind"] if isinstance(obj, dict) else obj.kind
+        if kind == "Job":
+            return self._batch.create_namespaced_job(ns, obj)
+        if kind == "Service":
+            return self._core.create_namespaced_service(ns, obj)
+        group, version, plural = _CUSTOM[kind]
+        return self._custom.create_namespaced_custom_object(
+            group=group, version=version, namespace=ns, plural=plural, body=obj)
+
+    def _owner_uid(self, spec: TrainingJobSpec) -> str:
+        if spec.uses_jobset:
+            got = self._call(lambda: self._custom.get_namespaced_custom_object(
+                group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
+                plural=JOBSET_PLURAL, name=spec.job_name))
+            return str(got["metadata"]["uid"])
+        job = self._call(lambda: self._batch.read_namespaced_job(spec.role_job_names[0],
+                                                                 spec.namespace))
+        return str(job.metadata.uid)
+
+    def _patch_owner(self, spec: TrainingJobSpec, body: dict[str, Any]) -> Any:
+        if spec.uses_jobset:
+            return self._custom.patch_namespaced_custom_object(
+                group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
+                plural=JOBSET_PLURAL, name=spec.job_name, body=body)
+        return self._batch.patch_namespaced_job(spec.role_job_names[0], spec.namespace, body)
+
+    def _delete_attempt(self, spec: TrainingJobSpec, propagation: str) -> None:
+        """Delete the attempt's owner; the API server's garbage collector deletes the rest."""
+        if spec.uses_jobset:
+            self._call(lambda: self._custom.delete_namespaced_custom_object(
+                group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
+                plural=JOBSET_PLURAL, name=spec.job_name, propagation_policy=propagation),
+                missing_ok=True)
+            return
+        self._call(lambda: self._batch.delete_namespaced_job(
+            spec.role_job_names[0], spec.namespace, propagation_policy=propagation),
+            missing_ok=True)
 
     def poll(self) -> list[JobOutcome]:
         ended: list[JobOutcome] = []
@@ -120,15 +173,7 @@ class KubernetesExecutor:
         if tracked is None:
             return False
         spec = tracked.spec
-        self._call(lambda: self._batch.delete_namespaced_job(
-            spec.job_name, spec.namespace, propagation_policy="Foreground"), missing_ok=True)
-        if spec.gang_scheduled:
-            self._call(lambda: self._custom.delete_namespaced_custom_object(
-                group="scheduling.volcano.sh", version="v1beta1", namespace=spec.namespace,
-                plural="podgroups", name=spec.name), missing_ok=True)
-        if spec.pods > 1:
-            self._call(lambda: self._core.delete_namespaced_service(spec.name, spec.namespace),
-                       missing_ok=True)
+        self._delete_attempt(spec, "Foreground")
         self._emit("failed", spec, "cancelled", reason="cancelled")
         return True
 
@@ -143,13 +188,10 @@ class KubernetesExecutor:
 
     def _poll_one(self, t: _Tracked) -> JobOutcome | None:
         spec = t.spec
-        job = self._call(lambda: self._batch.read_namespaced_job_status(spec.job_name,
-                                                                         spec.namespace),
-                         missing_ok=True)
-        if job is None:
+        st = self._status(spec)
+        if st is None:
             self._emit("failed", spec, "kubernetes job disappeared", reason="deleted")
             return JobOutcome(spec.job_id, False, None, t.failed + 1, "kubernetes job deleted")
-        st = job.status
         failed = int(st.failed or 0) if st else 0
         if st is not None and (st.active or 0) > 0 and t.state == "queued":
             t.state = "running"
@@ -174,20 +216,54 @@ class KubernetesExecutor:
                 return JobOutcome(spec.job_id, False, _exit_code(self, spec), max(failed, 1), why)
         return None
 
+    def _status(self, spec: TrainingJobSpec) -> Any:
+        """The attempt's status as one Job's (``active``, ``failed``, ``conditions``); None
+        when it is gone. A gang completes when its workers do and fails when any role does."""
+        if spec.uses_jobset:
+            got = self._call(lambda: self._custom.get_namespaced_custom_object(
+                group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
+                plural=JOBSET_PLURAL, name=spec.job_name), missing_ok=True)
+            if got is None:
+                return None
+            st = got.get("status") or {}
+            rjs = st.get("replicatedJobsStatus") or []
+            conds = [_Cond("Complete" if c.get("type") == "Completed" else str(c.get("type")),
+                           str(c.get("status")), c.get("reason"), c.get("message"))
+                     for c in st.get("conditions") or [] if c.get("type") in ("Completed",
+                                                                              "Failed")]
+            return _Status(sum(int(r.get("active") or 0) for r in rjs),
+                           max((int(r.get("failed") or 0) for r in rjs), default=0), conds)
+        statuses = []
+        for name in spec.role_job_names:
+            job = self._call(functools.partial(self._batch.read_namespaced_job_status, name,
+                                               spec.namespace), missing_ok=True)
+            if job is None:
+                return None
+            statuses.append(job.status)
+        if len(statuses) == 1:
+            return statuses[0]
+        done = [c for c in (statuses[0].conditions or []) if c.type == "Complete"]
+        failed = [c for st in statuses for c in (st.conditions or []) if c.type == "Failed"]
+        return _Status(sum(int(st.active or 0) for st in statuses),
+                       max(int(st.failed or 0) for st in statuses), done + failed)
+
     def _restart_gang(self, t: _Tracked) -> bool:
         """A failed gang Job (not a permanent exit) is recreated whole as the next attempt,
         within ``max_retries``; its workers resume from the last complete checkpoint."""
         spec = t.spec
-        if spec.pods == 1 or t.restarts >= spec.max_retries:
+        if spec.pods == 1:
             return False
         if _exit_code(self, spec) in PERMANENT_EXIT_CODES:
             return False
-        self._call(lambda: self._batch.delete_namespaced_job(
-            spec.job_name, spec.namespace, propagation_policy="Background"), missing_ok=True)
-        t.restarts += 1
+        disrupted = _disrupted(self, spec)
+        if t.restarts >= spec.max_retries and not disrupted:
+            return False
+        self._delete_attempt(spec, "Background")
+        if not disrupted:  # a preempted or evicted member is not the job's fault
+            t.restarts += 1
         t.spec = replace(spec, attempt=spec.attempt + 1)
         new = t.spec
-        self._create(lambda: self._batch.create_namespaced_job(new.namespace, training_job(new)))
+        self._create_attempt(new)
         self._emit("retrying", new, f"gang member failed: restarting all {new.pods} pods as "
                    f"{new.job_name} from the last checkpoint", attempt=new.attempt)
         return True
@@ -195,7 +271,7 @@ class KubernetesExecutor:
     def _mirror_logs(self, t: _Tracked) -> None:
         spec = t.spec
         pods = self._call(lambda: self._core.list_namespaced_pod(
-            spec.namespace, label_selector=f"headrace.io/job={spec.name}"))
+            spec.namespace, label_selector=_selector(spec)))
         for pod in sorted(pods.items or [], key=lambda p: p.metadata.name):
             name = pod.metadata.name
             if (pod.status.phase if pod.status else None) == "Pending":
@@ -255,16 +331,51 @@ class KubernetesExecutor:
 
 
 def _member_tag(spec: TrainingJobSpec, pod: str) -> str | None:
-    """``w1``, ``s0`` or ``sched`` for a gang's pod (``<job>-<index>-<suffix>``), else None."""
-    if spec.pods == 1 or not pod.startswith(f"{spec.job_name}-"):
+    """``w1``, ``s0`` or ``sched`` for a gang's pod (``<attempt>-<role>-0-<index>-<suffix>``),
+    else None."""
+    if spec.pods == 1:
         return None
-    index = pod[len(spec.job_name) + 1:].split("-", 1)[0]
-    if not index.isdigit():
-        return None
-    i, plan = int(index), spec.plan
-    if i < plan.workers:
-        return f"w{i}"
-    return f"s{i - plan.workers}" if i < plan.workers + plan.servers else "sched"
+    for role, tag in (("worker", "w"), ("server", "s"), ("scheduler", "sched")):
+        prefix = f"{spec.job_name}-{role}-0-"
+        index = pod[len(prefix):].split("-", 1)[0] if pod.startswith(prefix) else ""
+        if index.isdigit():
+            return tag if role == "scheduler" else f"{tag}{index}"
+    return None
+
+
+def _selector(spec: TrainingJobSpec) -> str:
+    sel = f"headrace.io/job={spec.name}"
+    return f"{sel},headrace.io/attempt={spec.attempt}" if spec.pods > 1 else sel
+
+
+def _disrupted(ex: KubernetesExecutor, spec: TrainingJobSpec) -> bool:
+    """A member of the attempt was preempted, evicted or drained (``DisruptionTarget``)."""
+    pods = ex._call(lambda: ex._core.list_namespaced_pod(
+        spec.namespace, label_selector=_selector(spec)), missing_ok=True)
+    for pod in (pods.items if pods else []) or []:
+        for cond in (getattr(pod.status, "conditions", None) or []) if pod.status else []:
+            if cond.type == "DisruptionTarget" and cond.status == "True":
+                return True
+    return False
+
+
+_CUSTOM = {"PodGroup": (VOLCANO_GROUP, VOLCANO_VERSION, "podgroups"),
+           "JobSet": (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)}
+
+
+@dataclass(frozen=True)
+class _Cond:
+    type: str
+    status: str
+    reason: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class _Status:
+    active: int
+    failed: int
+    conditions: list[_Cond]
 
 
 class _Conflict(Exception):
@@ -279,7 +390,7 @@ def _one_line(exc: BaseException) -> str:
 def _exit_code(ex: KubernetesExecutor, spec: TrainingJobSpec) -> int | None:
     """The trainer's last exit code, read from its pods (None if no pod terminated)."""
     pods = ex._call(lambda: ex._core.list_namespaced_pod(
-        spec.namespace, label_selector=f"headrace.io/job={spec.name}"), missing_ok=True)
+        spec.namespace, label_selector=_selector(spec)), missing_ok=True)
     codes: list[tuple[str, int]] = []
     for pod in (pods.items if pods else []) or []:
         for cs in (pod.status.container_statuses or []) if pod.status else []:
@@ -296,6 +407,7 @@ class KubeApis:
     batch: Any
     core: Any
     custom: Any
+    extensions: Any = None  # ApiextensionsV1Api: is the JobSet CRD installed?
 
 
 NO_KUBE_CONFIG = ("no Kubernetes configuration: not running in a pod (KUBERNETES_SERVICE_HOST "
@@ -329,7 +441,25 @@ def kube_apis(*, context: str | None = None) -> KubeApis:
     from kubernetes import client
 
     return KubeApis(batch=client.BatchV1Api(), core=client.CoreV1Api(),
-                    custom=client.CustomObjectsApi())
+                    custom=client.CustomObjectsApi(), extensions=client.ApiextensionsV1Api())
+
+
+JOBSET_CRD = f"{JOBSET_PLURAL}.{JOBSET_GROUP}"
+
+
+def jobset_installed(apis: Any) -> bool:
+    """Whether the cluster serves JobSet (its CRD exists): gangs are then one JobSet each.
+    Asked once when the executor is built; an API without the question answers no."""
+    ext = getattr(apis, "extensions", None)
+    if ext is None:
+        return False
+    try:
+        ext.read_custom_resource_definition(JOBSET_CRD)
+    except Exception as exc:
+        if getattr(exc, "status", None) == 404:
+            return False
+        raise RetriableError(f"kubernetes API unavailable: {_one_line(exc)}") from None
+    return True
 
 
 def from_kube_config(
@@ -348,6 +478,7 @@ __all__ = [
     "KubernetesExecutorConfig",
     "from_kube_config",
     "job_spec_for",
+    "jobset_installed",
     "kube_apis",
     "load_kube_config",
 ]
