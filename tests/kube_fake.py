@@ -7,15 +7,23 @@ what an object owns when it is deleted (ownerReferences, as the garbage collecto
 injects faults: ``fail_next[(verb, kind)]`` pops an HTTP status per call, ``fail_with`` fails
 every create, ``delay_s`` stalls every call. Job status is ``status`` (shared) unless
 ``statuses[name]`` is set; pods and their logs are ``pods`` and ``logs``.
+
+``list_namespaced_job`` serves a list (with a ``resourceVersion``) and a watch as the API
+server streams it (JSON lines the real ``kubernetes.watch.Watch`` parses): every Job whose
+status changed since it was last sent, ``DELETED`` for Jobs gone; :meth:`expire` makes every
+older ``resourceVersion`` answer 410 Gone, as an API server's compacted history does.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
 from types import SimpleNamespace as NS
 from typing import Any
+
+from kubernetes.client import V1JobList
 
 from headrace.topology.validation import to_manifest
 
@@ -43,7 +51,10 @@ class FakeKube:
         self.fail_next: dict[tuple[str, str], list[int]] = {}
         self.delay_s = 0.0
         self.jobset_crd = jobset_crd
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.rv = 1  # the resourceVersion counter
+        self.expired_before = 0
+        self.sent: dict[str, str] = {}  # Job -> the status JSON the last list/watch carried
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -118,32 +129,79 @@ class FakeKube:
 
     # -- BatchV1Api --------------------------------------------------------------------
 
-    def create_namespaced_job(self, ns: str, body: Any) -> Any:
+    def create_namespaced_job(self, ns: str, body: Any, **kw: Any) -> Any:
         return self._create(body)
 
-    def read_namespaced_job(self, name: str, ns: str) -> Any:
+    def read_namespaced_job(self, name: str, ns: str, **kw: Any) -> Any:
         got = self._get("get", "Job", name)
         return NS(metadata=NS(name=name, uid=got["metadata"]["uid"]))
 
-    def read_namespaced_job_status(self, name: str, ns: str) -> Any:
+    def read_namespaced_job_status(self, name: str, ns: str, **kw: Any) -> Any:
         self._get("get", "Job", name)
         return NS(status=self.statuses.get(name, self.status))
 
-    def patch_namespaced_job(self, name: str, ns: str, body: dict[str, Any]) -> Any:
+    def patch_namespaced_job(self, name: str, ns: str, body: dict[str, Any], **kw: Any) -> Any:
         return self._patch("Job", name, body)
 
     def delete_namespaced_job(self, name: str, ns: str, **kw: Any) -> None:
         self._delete("Job", name)
 
+    def list_namespaced_job(self, ns: str, label_selector: str | None = None, *,
+                            watch: bool = False, resource_version: str | None = None,
+                            **kw: Any) -> V1JobList:
+        self._request("watch" if watch else "list", "Job", str(resource_version or ""))
+        if not watch:
+            with self.lock:
+                current = self._job_statuses()
+                self.sent = current
+                self.rv += 1
+                items = [NS(metadata=NS(name=n), status=self._status_of(n)) for n in current]
+                return NS(items=items, metadata=NS(resource_version=str(self.rv)))
+        if int(resource_version or 0) < self.expired_before:
+            gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410,
+                                                "reason": "Expired",
+                                                "message": "too old resource version"}}
+            return _Stream([gone])
+        return _Stream(self._changes())
+
+    def expire(self) -> None:
+        """Every resourceVersion handed out so far is now too old (410 Gone)."""
+        with self.lock:
+            self.rv += 1
+            self.expired_before = self.rv
+
+    def _status_of(self, name: str) -> Any:
+        return self.statuses.get(name, self.status)
+
+    def _job_statuses(self) -> dict[str, str]:
+        return {n: json.dumps(_plain_status(self._status_of(n)), sort_keys=True)
+                for (k, n) in self.objects if k == "Job"}
+
+    def _changes(self) -> list[dict[str, Any]]:
+        with self.lock:
+            current = self._job_statuses()
+            events = []
+            for name, st in current.items():
+                if self.sent.get(name) != st:
+                    self.rv += 1
+                    events.append({"type": "ADDED" if name not in self.sent else "MODIFIED",
+                                   "object": _job_object(name, st, self.rv)})
+            for name in set(self.sent) - set(current):
+                self.rv += 1
+                events.append({"type": "DELETED",
+                               "object": _job_object(name, self.sent[name], self.rv)})
+            self.sent = current
+            return events
+
     # -- CoreV1Api ---------------------------------------------------------------------
 
-    def create_namespaced_service(self, ns: str, body: Any) -> Any:
+    def create_namespaced_service(self, ns: str, body: Any, **kw: Any) -> Any:
         return self._create(body)
 
     def delete_namespaced_service(self, name: str, ns: str, **kw: Any) -> None:
         self._delete("Service", name)
 
-    def list_namespaced_pod(self, ns: str, label_selector: str) -> Any:
+    def list_namespaced_pod(self, ns: str, label_selector: str, **kw: Any) -> Any:
         self._request("list", "Pod", label_selector)
         return NS(items=self.pods)
 
@@ -175,6 +233,35 @@ class FakeKube:
 
 
 _KINDS = {"podgroups": "PodGroup", "jobsets": "JobSet"}
+
+
+def _plain_status(st: Any) -> dict[str, Any]:
+    conds = [{"type": c.type, "status": c.status, "reason": getattr(c, "reason", None),
+              "message": getattr(c, "message", None)} for c in (st.conditions or [])]
+    return {"active": int(st.active or 0), "failed": int(st.failed or 0),
+            "succeeded": int(getattr(st, "succeeded", 0) or 0), "conditions": conds}
+
+
+def _job_object(name: str, status_json: str, rv: int) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "resourceVersion": str(rv)},
+            "status": json.loads(status_json)}
+
+
+class _Stream:
+    """A watch response: JSON lines, as ``kubernetes.watch`` reads them."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        self._data = b"".join(json.dumps(e).encode() + b"\n" for e in events)
+
+    def stream(self, amt: Any = None, decode_content: bool = False) -> Any:
+        yield self._data
+
+    def close(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        pass
 
 
 def pod(name: str, phase: str = "Running", exit_code: int | None = None,

@@ -189,7 +189,7 @@ def test_tensorflow_with_parameter_servers_is_refused_in_one_line() -> None:
 
 def _executor(fake: FakeCluster, events: list[Any], **config: Any) -> KubernetesExecutor:
     return KubernetesExecutor(config=KubernetesExecutorConfig(image="img:1", **config),
-                              batch_api=fake, core_api=fake, custom_api=fake,
+                              batch_api=fake, core_api=fake, custom_api=fake, backoff_s=0,
                               on_event=lambda kind, message, **f: events.append(
                                   (kind, message, f)))
 
@@ -265,6 +265,5 @@ def test_gang_pod_log_lines_are_mirrored_with_the_members_tag() -> None:
     fake.pods = [pod(n) for n in names]
     for i, n in enumerate(names):
         fake.logs[n] = f"2024-01-01T00:00:01Z line {i}\n"
-    ex.poll()
-    assert [m for k, m, _ in events if k == "log"] == [
+    assert ex.logs("job-l") == [
         "[sched] line 3", "[s0] line 2", "[w0] line 0", "[w1] line 1"]

@@ -79,9 +79,11 @@ def build_executor(
         active_deadline_s=max(1, int(timeout_s)),
         jobset=jobset_installed(choice.kube),
         trainer_env=tuple(sorted(control.k8s_trainer_env.items())))
-    return KubernetesExecutor(config=config, batch_api=choice.kube.batch,
-                              core_api=choice.kube.core, custom_api=choice.kube.custom,
-                              on_event=on_event)
+    executor = KubernetesExecutor(config=config, batch_api=choice.kube.batch,
+                                  core_api=choice.kube.core, custom_api=choice.kube.custom,
+                                  on_event=on_event)
+    executor.start()  # API calls on the executor's own thread, never on the event loop
+    return executor
 
 
 def build_control_plane(

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from headrace.core.errors import ConfigError, FatalError, RetriableError
+from headrace.core.errors import ConfigError, FatalError, HeadraceError, RetriableError
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, JobOutcome, JobSpec
 from headrace.trainers.executors.kubernetes_objects import (
     CONTAINER,
@@ -32,6 +33,7 @@ from headrace.trainers.executors.kubernetes_objects import (
     TrainingJobSpec,
     training_objects,
 )
+from headrace.trainers.executors.kubernetes_watch import JobWatch
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +69,21 @@ def job_spec_for(job: JobSpec, config: KubernetesExecutorConfig) -> TrainingJobS
 @dataclass
 class _Tracked:
     spec: TrainingJobSpec
-    state: str = "queued"
+    state: str = "creating"  # creating -> queued -> running
     failed: int = 0
     restarts: int = 0  # gang restarts (a new Job per attempt)
+    tried: bool = False  # a create was sent: a later 409 is our own Job, not a duplicate
+    seen: set[str] = field(default_factory=set)  # Jobs the watch has shown (gone = deleted)
     last_log: dict[str, str] = field(default_factory=dict)  # pod -> last timestamp mirrored
 
 
 class KubernetesExecutor:
+    """Kubernetes API calls never run on the caller's thread once :meth:`start` ran: ``submit``
+    queues, a supervisor thread creates the objects (retrying 5xx/429 with backoff; 409 is
+    "already created") and follows the Jobs through one watch, and ``poll`` hands over what
+    ended. Without :meth:`start` (tests), ``submit`` and ``poll`` run one supervision pass
+    inline."""
+
     def __init__(
         self,
         *,
@@ -82,28 +92,150 @@ class KubernetesExecutor:
         core_api: Any,
         custom_api: Any,
         on_event: OnEvent | Callable[..., None],
+        request_timeout_s: float = 10.0,
+        watch_s: float = 2.0,
+        backoff_s: float = 0.5,
+        api_tries: int = 4,
     ) -> None:
         self._config = config
         self._batch = batch_api
         self._core = core_api
         self._custom = custom_api
         self._on_event = on_event
+        self._timeout = request_timeout_s
+        self._watch_s = watch_s
+        self._backoff_s = backoff_s
+        self._api_tries = max(1, api_tries)
         self._jobs: dict[str, _Tracked] = {}
+        self._pending: list[str] = []  # job ids whose objects are still to be created
+        self._outcomes: list[JobOutcome] = []
+        self._lock = threading.RLock()
+        self._watch = JobWatch(batch_api, config.namespace, request_timeout_s=request_timeout_s)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     # -- Executor protocol -------------------------------------------------------------
 
     def submit(self, job: JobSpec) -> None:
-        if job.job_id in self._jobs:
-            return
-        spec = job_spec_for(job, self._config)
-        created = self.submit_spec(spec)
-        self._emit("queued" if created else "duplicate", spec,
-                   f"kubernetes job {spec.name} {'created' if created else 'already exists'}")
+        spec = job_spec_for(job, self._config)  # a bad spec is refused here, at once
+        with self._lock:
+            if job.job_id in self._jobs:
+                return
+            self._jobs[job.job_id] = _Tracked(spec)
+            self._pending.append(job.job_id)
+        self._wake.set()
+        if self._thread is None:
+            self.step()
 
     def submit_spec(self, spec: TrainingJobSpec) -> bool:
-        """Create the job's objects; False when the Job already existed (idempotent)."""
-        self._jobs[spec.job_id] = _Tracked(spec)
+        """Create the job's objects now; False when the Job already existed (idempotent)."""
+        with self._lock:
+            self._jobs[spec.job_id] = _Tracked(spec, state="queued", tried=True)
         return self._create_attempt(spec)
+
+    def poll(self) -> list[JobOutcome]:
+        if self._thread is None:
+            self.step()
+        with self._lock:
+            ended, self._outcomes = self._outcomes, []
+        return ended
+
+    def cancel(self, job_id: str) -> bool:
+        with self._lock:
+            tracked = self._jobs.pop(job_id, None)
+            if job_id in self._pending:
+                self._pending.remove(job_id)
+        if tracked is None:
+            return False
+        spec = tracked.spec
+        if tracked.tried:
+            self._delete_attempt(spec, "Foreground")
+        self._emit("failed", spec, "cancelled", reason="cancelled")
+        return True
+
+    def active(self) -> list[str]:
+        with self._lock:
+            return sorted(self._jobs)
+
+    def close(self) -> None:
+        # Jobs outlive the control plane on purpose: a restarted control plane adopts them.
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._timeout + self._watch_s + 5)
+            self._thread = None
+        with self._lock:
+            self._jobs.clear()
+
+    # -- the supervisor ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run supervision on a thread of its own from now on (the control plane does)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kubernetes-executor",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception as exc:  # the API is down or refuses: keep supervising
+                log.warning("kubernetes executor: %s", _one_line(exc))
+                self._stop.wait(self._backoff_s)
+            with self._lock:
+                idle = not self._jobs
+            if idle:
+                self._wake.wait(self._watch_s)
+                self._wake.clear()
+
+    def step(self) -> None:
+        """One supervision pass: create what is pending, follow the Jobs, settle the ended."""
+        self._create_pending()
+        with self._lock:
+            followed = [t for t in self._jobs.values() if t.state != "creating"]
+        if not followed:
+            return
+        self._watch.follow(self._watch_s if self._thread is not None else 0)
+        for t in followed:
+            with self._lock:
+                if self._jobs.get(t.spec.job_id) is not t:
+                    continue  # cancelled meanwhile
+            outcome = self._poll_one(t)
+            if outcome is not None:
+                with self._lock:
+                    self._jobs.pop(t.spec.job_id, None)
+                    self._outcomes.append(outcome)
+
+    def _create_pending(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for job_id in pending:
+            with self._lock:
+                t = self._jobs.get(job_id)
+            if t is None:
+                continue
+            already = t.tried
+            t.tried = True
+            try:
+                created = self._create_attempt(t.spec) or already
+            except RetriableError as exc:  # the job waits; it is not failed by the API
+                log.warning("job %s: creating its objects failed, will retry: %s", job_id, exc)
+                with self._lock:
+                    self._pending.append(job_id)
+                continue
+            except HeadraceError as exc:
+                why = str(exc)
+                self._emit("failed", t.spec, why, reason=why)
+                with self._lock:
+                    self._jobs.pop(job_id, None)
+                    self._outcomes.append(JobOutcome(job_id, False, None, 1, why))
+                continue
+            t.state = "queued"
+            spec = t.spec
+            self._emit("queued" if created else "duplicate", spec,
+                       f"kubernetes job {spec.name} {'created' if created else 'already exists'}")
 
     def _create_attempt(self, spec: TrainingJobSpec) -> bool:
         """The owner first (a gang's suspended), then what it owns, then let it start: the
@@ -123,72 +255,52 @@ class KubernetesExecutor:
     def _create_object(self, ns: str, obj: Any) -> Any:
         kind = obj["kind"] if isinstance(obj, dict) else obj.kind
         if kind == "Job":
-            return self._batch.create_namespaced_job(ns, obj)
+            return self._batch.create_namespaced_job(ns, obj, _request_timeout=self._timeout)
         if kind == "Service":
-            return self._core.create_namespaced_service(ns, obj)
+            return self._core.create_namespaced_service(ns, obj, _request_timeout=self._timeout)
         group, version, plural = _CUSTOM[kind]
         return self._custom.create_namespaced_custom_object(
-            group=group, version=version, namespace=ns, plural=plural, body=obj)
+            group=group, version=version, namespace=ns, plural=plural, body=obj,
+            _request_timeout=self._timeout)
 
     def _owner_uid(self, spec: TrainingJobSpec) -> str:
         if spec.uses_jobset:
             got = self._call(lambda: self._custom.get_namespaced_custom_object(
                 group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
-                plural=JOBSET_PLURAL, name=spec.job_name))
+                plural=JOBSET_PLURAL, name=spec.job_name, _request_timeout=self._timeout))
             return str(got["metadata"]["uid"])
-        job = self._call(lambda: self._batch.read_namespaced_job(spec.role_job_names[0],
-                                                                 spec.namespace))
+        job = self._call(lambda: self._batch.read_namespaced_job(
+            spec.role_job_names[0], spec.namespace, _request_timeout=self._timeout))
         return str(job.metadata.uid)
 
     def _patch_owner(self, spec: TrainingJobSpec, body: dict[str, Any]) -> Any:
         if spec.uses_jobset:
             return self._custom.patch_namespaced_custom_object(
                 group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
-                plural=JOBSET_PLURAL, name=spec.job_name, body=body)
-        return self._batch.patch_namespaced_job(spec.role_job_names[0], spec.namespace, body)
+                plural=JOBSET_PLURAL, name=spec.job_name, body=body,
+                _request_timeout=self._timeout)
+        return self._batch.patch_namespaced_job(spec.role_job_names[0], spec.namespace, body,
+                                                _request_timeout=self._timeout)
 
     def _delete_attempt(self, spec: TrainingJobSpec, propagation: str) -> None:
         """Delete the attempt's owner; the API server's garbage collector deletes the rest."""
         if spec.uses_jobset:
             self._call(lambda: self._custom.delete_namespaced_custom_object(
                 group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
-                plural=JOBSET_PLURAL, name=spec.job_name, propagation_policy=propagation),
-                missing_ok=True)
+                plural=JOBSET_PLURAL, name=spec.job_name, propagation_policy=propagation,
+                _request_timeout=self._timeout), missing_ok=True)
             return
         self._call(lambda: self._batch.delete_namespaced_job(
-            spec.role_job_names[0], spec.namespace, propagation_policy=propagation),
-            missing_ok=True)
-
-    def poll(self) -> list[JobOutcome]:
-        ended: list[JobOutcome] = []
-        for job_id in sorted(self._jobs):
-            outcome = self._poll_one(self._jobs[job_id])
-            if outcome is not None:
-                ended.append(outcome)
-                del self._jobs[job_id]
-        return ended
-
-    def cancel(self, job_id: str) -> bool:
-        tracked = self._jobs.pop(job_id, None)
-        if tracked is None:
-            return False
-        spec = tracked.spec
-        self._delete_attempt(spec, "Foreground")
-        self._emit("failed", spec, "cancelled", reason="cancelled")
-        return True
-
-    def active(self) -> list[str]:
-        return sorted(self._jobs)
-
-    def close(self) -> None:
-        # Jobs outlive the control plane on purpose: a restarted control plane adopts them.
-        self._jobs.clear()
+            spec.role_job_names[0], spec.namespace, propagation_policy=propagation,
+            _request_timeout=self._timeout), missing_ok=True)
 
     # -- status and logs ---------------------------------------------------------------
 
     def _poll_one(self, t: _Tracked) -> JobOutcome | None:
         spec = t.spec
-        st = self._status(spec)
+        st = self._status(t)
+        if st is _NOT_YET:
+            return None
         if st is None:
             self._emit("failed", spec, "kubernetes job disappeared", reason="deleted")
             return JobOutcome(spec.job_id, False, None, t.failed + 1, "kubernetes job deleted")
@@ -201,7 +313,6 @@ class KubernetesExecutor:
             t.failed = failed
             self._emit("retrying", spec, f"worker failed ({failed} of {spec.max_retries + 1} "
                        "attempts used); resuming from the last checkpoint", attempt=failed + 1)
-        self._mirror_logs(t)
         for cond in (st.conditions or []) if st else []:
             if cond.status != "True":
                 continue
@@ -211,18 +322,22 @@ class KubernetesExecutor:
             if cond.type == "Failed" and self._restart_gang(t):
                 return None
             if cond.type == "Failed":
+                self._mirror_logs(t)  # logs are read on failure (or for `jobs logs`) only
                 why = f"{cond.reason or 'Failed'}: {cond.message or ''}".strip(": ")
                 self._emit("failed", spec, why, reason=why, attempt=max(failed, 1))
                 return JobOutcome(spec.job_id, False, _exit_code(self, spec), max(failed, 1), why)
         return None
 
-    def _status(self, spec: TrainingJobSpec) -> Any:
-        """The attempt's status as one Job's (``active``, ``failed``, ``conditions``); None
-        when it is gone. A gang completes when its workers do and fails when any role does."""
+    def _status(self, t: _Tracked) -> Any:
+        """The attempt's status as one Job's (``active``, ``failed``, ``conditions``) from
+        the watch; None when it is gone, ``_NOT_YET`` before the watch has shown it. A gang
+        completes when its workers do and fails when any role does."""
+        spec = t.spec
         if spec.uses_jobset:
             got = self._call(lambda: self._custom.get_namespaced_custom_object(
                 group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
-                plural=JOBSET_PLURAL, name=spec.job_name), missing_ok=True)
+                plural=JOBSET_PLURAL, name=spec.job_name, _request_timeout=self._timeout),
+                missing_ok=True)
             if got is None:
                 return None
             st = got.get("status") or {}
@@ -235,17 +350,26 @@ class KubernetesExecutor:
                            max((int(r.get("failed") or 0) for r in rjs), default=0), conds)
         statuses = []
         for name in spec.role_job_names:
-            job = self._call(functools.partial(self._batch.read_namespaced_job_status, name,
-                                               spec.namespace), missing_ok=True)
-            if job is None:
-                return None
-            statuses.append(job.status)
+            if not self._watch.known(name):
+                return None if name in t.seen else _NOT_YET
+            t.seen.add(name)
+            statuses.append(self._watch.status(name) or _Status(0, 0, []))
         if len(statuses) == 1:
             return statuses[0]
         done = [c for c in (statuses[0].conditions or []) if c.type == "Complete"]
         failed = [c for st in statuses for c in (st.conditions or []) if c.type == "Failed"]
         return _Status(sum(int(st.active or 0) for st in statuses),
                        max(int(st.failed or 0) for st in statuses), done + failed)
+
+    def logs(self, job_id: str) -> list[str]:
+        """The job's pods' log lines now (``jobs logs``), tagged by gang member."""
+        with self._lock:
+            t = self._jobs.get(job_id)
+        if t is None:
+            return []
+        lines: list[str] = []
+        self._mirror_logs(t, sink=lines.append)
+        return lines
 
     def _restart_gang(self, t: _Tracked) -> bool:
         """A failed gang Job (not a permanent exit) is recreated whole as the next attempt,
@@ -268,10 +392,10 @@ class KubernetesExecutor:
                    f"{new.job_name} from the last checkpoint", attempt=new.attempt)
         return True
 
-    def _mirror_logs(self, t: _Tracked) -> None:
+    def _mirror_logs(self, t: _Tracked, sink: Callable[[str], None] | None = None) -> None:
         spec = t.spec
         pods = self._call(lambda: self._core.list_namespaced_pod(
-            spec.namespace, label_selector=_selector(spec)))
+            spec.namespace, label_selector=_selector(spec), _request_timeout=self._timeout))
         for pod in sorted(pods.items or [], key=lambda p: p.metadata.name):
             name = pod.metadata.name
             if (pod.status.phase if pod.status else None) == "Pending":
@@ -285,7 +409,11 @@ class KubernetesExecutor:
                     continue
                 t.last_log[name] = ts
                 tag = _member_tag(spec, name)
-                self._emit("log", spec, f"[{tag}] {msg}" if tag else msg, pod=name, ts=ts)
+                line = f"[{tag}] {msg}" if tag else msg
+                if sink is not None:
+                    sink(line)
+                else:
+                    self._emit("log", spec, line, pod=name, ts=ts)
 
     def _log_reader(self, spec: TrainingJobSpec, pod: str, since: str | None) -> Callable[[], Any]:
         # After the first read only a recent window is fetched; timestamps drop the overlap.
@@ -293,7 +421,8 @@ class KubernetesExecutor:
 
         def read() -> Any:
             return self._core.read_namespaced_pod_log(
-                pod, spec.namespace, container=CONTAINER, timestamps=True, since_seconds=window)
+                pod, spec.namespace, container=CONTAINER, timestamps=True, since_seconds=window,
+                _request_timeout=self._timeout)
 
         return read
 
@@ -314,6 +443,17 @@ class KubernetesExecutor:
         return True
 
     def _call(self, fn: Callable[[], Any], *, missing_ok: bool = False) -> Any:
+        """One API call, retried with backoff while the API answers 5xx, 429 or nothing."""
+        for attempt in range(self._api_tries):
+            try:
+                return self._call_once(fn, missing_ok=missing_ok)
+            except RetriableError:
+                if attempt + 1 == self._api_tries:
+                    raise
+                self._stop.wait(min(30.0, self._backoff_s * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def _call_once(self, fn: Callable[[], Any], *, missing_ok: bool) -> Any:
         try:
             return fn()
         except Exception as exc:
@@ -351,7 +491,8 @@ def _selector(spec: TrainingJobSpec) -> str:
 def _disrupted(ex: KubernetesExecutor, spec: TrainingJobSpec) -> bool:
     """A member of the attempt was preempted, evicted or drained (``DisruptionTarget``)."""
     pods = ex._call(lambda: ex._core.list_namespaced_pod(
-        spec.namespace, label_selector=_selector(spec)), missing_ok=True)
+        spec.namespace, label_selector=_selector(spec), _request_timeout=ex._timeout),
+        missing_ok=True)
     for pod in (pods.items if pods else []) or []:
         for cond in (getattr(pod.status, "conditions", None) or []) if pod.status else []:
             if cond.type == "DisruptionTarget" and cond.status == "True":
@@ -378,6 +519,9 @@ class _Status:
     conditions: list[_Cond]
 
 
+_NOT_YET = object()  # a Job just created that the watch has not shown yet
+
+
 class _Conflict(Exception):
     pass
 
@@ -390,7 +534,8 @@ def _one_line(exc: BaseException) -> str:
 def _exit_code(ex: KubernetesExecutor, spec: TrainingJobSpec) -> int | None:
     """The trainer's last exit code, read from its pods (None if no pod terminated)."""
     pods = ex._call(lambda: ex._core.list_namespaced_pod(
-        spec.namespace, label_selector=_selector(spec)), missing_ok=True)
+        spec.namespace, label_selector=_selector(spec), _request_timeout=ex._timeout),
+        missing_ok=True)
     codes: list[tuple[str, int]] = []
     for pod in (pods.items if pods else []) or []:
         for cs in (pod.status.container_statuses or []) if pod.status else []:
