@@ -1,8 +1,8 @@
 """A fake Kubernetes API for executor tests (no API server can run on these machines).
 
-One object stands in for ``BatchV1Api``, ``CoreV1Api``, ``CustomObjectsApi`` and
-``ApiextensionsV1Api``: it keeps the objects it is given (as the API server would receive them,
-camelCase manifests, with a ``uid``), records every request as ``(verb, kind, name)``, deletes
+One object stands in for ``BatchV1Api``, ``CoreV1Api`` and ``CustomObjectsApi``: it keeps
+the objects it is given (as the API server would receive them, camelCase manifests, with a
+``uid``), records every request as ``(verb, kind, name)``, deletes
 what an object owns when it is deleted (ownerReferences, as the garbage collector does), and
 injects faults: ``fail_next[(verb, kind)]`` pops an HTTP status per call, ``fail_with`` fails
 every create, ``delay_s`` stalls every call. Job status is ``status`` (shared) unless
@@ -223,13 +223,12 @@ class FakeKube:
     def delete_namespaced_custom_object(self, **kw: Any) -> None:
         self._delete(_KINDS[kw["plural"]], kw["name"])
 
-    # -- ApiextensionsV1Api ------------------------------------------------------------
-
-    def read_custom_resource_definition(self, name: str) -> Any:
-        self._request("get", "CustomResourceDefinition", name)
-        if not (self.jobset_crd and name == "jobsets.jobset.x-k8s.io"):
-            raise ApiError(404)
-        return NS(metadata=NS(name=name))
+    def list_namespaced_custom_object(self, **kw: Any) -> Any:
+        kind = _KINDS[kw["plural"]]
+        self._request("list", kind, "")
+        if kind == "JobSet" and not self.jobset_crd:
+            raise ApiError(404)  # the CRD is not installed
+        return {"items": [m for (k, _), m in self.objects.items() if k == kind]}
 
 
 _KINDS = {"podgroups": "PodGroup", "jobsets": "JobSet"}

@@ -239,7 +239,12 @@ def test_a_preempted_gang_member_restarts_the_gang_without_using_a_retry() -> No
 
 
 def test_a_jobset_gang_is_one_jobset_and_completes_when_its_workers_do() -> None:
+    from headrace.trainers.executors.kubernetes import KubeApis, jobset_installed
+
+    without = FakeCluster()
+    assert not jobset_installed(KubeApis(batch=without, core=without, custom=without))
     fake = FakeCluster(jobset_crd=True)
+    assert jobset_installed(KubeApis(batch=fake, core=fake, custom=fake))
     events: list[tuple[str, str, dict[str, Any]]] = []
     ex = _executor(fake, events, jobset=True)
     ex.submit(JobSpec(job_id="job-j", model_name="churn", framework=Framework.MXNET,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,7 @@ def build_executor(
         # The job timeout bounds every Job (activeDeadlineSeconds): a hung or never-admitted
         # gang lets go of its pods and GPUs.
         active_deadline_s=max(1, int(timeout_s)),
-        jobset=jobset_installed(choice.kube),
+        jobset=jobset_installed(replace(choice.kube, namespace=control.k8s_namespace)),
         trainer_env=tuple(sorted(control.k8s_trainer_env.items())))
     executor = KubernetesExecutor(config=config, batch_api=choice.kube.batch,
                                   core_api=choice.kube.core, custom_api=choice.kube.custom,

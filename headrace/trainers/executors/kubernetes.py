@@ -552,7 +552,7 @@ class KubeApis:
     batch: Any
     core: Any
     custom: Any
-    extensions: Any = None  # ApiextensionsV1Api: is the JobSet CRD installed?
+    namespace: str = "headrace"  # where the JobSet question is asked
 
 
 NO_KUBE_CONFIG = ("no Kubernetes configuration: not running in a pod (KUBERNETES_SERVICE_HOST "
@@ -586,22 +586,22 @@ def kube_apis(*, context: str | None = None) -> KubeApis:
     from kubernetes import client
 
     return KubeApis(batch=client.BatchV1Api(), core=client.CoreV1Api(),
-                    custom=client.CustomObjectsApi(), extensions=client.ApiextensionsV1Api())
-
-
-JOBSET_CRD = f"{JOBSET_PLURAL}.{JOBSET_GROUP}"
+                    custom=client.CustomObjectsApi())
 
 
 def jobset_installed(apis: Any) -> bool:
-    """Whether the cluster serves JobSet (its CRD exists): gangs are then one JobSet each.
-    Asked once when the executor is built; an API without the question answers no."""
-    ext = getattr(apis, "extensions", None)
-    if ext is None:
-        return False
+    """Whether the cluster serves JobSet (gangs are then one JobSet each): listing JobSets
+    in the namespace answers 404 where its CRD is not installed (a namespaced question, so
+    the control plane's Role is enough). Asked once when the executor is built."""
     try:
-        ext.read_custom_resource_definition(JOBSET_CRD)
+        apis.custom.list_namespaced_custom_object(
+            group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=apis.namespace,
+            plural=JOBSET_PLURAL, limit=1, _request_timeout=10)
     except Exception as exc:
-        if getattr(exc, "status", None) == 404:
+        status = getattr(exc, "status", None)
+        if status in (401, 403, 404):
+            if status != 404:
+                log.warning("JobSet: not allowed to list jobsets (%s): gangs are Jobs", status)
             return False
         raise RetriableError(f"kubernetes API unavailable: {_one_line(exc)}") from None
     return True
