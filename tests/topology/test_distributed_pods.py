@@ -272,3 +272,37 @@ def test_gang_pod_log_lines_are_mirrored_with_the_members_tag() -> None:
         fake.logs[n] = f"2024-01-01T00:00:01Z line {i}\n"
     assert ex.logs("job-l") == [
         "[sched] line 3", "[s0] line 2", "[w0] line 0", "[w1] line 1"]
+
+
+def test_a_restarted_executor_adopts_the_recorded_attempt_instead_of_creating_another() -> None:
+    fake = FakeCluster()
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    first = _executor(fake, events, max_retries=3)
+    job = JobSpec(job_id="job-r", model_name="churn", framework=Framework.MXNET,
+                  resources=Resources(workers=2, servers=1))
+    first.submit(job)
+    fake.statuses["train-job-r-worker-0"] = NS(active=0, failed=1, conditions=FAILED)
+    fake.pods = [pod("train-job-r-worker-0-1-x", phase="Failed", exit_code=137)]
+    assert first.poll() == []  # the gang restarted as attempt 2
+    handle = first.handle("job-r")
+    assert handle == {"kind": "kubernetes", "name": "train-job-r-a2", "attempt": 2,
+                      "restarts": 1}
+    first.close()  # the control plane dies; its Jobs live on
+    created = fake.count("create", "Job")
+
+    second = _executor(fake, events, max_retries=3)  # restarted, with the job table's handle
+    assert second.adopt(job, handle)
+    assert second.poll() == []
+    assert fake.count("create", "Job") == created  # nothing created beside attempt 2
+    assert fake.names("Job") == [f"train-job-r-a2-{r}-0" for r in ("worker", "server",
+                                                                    "scheduler")]
+    fake.statuses["train-job-r-a2-worker-0"] = NS(active=0, failed=0, conditions=[
+        NS(type="Complete", status="True", reason=None, message=None)])
+    [outcome] = second.poll()
+    assert outcome.succeeded
+
+    # A handle whose attempt vanished while no control plane ran: the next attempt starts.
+    fake.objects.clear()
+    third = _executor(fake, events, max_retries=3)
+    assert third.adopt(job, handle) and third.poll() == []
+    assert fake.names("Job")[0] == "train-job-r-a3-worker-0"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -168,6 +168,38 @@ class KubernetesExecutor:
         with self._lock:
             self._jobs.clear()
 
+    # -- adoption (see base.Adopting) ------------------------------------------------------
+
+    def handle(self, job_id: str) -> dict[str, Any] | None:
+        """The attempt's owner (Job or JobSet) name and attempt number."""
+        with self._lock:
+            t = self._jobs.get(job_id)
+        if t is None or not t.tried:
+            return None
+        return {"kind": "kubernetes", "name": t.spec.job_name, "attempt": t.spec.attempt,
+                "restarts": t.restarts}
+
+    def adopt(self, job: JobSpec, handle: Mapping[str, Any]) -> bool:
+        """Follow the recorded attempt instead of creating attempt 1 beside it; the
+        supervisor checks it still exists (if not, it starts the next attempt)."""
+        if handle.get("kind") != "kubernetes":
+            return False
+        spec = replace(job_spec_for(job, self._config), attempt=int(handle.get("attempt", 1)))
+        with self._lock:
+            if job.job_id in self._jobs:
+                return True
+            self._jobs[job.job_id] = _Tracked(spec, state="adopting", tried=True,
+                                              restarts=int(handle.get("restarts", 0)))
+            self._pending.append(job.job_id)
+        self._wake.set()
+        if self._thread is None:
+            self.step()
+        return True
+
+    def reap(self, job_id: str, handle: Mapping[str, Any]) -> None:
+        # Every handle this executor writes is adoptable; another executor's is not ours.
+        return None
+
     # -- the supervisor ----------------------------------------------------------------
 
     def start(self) -> None:
@@ -216,6 +248,9 @@ class KubernetesExecutor:
                 t = self._jobs.get(job_id)
             if t is None:
                 continue
+            if t.state == "adopting":
+                self._settle_adopted(t)
+                continue
             already = t.tried
             t.tried = True
             try:
@@ -236,6 +271,25 @@ class KubernetesExecutor:
             spec = t.spec
             self._emit("queued" if created else "duplicate", spec,
                        f"kubernetes job {spec.name} {'created' if created else 'already exists'}")
+
+    def _settle_adopted(self, t: _Tracked) -> None:
+        spec = t.spec
+        try:
+            exists = self._owner_uid(spec, missing_ok=True) is not None
+        except RetriableError:
+            with self._lock:
+                self._pending.append(spec.job_id)
+            return
+        if not exists:  # the attempt is gone (deleted while nobody watched): the next one
+            t.spec = replace(spec, attempt=spec.attempt + 1)
+            t.state = "creating"
+            with self._lock:
+                self._pending.append(spec.job_id)
+            log.info("job %s: attempt %d is gone; starting attempt %d", spec.job_id,
+                     spec.attempt, t.spec.attempt)
+            return
+        t.state = "queued"
+        log.info("job %s: adopted %s (attempt %d)", spec.job_id, spec.job_name, spec.attempt)
 
     def _create_attempt(self, spec: TrainingJobSpec) -> bool:
         """The owner first (a gang's suspended), then what it owns, then let it start: the
@@ -263,15 +317,17 @@ class KubernetesExecutor:
             group=group, version=version, namespace=ns, plural=plural, body=obj,
             _request_timeout=self._timeout)
 
-    def _owner_uid(self, spec: TrainingJobSpec) -> str:
+    def _owner_uid(self, spec: TrainingJobSpec, *, missing_ok: bool = False) -> str | None:
         if spec.uses_jobset:
             got = self._call(lambda: self._custom.get_namespaced_custom_object(
                 group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
-                plural=JOBSET_PLURAL, name=spec.job_name, _request_timeout=self._timeout))
-            return str(got["metadata"]["uid"])
+                plural=JOBSET_PLURAL, name=spec.job_name, _request_timeout=self._timeout),
+                missing_ok=missing_ok)
+            return None if got is None else str(got["metadata"]["uid"])
         job = self._call(lambda: self._batch.read_namespaced_job(
-            spec.role_job_names[0], spec.namespace, _request_timeout=self._timeout))
-        return str(job.metadata.uid)
+            spec.role_job_names[0], spec.namespace, _request_timeout=self._timeout),
+            missing_ok=missing_ok)
+        return None if job is None else str(job.metadata.uid)
 
     def _patch_owner(self, spec: TrainingJobSpec, body: dict[str, Any]) -> Any:
         if spec.uses_jobset:

@@ -8,14 +8,15 @@ complete checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from headrace.core.errors import HeadraceError
 from headrace.trainers import jobs
@@ -138,6 +139,7 @@ class LocalExecutor:
             env["HEADRACE_BOOTSTRAP"] = self.bootstrap
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env["PYTHONUNBUFFERED"] = "1"
+        env["HEADRACE_JOB_ID"] = jid  # how a restarted control plane recognises the gang
         st.log = open(jobs.log_path(self.root, jid), "ab")  # noqa: SIM115 - closed on exit
         st.attempts += 1
         st.log.write(f"--- attempt {st.attempts} ---\n".encode())
@@ -219,6 +221,33 @@ class LocalExecutor:
             self._terminate(st)
         return True
 
+    # -- adoption (see base.Adopting) ------------------------------------------------------
+
+    def handle(self, job_id: str) -> dict[str, Any] | None:
+        """The running attempt's process groups (every member leads its own session)."""
+        st = self._jobs.get(job_id)
+        if st is None or st.proc is None:
+            return None
+        pids = st.proc.pids() if isinstance(st.proc, LocalGang) else {"w0": st.proc.pid}
+        return {"kind": "local", "attempt": st.attempts, "pgids": sorted(pids.values())}
+
+    def adopt(self, job: JobSpec, handle: Mapping[str, Any]) -> bool:
+        # A process another control plane started is not our child: no exit code, no log
+        # pipe. It cannot be supervised, so it is reaped and the job resumes from its
+        # last complete checkpoint.
+        return False
+
+    def reap(self, job_id: str, handle: Mapping[str, Any]) -> None:
+        """SIGKILL each process group of ``handle`` that still runs this job (its leader's
+        environment names the job: a recycled pid is left alone), and wait until gone."""
+        groups = [int(g) for g in handle.get("pgids", []) if _runs_job(int(g), job_id)]
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(_group_alive(g) for g in groups) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def pid_of(self, job_id: str) -> int | None:
         st = self._jobs.get(job_id)
         return st.proc.pid if st is not None and st.proc is not None else None
@@ -228,6 +257,29 @@ class LocalExecutor:
             if st.proc is not None and st.proc.poll() is None:
                 self._terminate(st)
             self._close_log(st)
+
+
+def _runs_job(pid: int, job_id: str) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"HEADRACE_JOB_ID={job_id}".encode() in environ.split(b"\0")
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie leader (reaped by nobody yet) still counts as a group: look at its state.
+    try:
+        stat = Path(f"/proc/{pgid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _last_error_line(path: Path) -> str:

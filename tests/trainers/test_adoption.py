@@ -1,0 +1,91 @@
+"""A control plane SIGKILLed while a local MXNet gang trains: its members run in their own
+sessions and outlive it. The restarted control plane finds the gang's process groups in its
+job table, kills them before starting anything (a process it did not start cannot be
+supervised), and resumes the job from its last checkpoint: the job ends in exactly one final
+state with one version, and no process of the gang is left."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from headrace.contracts import JobEvent, JobEventKind, ModelPublished, Resources
+from headrace.store import versions
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.producing import send_events
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
+from headrace.trainers import checkpoints, jobs
+from tests.fixtures import eventually
+from tests.trainers.conftest import request, wait_events
+
+pytestmark = pytest.mark.slow
+
+
+def gang_pids(job_id: str) -> set[int]:
+    """Every live process whose environment names the job (what the executor sets)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        if f"HEADRACE_JOB_ID={job_id}".encode() in environ and \
+                stat.rsplit(")", 1)[-1].split()[0] != "Z":
+            found.add(int(entry))
+    return found
+
+
+def test_a_control_plane_killed_mid_gang_ends_the_job_once_with_no_gang_left(
+        conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
+        start_control: Callable[..., subprocess.Popen[bytes]]) -> None:
+    start = start_control
+    first = start(app_id="adopt")
+    spec = request(demo).spec.model_copy(update={"epochs": 40, "batch_size": 16,
+                                                 "checkpoint_every_steps": 5,
+                                                 "hidden": (16,)})
+    req = request(demo, key="adopt-1", framework="mxnet", spec=spec).model_copy(
+        update={"resources": Resources(workers=2, servers=1)})
+    send_events(conn, topics.train_requests, [req])
+    jid = jobs.job_id_for("adopt-1")
+    ckdir = jobs.checkpoints_dir(dfs, jid)
+
+    def mid_gang() -> bool:
+        found = checkpoints.latest(ckdir)
+        return found is not None and found[1].step >= 10 and len(gang_pids(jid)) == 4
+    eventually(mid_gang, timeout_s=180, interval_s=0.2, what="a checkpoint mid-gang")
+    time.sleep(1.0)  # a few ticks: the gang's handle is in the job table's changelog
+    orphans = gang_pids(jid)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    time.sleep(1.0)
+    assert gang_pids(jid) & orphans, "the gang outlives its control plane (own sessions)"
+
+    start(app_id="adopt")
+    events = wait_events(conn, topics.jobs, lambda evs: any(
+        e.job_id == jid and e.kind in (JobEventKind.SUCCEEDED, JobEventKind.FAILED)
+        for e in evs), timeout=300)
+    eventually(lambda: not gang_pids(jid), timeout_s=30, what="no process of the gang left")
+    time.sleep(2.0)  # late writers (an orphan that survived) would show up here
+    log = jobs.log_path(dfs, jid).read_text()
+    assert events
+    finals = [e.kind for e in read_events(conn, topics.jobs, JobEvent, idle_s=0.5)
+              if e.job_id == jid and e.kind in (JobEventKind.SUCCEEDED, JobEventKind.FAILED)]
+    assert finals == [JobEventKind.SUCCEEDED], (finals, log[-3000:])
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.state.value == "succeeded", log[-3000:]
+    assert versions.list_versions(dfs, req.model_name) == [1]
+    assert len([m for m in read_events(conn, topics.models, ModelPublished)
+                if m.model_name == req.model_name]) == 1
+    # The orphans were killed before the new gang started: the resumed attempt's log is the
+    # only one after the restart, and it resumed from a checkpoint.
+    assert "resumed from checkpoint" in log.split("--- attempt")[-1], log[-3000:]
