@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace as NS
 from typing import Any
@@ -306,3 +307,25 @@ def test_a_restarted_executor_adopts_the_recorded_attempt_instead_of_creating_an
     third = _executor(fake, events, max_retries=3)
     assert third.adopt(job, handle) and third.poll() == []
     assert fake.names("Job")[0] == "train-job-r-a3-worker-0"
+
+
+def test_a_hung_gang_is_restarted_by_the_watchdog_from_its_heartbeats(tmp_path: Path) -> None:
+    from headrace.trainers.distributed.heartbeat import Heartbeat, heartbeat_dir
+
+    fake = FakeCluster()
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    ex = _executor(fake, events, dfs_root=str(tmp_path), watchdog_s=0.3, gang="none")
+    ex.submit(JobSpec(job_id="job-h", model_name="churn", framework=Framework.MXNET,
+                      resources=Resources(workers=2, servers=1)))
+    fake.status = NS(active=4, failed=0, conditions=[])
+    assert ex.poll() == []  # running; no step yet: the watchdog is not armed
+    time.sleep(0.4)
+    assert ex.poll() == [] and fake.names("Job")[0] == "train-job-h-worker-0"
+    Heartbeat(tmp_path, "job-h", "w0")()  # a step...
+    assert ex.poll() == []
+    time.sleep(0.4)  # ...then nothing: a member is frozen
+    assert ex.poll() == []
+    assert fake.names("Job")[0] == "train-job-h-a2-worker-0"
+    assert ("retrying", "hung (watchdog): restarting all 4 pods as train-job-h-a2 from the "
+            "last checkpoint") in [(k, m) for k, m, _ in events]
+    assert (heartbeat_dir(tmp_path, "job-h") / "w0").exists()

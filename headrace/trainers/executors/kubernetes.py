@@ -16,11 +16,14 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 from headrace.core.errors import ConfigError, FatalError, HeadraceError, RetriableError
+from headrace.trainers.distributed.heartbeat import stalled
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, JobOutcome, JobSpec
 from headrace.trainers.executors.kubernetes_objects import (
     CONTAINER,
@@ -48,6 +51,9 @@ class KubernetesExecutorConfig(ClusterPlacement):
 
     gpu_type: str | None = None
     log_window_s: int = 60
+    # No training step (heartbeat on the DFS at dfs_root) for this long: the attempt is hung
+    # and restarted from its last checkpoint. None: no watchdog.
+    watchdog_s: float | None = None
     trainer_env: tuple[tuple[str, str], ...] = ()  # extra env of every trainer pod
 
 
@@ -74,6 +80,7 @@ class _Tracked:
     restarts: int = 0  # gang restarts (a new Job per attempt)
     tried: bool = False  # a create was sent: a later 409 is our own Job, not a duplicate
     seen: set[str] = field(default_factory=set)  # Jobs the watch has shown (gone = deleted)
+    running_since: float = 0.0  # wall time the attempt's pods were first seen running
     last_log: dict[str, str] = field(default_factory=dict)  # pod -> last timestamp mirrored
 
 
@@ -363,12 +370,24 @@ class KubernetesExecutor:
         failed = int(st.failed or 0) if st else 0
         if st is not None and (st.active or 0) > 0 and t.state == "queued":
             t.state = "running"
+            t.running_since = time.time()
             self._emit("started", spec, f"{st.active} of {spec.workers} worker(s) running",
                        attempt=failed + 1)
         if failed > t.failed:
             t.failed = failed
             self._emit("retrying", spec, f"worker failed ({failed} of {spec.max_retries + 1} "
                        "attempts used); resuming from the last checkpoint", attempt=failed + 1)
+        watchdog = self._config.watchdog_s
+        hung = (stalled(Path(spec.dfs_root), spec.job_id, since=t.running_since,
+                        watchdog_s=watchdog) if watchdog and t.state == "running" else None)
+        if hung is not None:
+            why = f"hung: no training step for {hung:.0f}s (watchdog)"
+            log.warning("job %s: %s", spec.job_id, why)
+            if self._restart_gang(t, hung=True):
+                return None
+            self._delete_attempt(spec, "Background")
+            self._emit("failed", spec, why, reason=why, attempt=t.spec.attempt)
+            return JobOutcome(spec.job_id, False, None, t.spec.attempt, why)
         for cond in (st.conditions or []) if st else []:
             if cond.status != "True":
                 continue
@@ -427,11 +446,12 @@ class KubernetesExecutor:
         self._mirror_logs(t, sink=lines.append)
         return lines
 
-    def _restart_gang(self, t: _Tracked) -> bool:
-        """A failed gang Job (not a permanent exit) is recreated whole as the next attempt,
-        within ``max_retries``; its workers resume from the last complete checkpoint."""
+    def _restart_gang(self, t: _Tracked, *, hung: bool = False) -> bool:
+        """A failed gang Job (not a permanent exit) -- or any hung attempt -- is recreated
+        whole as the next attempt, within ``max_retries``; its workers resume from the last
+        complete checkpoint."""
         spec = t.spec
-        if spec.pods == 1:
+        if spec.pods == 1 and not hung:
             return False
         if _exit_code(self, spec) in PERMANENT_EXIT_CODES:
             return False
@@ -442,9 +462,11 @@ class KubernetesExecutor:
         if not disrupted:  # a preempted or evicted member is not the job's fault
             t.restarts += 1
         t.spec = replace(spec, attempt=spec.attempt + 1)
+        t.state, t.seen = "queued", set()
         new = t.spec
         self._create_attempt(new)
-        self._emit("retrying", new, f"gang member failed: restarting all {new.pods} pods as "
+        what = "hung (watchdog)" if hung else "gang member failed"
+        self._emit("retrying", new, f"{what}: restarting all {new.pods} pods as "
                    f"{new.job_name} from the last checkpoint", attempt=new.attempt)
         return True
 

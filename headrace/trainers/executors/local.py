@@ -21,6 +21,7 @@ from typing import IO, Any
 from headrace.core.errors import HeadraceError
 from headrace.trainers import jobs
 from headrace.trainers.distributed.gang import LocalGang, member_specs
+from headrace.trainers.distributed.heartbeat import stalled
 from headrace.trainers.distributed.plan import plan_of
 from headrace.trainers.executors.base import (
     ExitCode,
@@ -44,7 +45,9 @@ class _Job:
     proc: subprocess.Popen[bytes] | LocalGang | None = None
     log: IO[bytes] | None = None
     started: float = 0.0
+    started_wall: float = 0.0  # time.time() at start: heartbeats older than this are stale
     cancelled: bool = False
+    hung: float | None = None  # seconds without progress when the watchdog fired
 
 
 @dataclass
@@ -63,6 +66,9 @@ class LocalExecutor:
     on_retry: RetryHook | None = None
     on_start: StartHook | None = None
     grace_s: float = 5.0
+    # No heartbeat (training step) from any member for this long: the attempt is hung and
+    # restarted from its last checkpoint (None: no watchdog). Armed by the first step.
+    watchdog_s: float | None = 600.0
     cpus: int = field(default_factory=lambda: os.cpu_count() or 1)  # shared by a gang's workers
     _jobs: dict[str, _Job] = field(default_factory=dict)
 
@@ -89,27 +95,36 @@ class LocalExecutor:
                 continue
             code = st.proc.poll()
             timed_out = code is None and now - st.started > self.timeout_s
-            if timed_out:
-                self._terminate(st)
+            if code is None and not timed_out and self.watchdog_s is not None:
+                st.hung = stalled(self.root, jid, since=st.started_wall,
+                                  watchdog_s=self.watchdog_s)
+                if st.hung is not None:
+                    self._log_line(st, f"watchdog: no training step for {st.hung:.0f}s "
+                                       f"(HEADRACE watchdog {self.watchdog_s:.0f}s): "
+                                       "restarting from the last checkpoint")
+            if timed_out or st.hung is not None:
+                self._terminate(st, kill=st.hung is not None)
                 code = st.proc.returncode
             if code is None:
                 continue
             self._close_log(st)
             st.proc = None
-            reason = self._reason(jid, code, timed_out)
+            reason = self._reason(jid, code, timed_out, st.hung)
+            retriable = timed_out or st.hung is not None or is_retriable(code)
+            st.hung = None
             if st.cancelled:
                 ended.append(JobOutcome(jid, False, code, st.attempts, "cancelled"))
                 del self._jobs[jid]
             elif code == ExitCode.OK:
                 ended.append(JobOutcome(jid, True, code, st.attempts))
                 del self._jobs[jid]
-            elif (timed_out or is_retriable(code)) and st.attempts < self.max_attempts:
+            elif retriable and st.attempts < self.max_attempts:
                 delay = self.backoff(st.attempts)
                 st.not_before = now + delay
                 if self.on_retry is not None:
                     self.on_retry(jid, st.attempts + 1, reason, delay)
             else:
-                if is_retriable(code) or timed_out:
+                if retriable:
                     reason = f"{reason} (gave up after {st.attempts} attempts)"
                 ended.append(JobOutcome(jid, False, code, st.attempts, reason))
                 del self._jobs[jid]
@@ -153,6 +168,7 @@ class LocalExecutor:
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True)  # its own group: a timeout kills the whole tree
         st.started = now
+        st.started_wall = time.time()
         if self.on_start is not None:
             self.on_start(jid, st.attempts, st.proc.pid)
 
@@ -177,9 +193,11 @@ class LocalExecutor:
             return {}
         return st.proc.pids() if isinstance(st.proc, LocalGang) else {"w0": st.proc.pid}
 
-    def _reason(self, jid: str, code: int, timed_out: bool) -> str:
+    def _reason(self, jid: str, code: int, timed_out: bool, hung: float | None = None) -> str:
         if timed_out:
             return f"timed out after {self.timeout_s:.0f}s"
+        if hung is not None:
+            return f"hung: no training step for {hung:.0f}s (watchdog)"
         if code < 0:
             return f"killed by signal {signal.Signals(-code).name}"
         try:
@@ -191,13 +209,21 @@ class LocalExecutor:
         last = _last_error_line(jobs.log_path(self.root, jid))
         return last or f"exited with code {code}"
 
-    def _terminate(self, st: _Job) -> None:
+    def _log_line(self, st: _Job, line: str) -> None:
+        if st.log is not None:
+            with contextlib.suppress(OSError, ValueError):
+                st.log.write(f"{line}\n".encode())
+                st.log.flush()
+
+    def _terminate(self, st: _Job, *, kill: bool = False) -> None:
+        """SIGTERM then SIGKILL after the grace period; ``kill``: SIGKILL at once (a hung,
+        perhaps stopped, gang would never act on SIGTERM)."""
         assert st.proc is not None
         if isinstance(st.proc, LocalGang):
-            st.proc.stop(self.grace_s)
+            st.proc.stop(0 if kill else self.grace_s)
             return
         try:
-            os.killpg(st.proc.pid, signal.SIGTERM)
+            os.killpg(st.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
             st.proc.wait(self.grace_s)
         except subprocess.TimeoutExpired:
             os.killpg(st.proc.pid, signal.SIGKILL)
