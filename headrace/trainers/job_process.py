@@ -250,6 +250,7 @@ def _build(ctx: JobContext, runtime: DistributedRuntime | None, req: TrainReques
     job_checks.before_dataset(ctx.root, req, ctx.caps)
     ds = load_dataset(root=ctx.root, uri=req.dataset_uri, spec=req.spec)
     sp = split(ds, validation_split=req.spec.validation_split, seed=req.spec.seed)
+    job_checks.after_split(req, sp)
     backend = get_backend(req.framework)  # the framework first: user code imports it
     job_checks.load_code(ctx.root, req, ds)
     model_plan = plan_for(spec=req.spec, x_train=sp.x_train, y_train=sp.y_train,

@@ -111,3 +111,22 @@ def test_object_store_uris_carry_no_endpoint_override_query_or_credentials(
         resolve_dataset(dfs, uri)
     ok = data | {"dataset_uri": "s3://bucket/data/x.parquet"}
     assert parse(TrainRequested, ok).dataset_uri == "s3://bucket/data/x.parquet"
+
+
+def test_more_workers_than_training_rows_is_refused_in_one_line(dfs: Path) -> None:
+    # Checked by the job after its split, on every member, before any model is built.
+    from headrace.trainers import job_checks
+    from headrace.trainers.datasets import load_dataset, make_demo, split
+
+    make_demo(out=dfs / "datasets" / "few.parquet", rows=10, seed=1)
+    req = request("datasets/few.parquet").model_copy(
+        update={"resources": Resources(workers=12, servers=1)})
+    sp = split(load_dataset(root=dfs, uri=req.dataset_uri, spec=req.spec),
+               validation_split=req.spec.validation_split, seed=0)
+    rows = len(sp.x_train)
+    with pytest.raises(ValidationFailed) as info:
+        job_checks.after_split(req, sp)
+    assert str(info.value) == (
+        f"resources.workers: 12 workers but only {rows} training rows: every worker needs "
+        f"rows to train on (use at most {rows} workers)")
+    job_checks.after_split(req.model_copy(update={"resources": Resources(workers=rows)}), sp)
