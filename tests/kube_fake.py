@@ -38,7 +38,7 @@ class ApiError(Exception):
 class FakeKube:
     """Batch, Core, CustomObjects and Apiextensions APIs over in-memory objects."""
 
-    def __init__(self, *, jobset_crd: bool = False) -> None:
+    def __init__(self, *, jobset_crd: bool = False, watch_blocks: bool = False) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (kind, name) -> manifest
         self.bodies: dict[tuple[str, str], Any] = {}  # what the client was given
         self.created: list[Any] = []
@@ -51,6 +51,9 @@ class FakeKube:
         self.fail_next: dict[tuple[str, str], list[int]] = {}
         self.delay_s = 0.0
         self.jobset_crd = jobset_crd
+        # A watch with nothing to report waits its timeout_seconds, as the API server does
+        # (off by default: tests step the executor by hand).
+        self.watch_blocks = watch_blocks
         self.lock = threading.RLock()
         self.rv = 1  # the resourceVersion counter
         self.expired_before = 0
@@ -162,7 +165,11 @@ class FakeKube:
                                                 "reason": "Expired",
                                                 "message": "too old resource version"}}
             return _Stream([gone])
-        return _Stream(self._changes())
+        events = self._changes()
+        if not events and self.watch_blocks:
+            time.sleep(float(kw.get("timeout_seconds") or 1))
+            events = self._changes()
+        return _Stream(events)
 
     def expire(self) -> None:
         """Every resourceVersion handed out so far is now too old (410 Gone)."""
