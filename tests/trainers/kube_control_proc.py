@@ -22,7 +22,7 @@ from headrace.topology.validation import to_manifest
 from headrace.trainers.control.service import ExecutorChoice, run_control
 from headrace.trainers.control.settings import ControlSettings
 from headrace.trainers.executors.kubernetes import KubeApis
-from tests.kube_fake import FakeKube
+from tests.kube_fake import FakeKube, pod
 
 
 class RecordingCluster(FakeKube):
@@ -65,6 +65,9 @@ class RecordingCluster(FakeKube):
             self.statuses[name] = (NS(active=1, failed=0, succeeded=0, conditions=[])
                                    if seen == 0 else
                                    NS(active=0, failed=1, succeeded=0, conditions=failed))
+            if seen == 1:  # the failed pod, and what it printed
+                self.pods.append(pod(f"{name}-x1", phase="Failed", exit_code=1))
+                self.logs[f"{name}-x1"] = "2024-01-01T00:00:01Z MemoryError: out of memory\n"
         return super()._changes()
 
 

@@ -183,7 +183,15 @@ class ControlPlane:
     def on_executor_event(self, kind: str, message: str, *, job_id: str, **fields: Any) -> None:
         """Lifecycle an executor reports itself (the Kubernetes one: pods started, a pod
         failed and the Job retries). Queued and the end are published by this class (from
-        ``submit`` and ``poll``); log lines and progress by the job itself."""
+        ``submit`` and ``poll``); log lines and progress by the job itself. Pod log lines
+        (read when a Kubernetes job fails) go to the job's log file, for ``jobs logs``."""
+        if kind == JobEventKind.LOG:
+            try:
+                with open(jobs.log_path(self.root, job_id), "a", encoding="utf-8") as f:
+                    f.write(message.rstrip("\n") + "\n")
+            except OSError as exc:
+                log.warning("job %s: cannot append to its log: %s", job_id, exc)
+            return
         if kind not in (JobEventKind.STARTED, JobEventKind.RETRYING):
             return
         try:
