@@ -19,7 +19,7 @@ from headrace.contracts import JobEvent, JobEventKind, ModelPublished, Resources
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import send_events
-from headrace.streams.reading import read_events
+from headrace.streams.reading import iter_records, read_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
 from tests.fixtures import eventually
@@ -50,8 +50,10 @@ def test_a_control_plane_killed_mid_gang_ends_the_job_once_with_no_gang_left(
         start_control: Callable[..., subprocess.Popen[bytes]]) -> None:
     start = start_control
     first = start(app_id="adopt")
-    spec = request(demo).spec.model_copy(update={"epochs": 40, "batch_size": 16,
-                                                 "checkpoint_every_steps": 5,
+    # Long enough (about 30 s) that the gang still runs when the next control plane is ready
+    # (the dead one's group session must expire first): the reaping path is what is tested.
+    spec = request(demo).spec.model_copy(update={"epochs": 250, "batch_size": 16,
+                                                 "checkpoint_every_steps": 25,
                                                  "hidden": (16,)})
     req = request(demo, key="adopt-1", framework="mxnet", spec=spec).model_copy(
         update={"resources": Resources(workers=2, servers=1)})
@@ -61,9 +63,15 @@ def test_a_control_plane_killed_mid_gang_ends_the_job_once_with_no_gang_left(
 
     def mid_gang() -> bool:
         found = checkpoints.latest(ckdir)
-        return found is not None and found[1].step >= 10 and len(gang_pids(jid)) == 4
+        return found is not None and found[1].step >= 50 and len(gang_pids(jid)) == 4
     eventually(mid_gang, timeout_s=180, interval_s=0.2, what="a checkpoint mid-gang")
-    time.sleep(1.0)  # a few ticks: the gang's handle is in the job table's changelog
+    # The gang's handle is in the job table's changelog (what the next control plane reads).
+    changelog = f"{topics.prefix}-adopt-jobs-changelog"
+
+    def handle_recorded() -> bool:
+        return any(jid.encode() in (r.key or b"") and b'"pgids"' in (r.value or b"")
+                   for r in iter_records(conn, changelog, idle_s=0.3))
+    eventually(handle_recorded, timeout_s=30, what="the gang's handle in the job table")
     orphans = gang_pids(jid)
     first.send_signal(signal.SIGKILL)
     first.wait()
