@@ -2,7 +2,8 @@
 sessions and outlive it. The restarted control plane finds the gang's process groups in its
 job table, kills them before starting anything (a process it did not start cannot be
 supervised), and resumes the job from its last checkpoint: the job ends in exactly one final
-state with one version, and no process of the gang is left."""
+state with one version, and no process of the gang is left. And the order the control plane
+follows after a restart: adopt what it can, reap the rest, only then start anything."""
 
 from __future__ import annotations
 
@@ -10,22 +11,23 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from headrace.contracts import JobEvent, JobEventKind, ModelPublished, Resources
+from headrace.contracts import JobEvent, JobEventKind, JobState, ModelPublished, Resources
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import send_events
 from headrace.streams.reading import iter_records, read_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
+from headrace.trainers.control.plane import ControlPlane
+from headrace.trainers.executors.base import JobOutcome, JobSpec
 from tests.fixtures import eventually
 from tests.trainers.conftest import request, wait_events
-
-pytestmark = pytest.mark.slow
 
 
 def gang_pids(job_id: str) -> set[int]:
@@ -45,6 +47,7 @@ def gang_pids(job_id: str) -> set[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_control_plane_killed_mid_gang_ends_the_job_once_with_no_gang_left(
         conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
         start_control: Callable[..., subprocess.Popen[bytes]]) -> None:
@@ -97,3 +100,61 @@ def test_a_control_plane_killed_mid_gang_ends_the_job_once_with_no_gang_left(
     # The orphans were killed before the new gang started: the resumed attempt's log is the
     # only one after the restart, and it resumed from a checkpoint.
     assert "resumed from checkpoint" in log.split("--- attempt")[-1], log[-3000:]
+
+
+class _Recording:
+    """An adopting executor that records the order of what the control plane asks."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def submit(self, job: JobSpec) -> None:
+        self.calls.append(("submit", job.job_id))
+
+    def poll(self) -> list[JobOutcome]:
+        return []
+
+    def cancel(self, job_id: str) -> bool:
+        return False
+
+    def active(self) -> list[str]:
+        return []
+
+    def close(self) -> None:
+        pass
+
+    def handle(self, job_id: str) -> dict[str, Any] | None:
+        return None
+
+    def adopt(self, job: JobSpec, handle: Mapping[str, Any]) -> bool:
+        self.calls.append(("adopt", job.job_id))
+        return handle.get("kind") == "kubernetes"
+
+    def reap(self, job_id: str, handle: Mapping[str, Any]) -> None:
+        self.calls.append(("reap", job_id))
+
+
+def test_after_a_restart_what_cannot_be_adopted_is_reaped_before_anything_starts(
+        conn: KafkaConnection, dfs: Path, demo: str) -> None:
+    ex = _Recording()
+    plane = ControlPlane(root=dfs, conn=conn, executor=ex)
+    table: dict[str, Any] = {}
+    ids = []
+    for key, kind, state in (("a", "local", "running"), ("b", "kubernetes", "running"),
+                             ("c", "local", "queued")):
+        req = request(demo, key=f"restart-{key}")
+        jid, _ = jobs.create_request(dfs, req)
+        jobs.write_status(dfs, jobs.initial_status(jid, req))
+        table[jid] = {"state": state, "handle": {"kind": kind, "attempt": 1, "pgids": []}}
+        ids.append(jid)
+    plane.on_ready(table)
+    a, b, c = ids
+    assert ex.calls == [("adopt", a), ("reap", a), ("adopt", b), ("adopt", c), ("reap", c),
+                        ("submit", a), ("submit", c)]  # b adopted: not started again
+
+    # A job that already wrote "succeeded" is not rewritten as failed (written once).
+    jobs.update_status(dfs, a, state=JobState.SUCCEEDED, finished_at=jobs.now_iso())
+    plane._ended(JobOutcome(a, False, 1, 1, "lock held"), table)
+    st = jobs.read_status(dfs, a)
+    assert st is not None and st.state == JobState.SUCCEEDED and st.reason is None
+    assert table[a]["state"] == "succeeded"
