@@ -1,11 +1,14 @@
-"""The Kubernetes executor: each training job becomes a Job (or a gang of indexed workers).
+"""The Kubernetes executor: each training job becomes a Job (or a gang: a JobSet, or one
+indexed Job per role).
 
-It implements :class:`headrace.trainers.executors.base.Executor`. ``submit`` creates the objects
-from :mod:`kubernetes_objects` (a second submit of the same job id finds them and is a no-op);
-``poll`` reads each active Job's status once, mirrors transitions and new container log lines
-through ``on_event(kind, message, **fields)`` (the control plane forwards them to
-``events.jobs``), and returns the jobs that ended. Retries happen inside the Job (exit-code
-based ``podFailurePolicy``), so an ended Job is final.
+It implements :class:`headrace.trainers.executors.base.Executor` and ``Adopting``. Once
+:meth:`KubernetesExecutor.start` ran (the control plane does), every API call happens on the
+executor's own thread: ``submit`` queues, the thread creates the objects from
+:mod:`kubernetes_objects` (a second submit of the same job id finds them and is a no-op; 5xx
+and 429 are retried with backoff), follows every trainer Job through one list + watch
+(:mod:`kubernetes_watch`), mirrors transitions through ``on_event(kind, message, **fields)``
+(the control plane forwards them to ``events.jobs``), reads pod logs only when a job fails,
+restarts a failed or hung gang as its next attempt, and ``poll`` hands over the jobs that ended.
 
 The API objects are injected (``BatchV1Api``, ``CoreV1Api``, ``CustomObjectsApi`` or fakes), so
 this module needs no cluster to test; :func:`from_kube_config` builds the real ones.
