@@ -9,10 +9,17 @@ through the project's distributed runtimes (``headrace.trainers.backends.tf_allr
 ``mxnet_ps``) and its local gang launcher (``headrace.trainers.distributed.gang``), i.e. the
 same step, sharding and thread caps as a training job.
 
-Run (here, 2 cores: expect little or no speed-up -- the two workers share the cores):
+Run (here, 2 cores: expect little or no speed-up -- the workers share the cores):
     .venv/bin/python bench/bench_distributed.py
 On a bigger machine (more cores, so each worker gets its own):
     .venv/bin/python bench/bench_distributed.py --workers 1,2,4 --epochs 5 --batch 256 --cpus 16
+
+``--api`` measures the control plane's Kubernetes API traffic instead: requests per job per
+minute while jobs run, counted by the fake API of the tests (``tests/kube_fake.py``; no API
+server runs here), for the executor's watch and for the per-job polling it replaced (the calls
+the executor made every 0.25 s tick per job before: read the Job's status, list its pods, read
+each running pod's log):
+    .venv/bin/python bench/bench_distributed.py --api --jobs 1,4 --seconds 20
 """
 
 from __future__ import annotations
@@ -182,11 +189,100 @@ def run_gang(framework: str, workers: int, *, epochs: int, batch: int, lr: float
     return {"results": results, "chief": chief}
 
 
+def _fake_api() -> Any:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo's tests package
+    from tests.kube_fake import FakeKube
+
+    return FakeKube(watch_blocks=True)
+
+
+def _running(fake: Any, jobs: int) -> list[Any]:
+    """``jobs`` 2-worker TensorFlow gangs, created and running (every pod active)."""
+    from types import SimpleNamespace as NS
+
+    from headrace.contracts import Framework, Resources
+    from headrace.trainers.executors.base import JobSpec
+
+    fake.status = NS(active=2, failed=0, succeeded=0, conditions=[])
+    fake.pods = []
+    specs = [JobSpec(job_id=f"bench-{i}", model_name="m", framework=Framework.TENSORFLOW,
+                     resources=Resources(workers=2)) for i in range(jobs)]
+    for spec in specs:
+        for w in range(2):
+            pod = f"train-{spec.job_id}-worker-0-{w}-x"
+            fake.pods.append(NS(metadata=NS(name=pod), status=NS(
+                phase="Running", container_statuses=[], conditions=[])))
+            fake.logs[pod] = "2024-01-01T00:00:01Z epoch 1\n"
+    return specs
+
+
+def api_polling(jobs: int, seconds: float) -> float:
+    """Requests per job per minute of the replaced loop: every 0.25 s, for each job, read
+    its Job's status, list its pods, read every running pod's log since the last line."""
+    from headrace.trainers.executors.kubernetes import KubernetesExecutor, KubernetesExecutorConfig
+
+    fake = _fake_api()
+    ex = KubernetesExecutor(config=KubernetesExecutorConfig(image="i", gang="none"),
+                            batch_api=fake, core_api=fake, custom_api=fake,
+                            on_event=lambda *a, **k: None)
+    specs = _running(fake, jobs)
+    for spec in specs:
+        ex.submit(spec)
+    names = {s.job_id: f"train-{s.job_id}-worker-0" for s in specs}
+    start = fake.count()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        for jid, name in names.items():
+            fake.read_namespaced_job_status(name, "headrace")
+            pods = fake.list_namespaced_pod("headrace", f"headrace.io/job={jid}")
+            for p in pods.items:
+                if p.metadata.name.startswith(f"train-{jid}-"):
+                    fake.read_namespaced_pod_log(p.metadata.name, "headrace")
+        time.sleep(0.25)
+    return (fake.count() - start) / jobs / ((time.monotonic() - t0) / 60)
+
+
+def api_watch(jobs: int, seconds: float) -> float:
+    """Requests per job per minute of the executor as the control plane runs it (its own
+    thread, one list + watch for every job)."""
+    from headrace.trainers.executors.kubernetes import KubernetesExecutor, KubernetesExecutorConfig
+
+    fake = _fake_api()
+    ex = KubernetesExecutor(config=KubernetesExecutorConfig(image="i", gang="none"),
+                            batch_api=fake, core_api=fake, custom_api=fake,
+                            on_event=lambda *a, **k: None)
+    for spec in _running(fake, jobs):
+        ex.submit(spec)  # created inline (not started yet): creation is not counted
+    start = fake.count()
+    ex.start()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds:
+        ex.poll()  # what the control plane's tick does: no API call
+        time.sleep(0.25)
+    elapsed = time.monotonic() - t0
+    count = fake.count() - start
+    ex.close()
+    return count / jobs / (elapsed / 60)
+
+
+def api_bench(jobs: list[int], seconds: float) -> None:
+    print(f"Kubernetes API requests per job per minute, jobs running for {seconds:.0f} s "
+          "(fake API; creation not counted)")
+    print(f"{'jobs':>5}{'polling (before)':>18}{'watch (after)':>15}")
+    for n in jobs:
+        print(f"{n:>5}{api_polling(n, seconds):>18.0f}{api_watch(n, seconds):>15.1f}",
+              flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--member", help=argparse.SUPPRESS)
+    ap.add_argument("--api", action="store_true",
+                    help="measure Kubernetes API requests per job (fake API) instead")
+    ap.add_argument("--jobs", default="1,4", help="with --api: running jobs")
+    ap.add_argument("--seconds", type=float, default=20.0, help="with --api: how long")
     ap.add_argument("--frameworks", default="tensorflow,mxnet")
-    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=64, help="global batch size")
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -196,10 +292,14 @@ def main() -> None:
     if args.member:
         member(args.member, args.epochs, args.batch, args.lr)
         return
+    if args.api:
+        api_bench([int(v) for v in args.jobs.split(",")], args.seconds)
+        return
     print(f"digits 1797 samples, global batch {args.batch}, {args.epochs} epochs (the first "
           f"one, with tracing/warm-up, excluded from the median), {args.cpus} cores shared")
     print(f"{'framework':<11}{'workers':>8}{'s/epoch':>10}{'samples/s':>11}{'speed-up':>10}"
-          f"{'comm ms/step':>14}{'step ms':>9}{'final loss':>11}  weights equal")
+          f"{'comm ms/step':>14}{'step ms':>9}{'comm share':>11}{'final loss':>11}"
+          "  weights equal")
     for fw in args.frameworks.split(","):
         base: float | None = None
         for w in (int(v) for v in args.workers.split(",")):
@@ -210,9 +310,11 @@ def main() -> None:
             epoch_s = statistics.median(steady)
             base = base or epoch_s
             same = len({r["checksum"] for r in out["results"]}) == 1
+            step_s = epoch_s / c["steps_per_epoch"]
+            share = min(1.0, c["comm_s_per_step"] / step_s)  # all-reduce / push-pull part
             print(f"{fw:<11}{w:>8}{epoch_s:>10.2f}{1797 / epoch_s:>11.0f}{base / epoch_s:>9.2f}x"
                   f"{c['comm_s_per_step'] * 1000:>14.2f}"
-                  f"{epoch_s / c['steps_per_epoch'] * 1000:>9.1f}{c['final_loss']:>11.4f}  "
+                  f"{step_s * 1000:>9.1f}{share:>10.0%}{c['final_loss']:>11.4f}  "
                   f"{same} ({len(out['results'])} workers)", flush=True)
 
 

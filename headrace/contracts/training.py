@@ -121,6 +121,15 @@ class Resources(BaseModel):
     gpus: int = Field(default=0, ge=0, le=64)
     workers: int = Field(default=1, ge=1, le=256)
     servers: int = Field(default=0, ge=0, le=64)  # parameter servers (strategy parameter_server)
+    # Each parameter server's own pod (CPU-only unless asked): servers hold and sum weights.
+    server_cpu: float = Field(default=1.0, gt=0, le=1024)
+    server_memory_gib: float = Field(default=2.0, gt=0, le=4096)
+    server_gpus: int = Field(default=0, ge=0, le=64)
+
+    @property
+    def total_gpus(self) -> int:
+        """Every GPU the whole gang asks for (servers count only with parameter servers)."""
+        return self.gpus * self.workers + self.server_gpus * self.servers
 
 
 class Trigger(BaseModel):

@@ -62,8 +62,12 @@ class Settings(BaseSettings):
                                 description="Most trainable parameters of a built model.")
     max_epochs: int = Field(default=1000, ge=1, le=10_000)
     max_gpus: int = Field(default=8, ge=0, le=16_384,
-                          description="Most GPUs of one job (per worker x workers).")
+                          description="Most GPUs of one job's whole gang (workers + servers).")
     max_workers: int = Field(default=16, ge=1, le=256)
+    max_servers: int = Field(default=8, ge=0, le=64, description="Most parameter servers.")
+    max_cpu: float = Field(default=64.0, gt=0, le=1024, description="Most CPUs of one pod.")
+    max_memory_gib: float = Field(default=256.0, gt=0, le=4096,
+                                  description="Most memory (GiB) of one pod.")
     max_dataset_bytes: int = Field(default=16 * 1024**3, ge=1,
                                    description="Largest dataset (its files' total size).")
 

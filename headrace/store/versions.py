@@ -18,6 +18,7 @@ import errno
 import json
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -80,6 +81,7 @@ def publish(
 ) -> ModelVersion:
     """Stage, hash, write the manifest last, and rename into the next free version."""
     mdir = model_dir(root, manifest.name)
+    sweep_staging(mdir)
     staging = mdir / STAGING / uuid.uuid4().hex
     try:
         staging.mkdir(parents=True)
@@ -112,6 +114,29 @@ def publish(
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise RetriableError(f"publishing {manifest.name} failed on the DFS: {exc}") from exc
+
+
+STALE_STAGING_S = 6 * 3600  # far longer than any publish; younger ones may be in progress
+
+
+def sweep_staging(mdir: Path, *, older_than_s: float = STALE_STAGING_S) -> list[str]:
+    """Remove staging directories a crashed publisher left behind (a chief killed
+    mid-publish); the names removed. Readers never look there; this only frees the space."""
+    removed: list[str] = []
+    cutoff = time.time() - older_than_s
+    try:
+        entries = list((mdir / STAGING).iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            stale = entry.stat().st_mtime < cutoff
+        except OSError:
+            continue
+        if stale:
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+    return removed
 
 
 def _next_version(mdir: Path) -> int:

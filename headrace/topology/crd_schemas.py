@@ -5,7 +5,9 @@ kubernetes-validate ships only core schemas. These cover the fields Headrace use
 
 * KEDA ``ScaledObject`` / ``TriggerAuthentication`` (keda.sh/v1alpha1, KEDA 2.14 CRDs),
 * Volcano ``PodGroup`` (scheduling.volcano.sh/v1beta1, Volcano 1.9 CRD),
-* Prometheus Operator ``ServiceMonitor`` (monitoring.coreos.com/v1, 0.73 CRD).
+* Prometheus Operator ``ServiceMonitor`` (monitoring.coreos.com/v1, 0.73 CRD),
+* JobSet ``JobSet`` (jobset.x-k8s.io/v1alpha2, JobSet 0.5 CRD; each ReplicatedJob's Job
+  template is validated as a ``batch/v1`` Job by ``validation``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,14 @@ _METADATA: dict[str, Any] = {
         "namespace": {"type": "string", "maxLength": 63},
         "labels": _STR_MAP,
         "annotations": _STR_MAP,
+        "ownerReferences": {"type": "array", "items": {
+            "type": "object",
+            "required": ["apiVersion", "kind", "name", "uid"],
+            "properties": {"apiVersion": {"type": "string"}, "kind": {"type": "string"},
+                           "name": {"type": "string"}, "uid": {"type": "string"},
+                           "controller": {"type": "boolean"},
+                           "blockOwnerDeletion": {"type": "boolean"}},
+            "additionalProperties": False}},
     },
     "additionalProperties": False,
 }
@@ -144,6 +154,42 @@ POD_GROUP = _doc("scheduling.volcano.sh/v1beta1", "PodGroup", {
     "additionalProperties": False,
 })
 
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+JOB_SET = _doc("jobset.x-k8s.io/v1alpha2", "JobSet", {
+    "type": "object",
+    "required": ["replicatedJobs"],
+    "properties": {
+        "suspend": {"type": "boolean"},
+        "ttlSecondsAfterFinished": {"type": "integer", "minimum": 0},
+        "network": {"type": "object", "properties": {
+            "enableDNSHostnames": {"type": "boolean"},
+            "subdomain": {"type": "string", "maxLength": 63, "pattern": _DNS_LABEL},
+            "publishNotReadyAddresses": {"type": "boolean"}}, "additionalProperties": False},
+        "successPolicy": {"type": "object", "required": ["operator"], "properties": {
+            "operator": {"enum": ["All", "Any"]},
+            "targetReplicatedJobs": {"type": "array", "items": {"type": "string"}}},
+            "additionalProperties": False},
+        "failurePolicy": {"type": "object", "properties": {
+            "maxRestarts": {"type": "integer", "minimum": 0}}, "additionalProperties": False},
+        "replicatedJobs": {"type": "array", "minItems": 1, "items": {
+            "type": "object",
+            "required": ["name", "template"],
+            "properties": {
+                "name": {"type": "string", "maxLength": 63, "pattern": _DNS_LABEL},
+                "replicas": {"type": "integer", "minimum": 1},
+                "template": {"type": "object", "required": ["spec"], "properties": {
+                    "metadata": {"type": "object", "properties": {
+                        "labels": _STR_MAP, "annotations": _STR_MAP},
+                        "additionalProperties": False},
+                    "spec": {"type": "object"}}, "additionalProperties": False},
+            },
+            "additionalProperties": False,
+        }},
+    },
+    "additionalProperties": False,
+})
+
 _ENDPOINT = {
     "type": "object",
     "properties": {
@@ -190,4 +236,5 @@ CRD_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
     ("keda.sh/v1alpha1", "TriggerAuthentication"): TRIGGER_AUTHENTICATION,
     ("scheduling.volcano.sh/v1beta1", "PodGroup"): POD_GROUP,
     ("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICE_MONITOR,
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): JOB_SET,
 }

@@ -46,6 +46,8 @@ def spec_for_request(
         strategy=request.spec.strategy,
         gpus_per_worker=r.gpus, gpu_type=gpu_type if r.gpus else None,
         cpu=f"{int(r.cpu * 1000)}m", memory=f"{int(r.memory_gib * 1024)}Mi",
+        server_cpu=f"{int(r.server_cpu * 1000)}m",
+        server_memory=f"{int(r.server_memory_gib * 1024)}Mi", server_gpus=r.server_gpus,
         dfs_claim=deploy.dfs_claim, dfs_root=deploy.dfs_root, kafka_secret=deploy.kafka_secret,
         gang=gang, queue=queue,
     )

@@ -52,6 +52,8 @@ def validate_object(obj: Any, *, version: str = KUBERNETES_VERSION,
     try:
         if crd is not None:
             crd.validate(data)
+            for job in _embedded_jobs(data):
+                kubernetes_validate.validate(job, version, strict=True)
         else:
             kubernetes_validate.validate(data, version, strict=True)
     except jsonschema.ValidationError as exc:
@@ -59,10 +61,21 @@ def validate_object(obj: Any, *, version: str = KUBERNETES_VERSION,
         raise ValidationFailed(f"{where}: {path}: {exc.message}", details=data) from None
     except kubernetes_validate.SchemaNotFoundError:
         raise ValidationFailed(f"{where}: no schema for {api} {kind}", details=data) from None
-    problems = manifest_violations(data) if pod_security else []
+    embedded = [data, *_embedded_jobs(data)]
+    problems = [p for m in embedded for p in manifest_violations(m)] if pod_security else []
     if problems:
         raise ValidationFailed(f"pod security (restricted): {problems[0]}", details=data)
     return data
+
+
+def _embedded_jobs(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """A JobSet's ReplicatedJob templates, as the ``batch/v1`` Jobs its controller creates."""
+    if data.get("kind") != "JobSet":
+        return []
+    name = data["metadata"]["name"]
+    return [{"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": f"{name}-{rj['name']}-0", **rj["template"].get("metadata", {})},
+             "spec": rj["template"]["spec"]} for rj in data["spec"]["replicatedJobs"]]
 
 
 def validate_all(objs: Iterable[Any], *, version: str = KUBERNETES_VERSION) -> list[dict[str, Any]]:

@@ -9,14 +9,27 @@ from pathlib import Path
 from typing import Any
 
 from headrace.contracts import CodeRef, TrainRequested
+from headrace.core.errors import ValidationFailed
 from headrace.trainers import code_loading, limits
 from headrace.trainers.backends.base import Model
 from headrace.trainers.datasets import Dataset, Split
+from headrace.trainers.distributed.plan import plan_of
 
 
 def before_dataset(root: Path, req: TrainRequested, caps: limits.RequestCaps) -> None:
     limits.check_request(req, caps)
     limits.check_dataset_size(root, req.dataset_uri, caps)
+
+
+def after_split(req: TrainRequested, sp: Split) -> None:
+    """Every worker of a gang needs training rows: more workers than rows would train on
+    empty shards (and evaluate a model on a handful of validation rows)."""
+    workers = plan_of(req).workers
+    rows = len(sp.x_train)
+    if workers > rows:
+        raise ValidationFailed(f"resources.workers: {workers} workers but only {rows} training "
+                               f"rows: every worker needs rows to train on (use at most "
+                               f"{max(1, rows)} workers)")
 
 
 def load_code(root: Path, req: TrainRequested, ds: Dataset) -> None:

@@ -51,6 +51,7 @@ from headrace.trainers import checkpoints, job_checks, jobs
 from headrace.trainers.backends import distributed_runtime, get_backend
 from headrace.trainers.backends.base import Backend, DistributedRuntime, Model
 from headrace.trainers.datasets import Dataset, Split, load_dataset, split
+from headrace.trainers.distributed.heartbeat import Heartbeat
 from headrace.trainers.distributed.peers import GangMember
 from headrace.trainers.distributed.plan import plan_of
 from headrace.trainers.distributed.weights import LINE as CHECKSUM_LINE
@@ -249,6 +250,7 @@ def _build(ctx: JobContext, runtime: DistributedRuntime | None, req: TrainReques
     job_checks.before_dataset(ctx.root, req, ctx.caps)
     ds = load_dataset(root=ctx.root, uri=req.dataset_uri, spec=req.spec)
     sp = split(ds, validation_split=req.spec.validation_split, seed=req.spec.seed)
+    job_checks.after_split(req, sp)
     backend = get_backend(req.framework)  # the framework first: user code imports it
     job_checks.load_code(ctx.root, req, ds)
     model_plan = plan_for(spec=req.spec, x_train=sp.x_train, y_train=sp.y_train,
@@ -315,6 +317,7 @@ def _train(ctx: JobContext, model: Model, sp: Split) -> None:
     bs = min(spec.batch_size, n)
     n_batches = (n + bs - 1) // bs
     loss = float("nan")
+    beat = Heartbeat(ctx.root, ctx.job_id, ctx.member.tag)  # the executor's watchdog reads it
     for epoch in range(epoch0, spec.epochs):
         order = np.random.default_rng(spec.seed * 100_003 + epoch).permutation(n)
         losses: list[float] = []
@@ -323,6 +326,7 @@ def _train(ctx: JobContext, model: Model, sp: Split) -> None:
             loss = model.fit_batch(sp.x_train[idx], sp.y_train[idx])
             losses.append(loss)
             step += 1
+            beat()
             every = spec.checkpoint_every_steps
             if chief and every and step % every == 0 and b + 1 < n_batches:
                 checkpoints.save(ckdir, checkpoints.CheckpointState(step, epoch, b + 1, loss),
@@ -340,6 +344,7 @@ def _train(ctx: JobContext, model: Model, sp: Split) -> None:
         if chief:
             ctx.event(JobEventKind.PROGRESS, epoch=epoch + 1, step=step, metrics=metrics,
                       message=f"epoch {epoch + 1}/{spec.epochs}")
+    beat.done()
     if ctx.member.distributed:
         log.info("%s %s at step %d", CHECKSUM_LINE,
                  model.checksum(), step)  # type: ignore[attr-defined]

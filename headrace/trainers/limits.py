@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from headrace.contracts import TrainRequested
+from headrace.contracts import Resources, TrainRequested
 from headrace.core.errors import RetriableError, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.store.dfs import resolve_dataset
@@ -33,16 +33,21 @@ class RequestCaps:
     max_gpus: int = 8
     max_workers: int = 16
     max_dataset_bytes: int = 16 * 1024**3
+    max_servers: int = 8
+    max_cpu: float = 64.0
+    max_memory_gib: float = 256.0
 
     @classmethod
     def from_settings(cls, s: Settings) -> RequestCaps:
         return cls(max_layers=s.max_layers, max_parameters=s.max_parameters,
                    max_epochs=s.max_epochs, max_gpus=s.max_gpus, max_workers=s.max_workers,
-                   max_dataset_bytes=s.max_dataset_bytes)
+                   max_dataset_bytes=s.max_dataset_bytes, max_servers=s.max_servers,
+                   max_cpu=s.max_cpu, max_memory_gib=s.max_memory_gib)
 
 
-def _over(what: str, cap: str, limit: int) -> OverCap:
-    return OverCap(f"{what} is over the cap HEADRACE_{cap.upper()}={limit}")
+def _over(what: str, cap: str, limit: float) -> OverCap:
+    shown = int(limit) if float(limit).is_integer() else limit
+    return OverCap(f"{what} is over the cap HEADRACE_{cap.upper()}={shown}")
 
 
 def check_request(req: TrainRequested, caps: RequestCaps) -> None:
@@ -56,15 +61,33 @@ def check_request(req: TrainRequested, caps: RequestCaps) -> None:
     if res.workers > caps.max_workers:
         raise _over(f"resources.workers: {res.workers} workers", "max_workers",
                     caps.max_workers)
-    gpus = res.gpus * res.workers
-    if gpus > caps.max_gpus:
-        raise _over(f"resources: {gpus} GPUs ({res.gpus} per worker x {res.workers})",
-                    "max_gpus", caps.max_gpus)
+    _check_gang(res, caps)
     # The hidden layers alone give a lower bound on the parameters (no dataset needed).
     estimate = hidden_parameters(spec.hidden)
     if estimate > caps.max_parameters:
         raise _over(f"spec.hidden: at least {estimate} parameters", "max_parameters",
                     caps.max_parameters)
+
+
+def _check_gang(res: Resources, caps: RequestCaps) -> None:
+    """The whole gang: servers, each pod's CPU and memory, every GPU of every member."""
+    if res.servers > caps.max_servers:
+        raise _over(f"resources.servers: {res.servers} servers", "max_servers",
+                    caps.max_servers)
+    for field, value, cap, name in (
+            ("cpu", res.cpu, caps.max_cpu, "max_cpu"),
+            ("server_cpu", res.server_cpu, caps.max_cpu, "max_cpu"),
+            ("memory_gib", res.memory_gib, caps.max_memory_gib, "max_memory_gib"),
+            ("server_memory_gib", res.server_memory_gib, caps.max_memory_gib,
+             "max_memory_gib")):
+        if value > cap:
+            raise _over(f"resources.{field}: {value:g}", name, cap)
+    gpus = res.total_gpus
+    if gpus > caps.max_gpus:
+        servers = (f" + {res.server_gpus} per server x {res.servers}"
+                   if res.server_gpus and res.servers else "")
+        raise _over(f"resources: {gpus} GPUs ({res.gpus} per worker x {res.workers}{servers})",
+                    "max_gpus", caps.max_gpus)
 
 
 def hidden_parameters(hidden: tuple[int, ...]) -> int:

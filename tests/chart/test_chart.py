@@ -162,7 +162,7 @@ def test_default_values_deploy_control_plane_pvc_secret_rbac_and_network_policie
     assert [s["name"] for s in binding["subjects"]] == ["hr-headrace-control"]
     role = kinds(docs, "Role")[0]
     assert {"apiGroups": ["batch"], "resources": ["jobs"],
-            "verbs": ["create", "get", "list", "watch", "delete"]} in role["rules"]
+            "verbs": ["create", "get", "list", "watch", "patch", "delete"]} in role["rules"]
     assert "cronjobs" not in str(role["rules"])
     assert "scheduling.volcano.sh" not in str(role["rules"])
     c = ctl["containers"][0]

@@ -114,7 +114,7 @@ def test_training_jobs_the_executor_builds_pass_the_restricted_profile(kw: dict[
         if pod is not None:
             assert pod["automountServiceAccountToken"] is False
             assert pod["serviceAccountName"] == "headrace-trainer"
-    job = to_manifest(training_objects(spec)[-1])
+    job = to_manifest(training_objects(spec)[0])
     pod = job["spec"]["template"]["spec"]
     if kw.get("kafka_password_file"):
         mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}

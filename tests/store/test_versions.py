@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,3 +71,19 @@ def test_a_corrupted_file_is_refused_with_a_clear_error(dfs: Path) -> None:
 def test_bad_references_are_refused(dfs: Path, ref: str) -> None:
     with pytest.raises(versions.PermanentError):
         versions.resolve(dfs, ref)
+
+
+def test_a_publishers_stale_staging_litter_is_swept_and_a_fresh_one_kept(dfs: Path) -> None:
+    def crash(at: str) -> None:
+        if at == "files-hashed":
+            raise KeyboardInterrupt(at)  # a chief killed mid-publish
+
+    for _ in range(2):
+        with pytest.raises(KeyboardInterrupt):
+            versions.publish(dfs, _manifest(), _files(b"x"), hook=crash)
+    staging = versions.model_dir(dfs, "iris") / versions.STAGING
+    old, young = sorted(staging.iterdir())
+    hours_ago = time.time() - 7 * 3600
+    os.utime(old, (hours_ago, hours_ago))  # left by a publisher that died hours ago
+    assert versions.publish(dfs, _manifest(), _files(b"y")).version == 1
+    assert [p.name for p in staging.iterdir()] == [young.name]  # may still be in progress

@@ -185,3 +185,42 @@ def test_two_workers_train_the_cnn_family_on_digit_tensors_to_identical_weights(
     (inp,) = mv.manifest.input_signature()
     assert inp.name == "pixels" and inp.kind.value == "tensor" and inp.row_shape == (8, 8)
     assert mv.manifest.metrics["accuracy"] > 0.3  # 2 epochs on 240 rows: learning, not luck
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("frozen", ["s0", "w1"])
+def test_a_frozen_parameter_server_or_worker_is_noticed_and_the_gang_restarted(
+        dfs: Path, demo: str, frozen: str) -> None:
+    spec = SPEC.model_copy(update={"epochs": 20, "batch_size": 16,
+                                   "checkpoint_every_steps": 5})
+    watchdog_s = 4.0
+    jid, ex = _submit(dfs, demo, "mxnet", workers=2, servers=1, spec=spec, max_attempts=3,
+                      backoff_s=0.1, watchdog_s=watchdog_s)
+    ckdir = jobs.checkpoints_dir(dfs, jid)
+    deadline = time.monotonic() + 180
+    stopped_at: float | None = None
+    while ex.active() and time.monotonic() < deadline:
+        ex.poll()
+        found = checkpoints.latest(ckdir)
+        pids = ex.pids_of(jid)
+        if found is not None and found[1].step >= 10 and frozen in pids:
+            os.kill(pids[frozen], signal.SIGSTOP)  # wedged, not dead: no exit code ever
+            stopped_at = time.monotonic()
+            break
+        time.sleep(0.05)
+    assert stopped_at is not None, jobs.log_path(dfs, jid).read_text()[-2000:]
+    restarted_after = None
+    while ex.active() and time.monotonic() < deadline:
+        ex.poll()
+        if "--- attempt 2 ---" in jobs.log_path(dfs, jid).read_text():
+            restarted_after = time.monotonic() - stopped_at
+            break
+        time.sleep(0.05)
+    # Within the watchdog time (+ the heartbeat's 1 s granularity and the restart backoff).
+    assert restarted_after is not None and restarted_after < watchdog_s + 3, restarted_after
+    [outcome] = _until_done(ex)
+    log = jobs.log_path(dfs, jid).read_text()
+    assert outcome.succeeded and outcome.attempts == 2, log[-3000:]
+    assert "watchdog: no training step for" in log
+    assert "resumed from checkpoint" in log.split("--- attempt 2 ---")[1]
+    assert versions.list_versions(dfs, jobs.read_status(dfs, jid).model_name) == [1]  # type: ignore[union-attr]

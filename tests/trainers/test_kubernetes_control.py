@@ -12,19 +12,24 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from headrace.contracts import JobEventKind
+from headrace.contracts import JobEvent, JobEventKind
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import send_events
+from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from headrace.topology.pod_security import manifest_violations
 from headrace.topology.validation import validate_object
 from headrace.trainers import jobs
+from tests.fixtures import eventually
 from tests.trainers.conftest import REPO, job_env, request, stop, wait_events
 
 pytestmark = pytest.mark.slow
@@ -69,8 +74,9 @@ def test_train_request_becomes_a_kubernetes_job_created_through_the_client(
     assert env["HEADRACE_KAFKA_PASSWORD_FILE"] == "/etc/headrace/kafka-sasl/password"
     assert env["HEADRACE_MAX_EPOCHS"] == "50" and env["HEADRACE_DFS_ROOT"] == str(dfs)
     assert pod["automountServiceAccountToken"] is False
-    # Nothing trained here: the local executor would have written the job's log and status.
-    assert not (dfs / "jobs" / jid / "log.txt").exists()
+    # Nothing trained here: the job's log holds only the failed pod's lines, read once it
+    # failed (the API is not asked for logs while a job runs).
+    assert (dfs / "jobs" / jid / "log.txt").read_text() == "MemoryError: out of memory\n"
     st = jobs.read_status(dfs, jid)
     assert st is not None and st.started_at is None
     assert (st.state, st.reason) == ("failed", reason)
@@ -97,3 +103,50 @@ def test_kubernetes_executor_without_any_configuration_exits_at_start(
         "headrace: error: no Kubernetes configuration: not running in a pod "
         "(KUBERNETES_SERVICE_HOST is unset) and no kubeconfig (KUBECONFIG or ~/.kube/config)"]
     assert not (tmp_path / "dfs" / "jobs").exists()  # it stopped before doing anything
+
+
+def test_a_stalled_api_leaves_livez_healthy_and_requests_still_routed(
+        broker: str, conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
+        tmp_path: Path) -> None:
+    """Once the first Job is created the fake API hangs for 12 s. /livez fails after 5 s
+    without a tick (``control_liveness_s``): shorter than the 30 s stall and 60 s default of
+    the report, the same behaviour -- a blocked event loop would fail it after 5 s."""
+    out = tmp_path / "created"
+    out.mkdir()
+    stall_s = 12.0
+    cfg = {"root": str(dfs), "bootstrap": broker, "prefix": topics.prefix, "out": str(out),
+           "stall_s": stall_s, "liveness_s": 5}
+    log_path = tmp_path / "control.log"
+    log = open(log_path, "wb")  # noqa: SIM115
+    proc = subprocess.Popen([sys.executable, "-m", "tests.trainers.kube_control_proc",
+                             json.dumps(cfg)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                            env=job_env(broker, dfs))
+    try:
+        port = int(eventually(lambda: re.search(r"probes on port (\d+)", log_path.read_text()),
+                              timeout_s=60, what="the probe port").group(1))
+        send_events(conn, topics.train_requests, [request(demo, key="stall-1",
+                                                          framework="tensorflow")])
+        stalled = eventually(lambda: (tmp_path / "stall-started").exists(), timeout_s=60,
+                             what="the first Job created (the stall starts)")
+        assert stalled
+        begun = time.monotonic()
+        send_events(conn, topics.train_requests, [request(demo, key="stall-2",
+                                                          framework="tensorflow")])
+        second = jobs.job_id_for("stall-2")
+        codes, routed_after = [], None
+        while time.monotonic() - begun < stall_s - 1:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/livez", timeout=2) as r:
+                codes.append(r.status)
+            if routed_after is None and any(
+                    e.job_id == second and e.kind == JobEventKind.QUEUED
+                    for e in read_events(conn, topics.jobs, JobEvent, idle_s=0.2)):
+                routed_after = time.monotonic() - begun
+            time.sleep(0.5)
+        # Both jobs still end once the API answers again.
+        first = jobs.job_id_for("stall-1")
+        wait_events(conn, topics.jobs, lambda evs: {first, second} <= {
+            e.job_id for e in evs if e.kind == JobEventKind.FAILED}, timeout=90)
+    finally:
+        stop(proc)
+    assert len(codes) > 10 and set(codes) == {200}, codes
+    assert routed_after is not None and routed_after < stall_s - 1, routed_after

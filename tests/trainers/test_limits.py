@@ -35,12 +35,30 @@ BIG = (16384,) * 50
      "resources: 64 GPUs (64 per worker x 1) is over the cap HEADRACE_MAX_GPUS=8"),
     ({"resources": Resources(workers=256)},
      "resources.workers: 256 workers is over the cap HEADRACE_MAX_WORKERS=16"),
+    # The whole gang: 1 worker with 8 GPUs and 64 parameter servers was accepted before.
+    ({"resources": Resources(workers=1, servers=64, gpus=8)},
+     "resources.servers: 64 servers is over the cap HEADRACE_MAX_SERVERS=8"),
+    ({"resources": Resources(workers=2, servers=2, gpus=2, server_gpus=2)},
+     "resources: 8 GPUs (2 per worker x 2 + 2 per server x 2) is not over"),
+    ({"resources": Resources(workers=2, servers=4, gpus=2, server_gpus=1)},
+     "resources: 8 GPUs (2 per worker x 2 + 1 per server x 4) is not over"),
+    ({"resources": Resources(workers=2, servers=3, gpus=2, server_gpus=2)},
+     "resources: 10 GPUs (2 per worker x 2 + 2 per server x 3) is over the cap "
+     "HEADRACE_MAX_GPUS=8"),
+    ({"resources": Resources(cpu=1024)},
+     "resources.cpu: 1024 is over the cap HEADRACE_MAX_CPU=64"),
+    ({"resources": Resources(servers=1, server_memory_gib=4096)},
+     "resources.server_memory_gib: 4096 is over the cap HEADRACE_MAX_MEMORY_GIB=256"),
 ])
 def test_the_default_caps_refuse_what_was_accepted_before_naming_the_cap(
         dfs: Path, demo: str, change: dict[str, object], expected: str) -> None:
     req = request(demo).model_copy(update=change)
+    caps = RequestCaps.from_settings(load_settings())
+    if expected.endswith("is not over"):  # exactly at the cap: admitted
+        admit(req, root=dfs, caps=caps)
+        return
     with pytest.raises(OverCap) as info:
-        admit(req, root=dfs, caps=RequestCaps.from_settings(load_settings()))
+        admit(req, root=dfs, caps=caps)
     assert str(info.value) == expected
 
 
@@ -93,3 +111,22 @@ def test_object_store_uris_carry_no_endpoint_override_query_or_credentials(
         resolve_dataset(dfs, uri)
     ok = data | {"dataset_uri": "s3://bucket/data/x.parquet"}
     assert parse(TrainRequested, ok).dataset_uri == "s3://bucket/data/x.parquet"
+
+
+def test_more_workers_than_training_rows_is_refused_in_one_line(dfs: Path) -> None:
+    # Checked by the job after its split, on every member, before any model is built.
+    from headrace.trainers import job_checks
+    from headrace.trainers.datasets import load_dataset, make_demo, split
+
+    make_demo(out=dfs / "datasets" / "few.parquet", rows=10, seed=1)
+    req = request("datasets/few.parquet").model_copy(
+        update={"resources": Resources(workers=12, servers=1)})
+    sp = split(load_dataset(root=dfs, uri=req.dataset_uri, spec=req.spec),
+               validation_split=req.spec.validation_split, seed=0)
+    rows = len(sp.x_train)
+    with pytest.raises(ValidationFailed) as info:
+        job_checks.after_split(req, sp)
+    assert str(info.value) == (
+        f"resources.workers: 12 workers but only {rows} training rows: every worker needs "
+        f"rows to train on (use at most {rows} workers)")
+    job_checks.after_split(req.model_copy(update={"resources": Resources(workers=rows)}), sp)

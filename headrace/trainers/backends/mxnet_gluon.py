@@ -150,8 +150,10 @@ class GluonModel:
         else:
             if not self.trainer._kv_initialized:
                 self.trainer._init_kvstore()
+            # With the optimizer: its update counts drive Adam's bias correction, so a
+            # resume without them is not the run it resumes.
             _write(path / "trainer.states",
-                   self.trainer._updaters[0].get_states(dump_optimizer=False))
+                   self.trainer._updaters[0].get_states(dump_optimizer=True))
 
     def load_checkpoint(self, path: Path) -> None:
         with np.load(path / "body.npz") as data:

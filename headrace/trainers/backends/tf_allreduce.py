@@ -6,9 +6,13 @@ step is custom: ``strategy.run`` + ``GradientTape`` + ``tf.nn.compute_average_lo
 mean gradient of the global batch. Any compiled ``keras.Model`` built inside :meth:`scope` works
 (its ``loss`` and ``optimizer`` are used as compiled).
 
-Every worker walks the same global batches in the same order; worker ``i`` feeds rows
-``i::workers`` of each (its shard). Only the chief writes checkpoints, but every worker restores
-from the same one: weights and optimizer variables in ``weights.npz``.
+Every worker walks the same global batches in the same order; each replica -- a worker, or
+each local GPU of a worker with several -- feeds rows ``r::replicas`` of each (``r`` its global
+replica id, through ``experimental_distribute_values_from_function``), so no replica trains on
+another's rows. Collectives run over NCCL when the worker has GPUs, else the gRPC ring (the
+multi-GPU path is untested here: these machines have no GPU). Only the chief writes
+checkpoints, but every worker restores from the same one: weights and optimizer variables in
+``weights.npz``.
 """
 
 from __future__ import annotations
@@ -48,8 +52,10 @@ class AllReduceRuntime:
             tf.config.threading.set_intra_op_parallelism_threads(member.threads)
             tf.config.threading.set_inter_op_parallelism_threads(1)
         self.member = member
+        impl = tf.distribute.experimental.CommunicationImplementation
+        gpus = tf.config.list_physical_devices("GPU")
         opts = tf.distribute.experimental.CommunicationOptions(
-            implementation=tf.distribute.experimental.CommunicationImplementation.RING)
+            implementation=impl.NCCL if gpus else impl.RING)
         self.strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=opts)
 
     @contextlib.contextmanager
@@ -104,11 +110,16 @@ class AllReduceModel:
         return self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     def fit_batch(self, x: Inputs | np.ndarray, y: np.ndarray) -> float:
-        """One synchronous step on the global batch ``x``: this worker feeds its shard."""
-        m = self.member
-        xs, ys = as_inputs(x)[m.index::m.workers], y[m.index::m.workers]
-        loss = self._step(self.inner.feed(xs.arrays()), tf.convert_to_tensor(ys),
-                          tf.constant(len(y), tf.int64))
+        """One synchronous step on the global batch ``x``: each of this worker's replicas
+        feeds its own rows of it."""
+        whole, n = as_inputs(x), self.strategy.num_replicas_in_sync
+
+        def shard(ctx: Any) -> tuple[Any, Any]:
+            r = ctx.replica_id_in_sync_group
+            return self.inner.feed(whole[r::n].arrays()), tf.convert_to_tensor(y[r::n])
+
+        xs, ys = self.strategy.experimental_distribute_values_from_function(shard)
+        loss = self._step(xs, ys, tf.constant(len(y), tf.int64))
         return float(loss)
 
     def predict(self, x: Inputs | np.ndarray) -> np.ndarray:

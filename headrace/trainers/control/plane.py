@@ -35,7 +35,7 @@ from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.admission import admit
 from headrace.trainers.control.triggers import Triggers, make_request, schedule_request, slot_key
-from headrace.trainers.executors.base import Executor, JobOutcome, JobSpec
+from headrace.trainers.executors.base import Adopting, Executor, JobOutcome, JobSpec
 from headrace.trainers.limits import RequestCaps
 
 log = logging.getLogger(__name__)
@@ -98,9 +98,7 @@ class ControlPlane:
         if problem is not None:  # fail fast: no process is started for a job that cannot run
             self._failed(jid, req, table, problem, attempts=0)
             return jid
-        self.executor.submit(JobSpec(job_id=jid, model_name=req.model_name,
-                                     framework=req.framework, resources=req.resources,
-                                     request_id=req.event_id, strategy=req.spec.strategy))
+        self.executor.submit(_job_spec(jid, req))
         del status
         return jid
 
@@ -136,26 +134,44 @@ class ControlPlane:
     # -- the executor -----------------------------------------------------------------------
 
     def on_ready(self, table: Table) -> None:
-        """After recovery: resubmit jobs that were queued or running (they resume)."""
+        """After recovery: adopt what still runs (its handle is in the job table), reap what
+        cannot be adopted -- all of it before anything starts -- then resubmit the other
+        jobs that were queued or running (they resume from their last checkpoint)."""
+        resume: list[tuple[str, TrainRequested]] = []
         for jid, row in list(table.items()):
-            if (row and row.get("owned", True) and jid not in self.executor.active()
+            if not (row and row.get("owned", True) and jid not in self.executor.active()
                     and row.get("state") in (JobState.QUEUED, JobState.RUNNING)):
-                try:
-                    req = jobs.read_request(self.root, jid)
-                except HeadraceError:
+                continue
+            try:
+                req = jobs.read_request(self.root, jid)
+            except HeadraceError:
+                continue
+            handle = row.get("handle")
+            st = jobs.read_status(self.root, jid)
+            if st is not None and st.state in (JobState.SUCCEEDED, JobState.FAILED):
+                if handle and isinstance(self.executor, Adopting):
+                    self.executor.reap(jid, handle)  # a leftover of a finished job
+                table[jid] = {**row, "state": st.state.value, "reason": st.reason}
+                continue
+            spec = _job_spec(jid, req)
+            if handle and isinstance(self.executor, Adopting):
+                if self.executor.adopt(spec, handle):
+                    log.info("adopted job %s (%s)", jid, handle)
                     continue
-                st = jobs.read_status(self.root, jid)
-                if st is not None and st.state in (JobState.SUCCEEDED, JobState.FAILED):
-                    table[jid] = {**row, "state": st.state.value, "reason": st.reason}
-                    continue
-                log.info("resuming job %s", jid)
-                self.executor.submit(JobSpec(job_id=jid, model_name=req.model_name,
-                                             framework=req.framework, resources=req.resources,
-                                             request_id=req.event_id, strategy=req.spec.strategy))
+                log.info("reaping job %s's previous attempt (%s)", jid, handle)
+                self.executor.reap(jid, handle)
+            resume.append((jid, req))
+        for jid, req in resume:
+            log.info("resuming job %s", jid)
+            self.executor.submit(_job_spec(jid, req))
 
     def on_tick(self, table: Table) -> None:
         for jid in self.executor.active():
             row = table.get(jid)
+            handle = self.executor.handle(jid) if isinstance(self.executor, Adopting) else None
+            if row and handle and row.get("handle") != handle:
+                # Where the running attempt is: a restarted control plane adopts or reaps it.
+                row = table[jid] = {**row, "handle": handle}
             if row and row.get("state") == JobState.QUEUED:
                 st = jobs.read_status(self.root, jid)
                 if st is not None and st.state == JobState.RUNNING:
@@ -167,7 +183,15 @@ class ControlPlane:
     def on_executor_event(self, kind: str, message: str, *, job_id: str, **fields: Any) -> None:
         """Lifecycle an executor reports itself (the Kubernetes one: pods started, a pod
         failed and the Job retries). Queued and the end are published by this class (from
-        ``submit`` and ``poll``); log lines and progress by the job itself."""
+        ``submit`` and ``poll``); log lines and progress by the job itself. Pod log lines
+        (read when a Kubernetes job fails) go to the job's log file, for ``jobs logs``."""
+        if kind == JobEventKind.LOG:
+            try:
+                with open(jobs.log_path(self.root, job_id), "a", encoding="utf-8") as f:
+                    f.write(message.rstrip("\n") + "\n")
+            except OSError as exc:
+                log.warning("job %s: cannot append to its log: %s", job_id, exc)
+            return
         if kind not in (JobEventKind.STARTED, JobEventKind.RETRYING):
             return
         try:
@@ -211,6 +235,13 @@ class ControlPlane:
     def _failed(self, jid: str, req: TrainRequested, table: Table, reason: str, *,
                 attempts: int, exit_code: int | None = None) -> None:
         reason = (reason.strip().splitlines() or ["failed"])[0]
+        st = jobs.read_status(self.root, jid)
+        if st is not None and st.state == JobState.SUCCEEDED:
+            # The job published and wrote its final state: it is not rewritten (written once).
+            log.warning("job %s already succeeded; not marking it failed (%s)", jid, reason)
+            table[jid] = {**_row(JobState.SUCCEEDED, req), "finished_at": st.finished_at,
+                          "version": st.version}
+            return
         jobs.update_status(self.root, jid, state=JobState.FAILED, reason=reason,
                            finished_at=jobs.now_iso(), exit_code=exit_code)
         table[jid] = {**_row(JobState.FAILED, req), "reason": reason,
@@ -265,6 +296,12 @@ class ControlPlane:
         self.executor.close()
         if self._sink is not None:
             self._sink.close()
+
+
+def _job_spec(jid: str, req: TrainRequested) -> JobSpec:
+    return JobSpec(job_id=jid, model_name=req.model_name, framework=req.framework,
+                   resources=req.resources, request_id=req.event_id,
+                   strategy=req.spec.strategy)
 
 
 def _row(state: JobState, req: TrainRequested) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -56,10 +56,12 @@ def build_executor(
     if control.executor == "local":
         return LocalExecutor(root=root, bootstrap=conn.bootstrap, topic_prefix=topics.prefix,
                              concurrency=concurrency, timeout_s=timeout_s,
-                             max_attempts=max_attempts, backoff_s=backoff_s)
+                             max_attempts=max_attempts, backoff_s=backoff_s,
+                             watchdog_s=control.control_watchdog_s)
     from headrace.trainers.executors.kubernetes import (
         KubernetesExecutor,
         KubernetesExecutorConfig,
+        jobset_installed,
     )
 
     if choice.kube is None:
@@ -73,10 +75,17 @@ def build_executor(
         service_account=control.k8s_service_account, gang=control.k8s_gang,
         queue=control.k8s_queue, gpu_type=control.k8s_gpu_type,
         max_retries=control.k8s_max_retries,
+        # The job timeout bounds every Job (activeDeadlineSeconds): a hung or never-admitted
+        # gang lets go of its pods and GPUs.
+        active_deadline_s=max(1, int(timeout_s)),
+        jobset=jobset_installed(replace(choice.kube, namespace=control.k8s_namespace)),
+        watchdog_s=control.control_watchdog_s,
         trainer_env=tuple(sorted(control.k8s_trainer_env.items())))
-    return KubernetesExecutor(config=config, batch_api=choice.kube.batch,
-                              core_api=choice.kube.core, custom_api=choice.kube.custom,
-                              on_event=on_event)
+    executor = KubernetesExecutor(config=config, batch_api=choice.kube.batch,
+                                  core_api=choice.kube.core, custom_api=choice.kube.custom,
+                                  on_event=on_event)
+    executor.start()  # API calls on the executor's own thread, never on the event loop
+    return executor
 
 
 def build_control_plane(

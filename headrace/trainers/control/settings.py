@@ -39,6 +39,10 @@ class ControlSettings(BaseSettings):
         default=60.0, gt=0, le=3600,
         description="/livez fails when the control loop has not ticked this long, or the Kafka "
                     "consumer has had no group session this long.")
+    control_watchdog_s: float | None = Field(
+        default=600.0, gt=0, le=86_400,
+        description="A running job with no training step (heartbeat) from any gang member "
+                    "this long is hung: its gang is restarted from the last checkpoint.")
     k8s_namespace: str = Field(default="headrace", description="Where training Jobs go.")
     k8s_image: str | None = Field(default=None, description="The trainer image (required).")
     k8s_dfs_claim: str = Field(default="headrace-dfs", description="The RWX DFS claim.")
@@ -82,6 +86,10 @@ class ControlSettings(BaseSettings):
         if self.executor == "kubernetes" and not self.k8s_image:
             raise ValueError("HEADRACE_K8S_IMAGE is not set (the trainer image, required with "
                              "HEADRACE_EXECUTOR=kubernetes)")
+        if self.k8s_gang == "kueue" and not self.k8s_queue:
+            # Without a queue label Kueue never admits the Job: it would stay suspended.
+            raise ValueError("HEADRACE_K8S_QUEUE is not set (the Kueue LocalQueue, required "
+                             "with HEADRACE_K8S_GANG=kueue)")
         return self
 
 

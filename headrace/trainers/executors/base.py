@@ -20,9 +20,10 @@ Contract (stable; the local and Kubernetes executors both implement it):
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from headrace.contracts import Framework, Resources
 
@@ -84,6 +85,21 @@ class Executor(Protocol):
 
     def close(self) -> None:
         """Stop every running job (SIGTERM, then SIGKILL after a grace period)."""
+
+
+@runtime_checkable
+class Adopting(Protocol):
+    """An executor whose running jobs outlive the control plane: it names each job's handle
+    (recorded in the job table), and after a restart adopts a handle or reaps it."""
+
+    def handle(self, job_id: str) -> dict[str, Any] | None:
+        """What identifies the job's running attempt (None: nothing runs)."""
+
+    def adopt(self, job: JobSpec, handle: Mapping[str, Any]) -> bool:
+        """Follow the attempt ``handle`` names instead of starting one; False: cannot."""
+
+    def reap(self, job_id: str, handle: Mapping[str, Any]) -> None:
+        """Stop and remove what ``handle`` names (it was not adopted); returns once gone."""
 
 
 def job_command(job_id: str, *, python: str | None = None, topic_prefix: str = "") -> list[str]:

@@ -1,11 +1,14 @@
-"""The Kubernetes executor: each training job becomes a Job (or a gang of indexed workers).
+"""The Kubernetes executor: each training job becomes a Job (or a gang: a JobSet, or one
+indexed Job per role).
 
-It implements :class:`headrace.trainers.executors.base.Executor`. ``submit`` creates the objects
-from :mod:`kubernetes_objects` (a second submit of the same job id finds them and is a no-op);
-``poll`` reads each active Job's status once, mirrors transitions and new container log lines
-through ``on_event(kind, message, **fields)`` (the control plane forwards them to
-``events.jobs``), and returns the jobs that ended. Retries happen inside the Job (exit-code
-based ``podFailurePolicy``), so an ended Job is final.
+It implements :class:`headrace.trainers.executors.base.Executor` and ``Adopting``. Once
+:meth:`KubernetesExecutor.start` ran (the control plane does), every API call happens on the
+executor's own thread: ``submit`` queues, the thread creates the objects from
+:mod:`kubernetes_objects` (a second submit of the same job id finds them and is a no-op; 5xx
+and 429 are retried with backoff), follows every trainer Job through one list + watch
+(:mod:`kubernetes_watch`), mirrors transitions through ``on_event(kind, message, **fields)``
+(the control plane forwards them to ``events.jobs``), reads pod logs only when a job fails,
+restarts a failed or hung gang as its next attempt, and ``poll`` hands over the jobs that ended.
 
 The API objects are injected (``BatchV1Api``, ``CoreV1Api``, ``CustomObjectsApi`` or fakes), so
 this module needs no cluster to test; :func:`from_kube_config` builds the real ones.
@@ -13,21 +16,30 @@ this module needs no cluster to test; :func:`from_kube_config` builds the real o
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Protocol
 
-from headrace.core.errors import ConfigError, FatalError, RetriableError
+from headrace.core.errors import ConfigError, FatalError, HeadraceError, RetriableError
+from headrace.trainers.distributed.heartbeat import stalled
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, JobOutcome, JobSpec
 from headrace.trainers.executors.kubernetes_objects import (
     CONTAINER,
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    VOLCANO_GROUP,
+    VOLCANO_VERSION,
     ClusterPlacement,
     TrainingJobSpec,
-    pod_group,
-    training_job,
-    worker_service,
+    training_objects,
 )
+from headrace.trainers.executors.kubernetes_watch import JobWatch
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +54,9 @@ class KubernetesExecutorConfig(ClusterPlacement):
 
     gpu_type: str | None = None
     log_window_s: int = 60
+    # No training step (heartbeat on the DFS at dfs_root) for this long: the attempt is hung
+    # and restarted from its last checkpoint. None: no watchdog.
+    watchdog_s: float | None = None
     trainer_env: tuple[tuple[str, str], ...] = ()  # extra env of every trainer pod
 
 
@@ -54,6 +69,8 @@ def job_spec_for(job: JobSpec, config: KubernetesExecutorConfig) -> TrainingJobS
         strategy=job.strategy,  # type: ignore[arg-type]
         gpus_per_worker=r.gpus, gpu_type=config.gpu_type if r.gpus else None,
         cpu=f"{int(r.cpu * 1000)}m", memory=f"{int(r.memory_gib * 1024)}Mi",
+        server_cpu=f"{int(r.server_cpu * 1000)}m",
+        server_memory=f"{int(r.server_memory_gib * 1024)}Mi", server_gpus=r.server_gpus,
         extra_env=config.trainer_env,
     )
 
@@ -61,13 +78,22 @@ def job_spec_for(job: JobSpec, config: KubernetesExecutorConfig) -> TrainingJobS
 @dataclass
 class _Tracked:
     spec: TrainingJobSpec
-    state: str = "queued"
+    state: str = "creating"  # creating -> queued -> running
     failed: int = 0
     restarts: int = 0  # gang restarts (a new Job per attempt)
+    tried: bool = False  # a create was sent: a later 409 is our own Job, not a duplicate
+    seen: set[str] = field(default_factory=set)  # Jobs the watch has shown (gone = deleted)
+    running_since: float = 0.0  # wall time the attempt's pods were first seen running
     last_log: dict[str, str] = field(default_factory=dict)  # pod -> last timestamp mirrored
 
 
 class KubernetesExecutor:
+    """Kubernetes API calls never run on the caller's thread once :meth:`start` ran: ``submit``
+    queues, a supervisor thread creates the objects (retrying 5xx/429 with backoff; 409 is
+    "already created") and follows the Jobs through one watch, and ``poll`` hands over what
+    ended. Without :meth:`start` (tests), ``submit`` and ``poll`` run one supervision pass
+    inline."""
+
     def __init__(
         self,
         *,
@@ -76,90 +102,295 @@ class KubernetesExecutor:
         core_api: Any,
         custom_api: Any,
         on_event: OnEvent | Callable[..., None],
+        request_timeout_s: float = 10.0,
+        watch_s: float = 2.0,
+        backoff_s: float = 0.5,
+        api_tries: int = 4,
     ) -> None:
         self._config = config
         self._batch = batch_api
         self._core = core_api
         self._custom = custom_api
         self._on_event = on_event
+        self._timeout = request_timeout_s
+        self._watch_s = watch_s
+        self._backoff_s = backoff_s
+        self._api_tries = max(1, api_tries)
         self._jobs: dict[str, _Tracked] = {}
+        self._pending: list[str] = []  # job ids whose objects are still to be created
+        self._outcomes: list[JobOutcome] = []
+        self._lock = threading.RLock()
+        self._watch = JobWatch(batch_api, config.namespace, request_timeout_s=request_timeout_s)
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     # -- Executor protocol -------------------------------------------------------------
 
     def submit(self, job: JobSpec) -> None:
-        if job.job_id in self._jobs:
-            return
-        spec = job_spec_for(job, self._config)
-        created = self.submit_spec(spec)
-        self._emit("queued" if created else "duplicate", spec,
-                   f"kubernetes job {spec.name} {'created' if created else 'already exists'}")
+        spec = job_spec_for(job, self._config)  # a bad spec is refused here, at once
+        with self._lock:
+            if job.job_id in self._jobs:
+                return
+            self._jobs[job.job_id] = _Tracked(spec)
+            self._pending.append(job.job_id)
+        self._wake.set()
+        if self._thread is None:
+            self.step()
 
     def submit_spec(self, spec: TrainingJobSpec) -> bool:
-        """Create the job's objects; False when the Job already existed (idempotent)."""
-        self._jobs[spec.job_id] = _Tracked(spec)
-        ns = spec.namespace
-        if spec.gang_scheduled:
-            self._create(lambda: self._custom.create_namespaced_custom_object(
-                group="scheduling.volcano.sh", version="v1beta1", namespace=ns,
-                plural="podgroups", body=pod_group(spec)))
-        if spec.pods > 1:
-            self._create(lambda: self._core.create_namespaced_service(ns, worker_service(spec)))
-        return self._create(lambda: self._batch.create_namespaced_job(ns, training_job(spec)))
+        """Create the job's objects now; False when the Job already existed (idempotent)."""
+        with self._lock:
+            self._jobs[spec.job_id] = _Tracked(spec, state="queued", tried=True)
+        return self._create_attempt(spec)
 
     def poll(self) -> list[JobOutcome]:
-        ended: list[JobOutcome] = []
-        for job_id in sorted(self._jobs):
-            outcome = self._poll_one(self._jobs[job_id])
-            if outcome is not None:
-                ended.append(outcome)
-                del self._jobs[job_id]
+        if self._thread is None:
+            self.step()
+        with self._lock:
+            ended, self._outcomes = self._outcomes, []
         return ended
 
     def cancel(self, job_id: str) -> bool:
-        tracked = self._jobs.pop(job_id, None)
+        with self._lock:
+            tracked = self._jobs.pop(job_id, None)
+            if job_id in self._pending:
+                self._pending.remove(job_id)
         if tracked is None:
             return False
         spec = tracked.spec
-        self._call(lambda: self._batch.delete_namespaced_job(
-            spec.job_name, spec.namespace, propagation_policy="Foreground"), missing_ok=True)
-        if spec.gang_scheduled:
-            self._call(lambda: self._custom.delete_namespaced_custom_object(
-                group="scheduling.volcano.sh", version="v1beta1", namespace=spec.namespace,
-                plural="podgroups", name=spec.name), missing_ok=True)
-        if spec.pods > 1:
-            self._call(lambda: self._core.delete_namespaced_service(spec.name, spec.namespace),
-                       missing_ok=True)
+        if tracked.tried:
+            self._delete_attempt(spec, "Foreground")
         self._emit("failed", spec, "cancelled", reason="cancelled")
         return True
 
     def active(self) -> list[str]:
-        return sorted(self._jobs)
+        with self._lock:
+            return sorted(self._jobs)
 
     def close(self) -> None:
         # Jobs outlive the control plane on purpose: a restarted control plane adopts them.
-        self._jobs.clear()
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=self._timeout + self._watch_s + 5)
+            self._thread = None
+        with self._lock:
+            self._jobs.clear()
+
+    # -- adoption (see base.Adopting) ------------------------------------------------------
+
+    def handle(self, job_id: str) -> dict[str, Any] | None:
+        """The attempt's owner (Job or JobSet) name and attempt number."""
+        with self._lock:
+            t = self._jobs.get(job_id)
+        if t is None or not t.tried:
+            return None
+        return {"kind": "kubernetes", "name": t.spec.job_name, "attempt": t.spec.attempt,
+                "restarts": t.restarts}
+
+    def adopt(self, job: JobSpec, handle: Mapping[str, Any]) -> bool:
+        """Follow the recorded attempt instead of creating attempt 1 beside it; the
+        supervisor checks it still exists (if not, it starts the next attempt)."""
+        if handle.get("kind") != "kubernetes":
+            return False
+        spec = replace(job_spec_for(job, self._config), attempt=int(handle.get("attempt", 1)))
+        with self._lock:
+            if job.job_id in self._jobs:
+                return True
+            self._jobs[job.job_id] = _Tracked(spec, state="adopting", tried=True,
+                                              restarts=int(handle.get("restarts", 0)))
+            self._pending.append(job.job_id)
+        self._wake.set()
+        if self._thread is None:
+            self.step()
+        return True
+
+    def reap(self, job_id: str, handle: Mapping[str, Any]) -> None:
+        # Every handle this executor writes is adoptable; another executor's is not ours.
+        return None
+
+    # -- the supervisor ----------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run supervision on a thread of its own from now on (the control plane does)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="kubernetes-executor",
+                                            daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except Exception as exc:  # the API is down or refuses: keep supervising
+                log.warning("kubernetes executor: %s", _one_line(exc))
+                self._stop.wait(self._backoff_s)
+            with self._lock:
+                idle = not self._jobs
+            if idle:
+                self._wake.wait(self._watch_s)
+                self._wake.clear()
+
+    def step(self) -> None:
+        """One supervision pass: create what is pending, follow the Jobs, settle the ended."""
+        self._create_pending()
+        with self._lock:
+            followed = [t for t in self._jobs.values() if t.state != "creating"]
+        if not followed:
+            return
+        self._watch.follow(self._watch_s if self._thread is not None else 0)
+        for t in followed:
+            with self._lock:
+                if self._jobs.get(t.spec.job_id) is not t:
+                    continue  # cancelled meanwhile
+            outcome = self._poll_one(t)
+            if outcome is not None:
+                with self._lock:
+                    self._jobs.pop(t.spec.job_id, None)
+                    self._outcomes.append(outcome)
+
+    def _create_pending(self) -> None:
+        with self._lock:
+            pending, self._pending = self._pending, []
+        for job_id in pending:
+            with self._lock:
+                t = self._jobs.get(job_id)
+            if t is None:
+                continue
+            if t.state == "adopting":
+                self._settle_adopted(t)
+                continue
+            already = t.tried
+            t.tried = True
+            try:
+                created = self._create_attempt(t.spec) or already
+            except RetriableError as exc:  # the job waits; it is not failed by the API
+                log.warning("job %s: creating its objects failed, will retry: %s", job_id, exc)
+                with self._lock:
+                    self._pending.append(job_id)
+                continue
+            except HeadraceError as exc:
+                why = str(exc)
+                self._emit("failed", t.spec, why, reason=why)
+                with self._lock:
+                    self._jobs.pop(job_id, None)
+                    self._outcomes.append(JobOutcome(job_id, False, None, 1, why))
+                continue
+            t.state = "queued"
+            spec = t.spec
+            self._emit("queued" if created else "duplicate", spec,
+                       f"kubernetes job {spec.name} {'created' if created else 'already exists'}")
+
+    def _settle_adopted(self, t: _Tracked) -> None:
+        spec = t.spec
+        try:
+            exists = self._owner_uid(spec, missing_ok=True) is not None
+        except RetriableError:
+            with self._lock:
+                self._pending.append(spec.job_id)
+            return
+        if not exists:  # the attempt is gone (deleted while nobody watched): the next one
+            t.spec = replace(spec, attempt=spec.attempt + 1)
+            t.state = "creating"
+            with self._lock:
+                self._pending.append(spec.job_id)
+            log.info("job %s: attempt %d is gone; starting attempt %d", spec.job_id,
+                     spec.attempt, t.spec.attempt)
+            return
+        t.state = "queued"
+        log.info("job %s: adopted %s (attempt %d)", spec.job_id, spec.job_name, spec.attempt)
+
+    def _create_attempt(self, spec: TrainingJobSpec) -> bool:
+        """The owner first (a gang's suspended), then what it owns, then let it start: the
+        Service and PodGroup exist before any pod, and deleting the owner deletes them."""
+        ns = spec.namespace
+        owner, *_ = training_objects(spec)
+        created = self._create(lambda: self._create_object(ns, owner))
+        if spec.pods == 1:
+            return created
+        uid = self._owner_uid(spec)
+        for obj in training_objects(spec, owner_uid=uid)[1:]:
+            self._create(functools.partial(self._create_object, ns, obj))
+        if spec.gang != "kueue":  # under Kueue, admission unsuspends it
+            self._call(lambda: self._patch_owner(spec, {"spec": {"suspend": False}}))
+        return created
+
+    def _create_object(self, ns: str, obj: Any) -> Any:
+        kind = obj["kind"] if isinstance(obj, dict) else obj.kind
+        if kind == "Job":
+            return self._batch.create_namespaced_job(ns, obj, _request_timeout=self._timeout)
+        if kind == "Service":
+            return self._core.create_namespaced_service(ns, obj, _request_timeout=self._timeout)
+        group, version, plural = _CUSTOM[kind]
+        return self._custom.create_namespaced_custom_object(
+            group=group, version=version, namespace=ns, plural=plural, body=obj,
+            _request_timeout=self._timeout)
+
+    def _owner_uid(self, spec: TrainingJobSpec, *, missing_ok: bool = False) -> str | None:
+        if spec.uses_jobset:
+            got = self._call(lambda: self._custom.get_namespaced_custom_object(
+                group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
+                plural=JOBSET_PLURAL, name=spec.job_name, _request_timeout=self._timeout),
+                missing_ok=missing_ok)
+            return None if got is None else str(got["metadata"]["uid"])
+        job = self._call(lambda: self._batch.read_namespaced_job(
+            spec.role_job_names[0], spec.namespace, _request_timeout=self._timeout),
+            missing_ok=missing_ok)
+        return None if job is None else str(job.metadata.uid)
+
+    def _patch_owner(self, spec: TrainingJobSpec, body: dict[str, Any]) -> Any:
+        if spec.uses_jobset:
+            return self._custom.patch_namespaced_custom_object(
+                group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
+                plural=JOBSET_PLURAL, name=spec.job_name, body=body,
+                _request_timeout=self._timeout)
+        return self._batch.patch_namespaced_job(spec.role_job_names[0], spec.namespace, body,
+                                                _request_timeout=self._timeout)
+
+    def _delete_attempt(self, spec: TrainingJobSpec, propagation: str) -> None:
+        """Delete the attempt's owner; the API server's garbage collector deletes the rest."""
+        if spec.uses_jobset:
+            self._call(lambda: self._custom.delete_namespaced_custom_object(
+                group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
+                plural=JOBSET_PLURAL, name=spec.job_name, propagation_policy=propagation,
+                _request_timeout=self._timeout), missing_ok=True)
+            return
+        self._call(lambda: self._batch.delete_namespaced_job(
+            spec.role_job_names[0], spec.namespace, propagation_policy=propagation,
+            _request_timeout=self._timeout), missing_ok=True)
 
     # -- status and logs ---------------------------------------------------------------
 
     def _poll_one(self, t: _Tracked) -> JobOutcome | None:
         spec = t.spec
-        job = self._call(lambda: self._batch.read_namespaced_job_status(spec.job_name,
-                                                                         spec.namespace),
-                         missing_ok=True)
-        if job is None:
+        st = self._status(t)
+        if st is _NOT_YET:
+            return None
+        if st is None:
             self._emit("failed", spec, "kubernetes job disappeared", reason="deleted")
             return JobOutcome(spec.job_id, False, None, t.failed + 1, "kubernetes job deleted")
-        st = job.status
         failed = int(st.failed or 0) if st else 0
         if st is not None and (st.active or 0) > 0 and t.state == "queued":
             t.state = "running"
+            t.running_since = time.time()
             self._emit("started", spec, f"{st.active} of {spec.workers} worker(s) running",
                        attempt=failed + 1)
         if failed > t.failed:
             t.failed = failed
             self._emit("retrying", spec, f"worker failed ({failed} of {spec.max_retries + 1} "
                        "attempts used); resuming from the last checkpoint", attempt=failed + 1)
-        self._mirror_logs(t)
+        watchdog = self._config.watchdog_s
+        hung = (stalled(Path(spec.dfs_root), spec.job_id, since=t.running_since,
+                        watchdog_s=watchdog) if watchdog and t.state == "running" else None)
+        if hung is not None:
+            why = f"hung: no training step for {hung:.0f}s (watchdog)"
+            log.warning("job %s: %s", spec.job_id, why)
+            if self._restart_gang(t, hung=True):
+                return None
+            self._delete_attempt(spec, "Background")
+            self._emit("failed", spec, why, reason=why, attempt=t.spec.attempt)
+            return JobOutcome(spec.job_id, False, None, t.spec.attempt, why)
         for cond in (st.conditions or []) if st else []:
             if cond.status != "True":
                 continue
@@ -169,33 +400,83 @@ class KubernetesExecutor:
             if cond.type == "Failed" and self._restart_gang(t):
                 return None
             if cond.type == "Failed":
+                self._mirror_logs(t)  # logs are read on failure (or for `jobs logs`) only
                 why = f"{cond.reason or 'Failed'}: {cond.message or ''}".strip(": ")
                 self._emit("failed", spec, why, reason=why, attempt=max(failed, 1))
                 return JobOutcome(spec.job_id, False, _exit_code(self, spec), max(failed, 1), why)
         return None
 
-    def _restart_gang(self, t: _Tracked) -> bool:
-        """A failed gang Job (not a permanent exit) is recreated whole as the next attempt,
-        within ``max_retries``; its workers resume from the last complete checkpoint."""
+    def _status(self, t: _Tracked) -> Any:
+        """The attempt's status as one Job's (``active``, ``failed``, ``conditions``) from
+        the watch; None when it is gone, ``_NOT_YET`` before the watch has shown it. A gang
+        completes when its workers do and fails when any role does."""
         spec = t.spec
-        if spec.pods == 1 or t.restarts >= spec.max_retries:
+        if spec.uses_jobset:
+            got = self._call(lambda: self._custom.get_namespaced_custom_object(
+                group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
+                plural=JOBSET_PLURAL, name=spec.job_name, _request_timeout=self._timeout),
+                missing_ok=True)
+            if got is None:
+                return None
+            st = got.get("status") or {}
+            rjs = st.get("replicatedJobsStatus") or []
+            conds = [_Cond("Complete" if c.get("type") == "Completed" else str(c.get("type")),
+                           str(c.get("status")), c.get("reason"), c.get("message"))
+                     for c in st.get("conditions") or [] if c.get("type") in ("Completed",
+                                                                              "Failed")]
+            return _Status(sum(int(r.get("active") or 0) for r in rjs),
+                           max((int(r.get("failed") or 0) for r in rjs), default=0), conds)
+        statuses = []
+        for name in spec.role_job_names:
+            if not self._watch.known(name):
+                return None if name in t.seen else _NOT_YET
+            t.seen.add(name)
+            statuses.append(self._watch.status(name) or _Status(0, 0, []))
+        if len(statuses) == 1:
+            return statuses[0]
+        done = [c for c in (statuses[0].conditions or []) if c.type == "Complete"]
+        failed = [c for st in statuses for c in (st.conditions or []) if c.type == "Failed"]
+        return _Status(sum(int(st.active or 0) for st in statuses),
+                       max(int(st.failed or 0) for st in statuses), done + failed)
+
+    def logs(self, job_id: str) -> list[str]:
+        """The job's pods' log lines now (``jobs logs``), tagged by gang member."""
+        with self._lock:
+            t = self._jobs.get(job_id)
+        if t is None:
+            return []
+        lines: list[str] = []
+        self._mirror_logs(t, sink=lines.append)
+        return lines
+
+    def _restart_gang(self, t: _Tracked, *, hung: bool = False) -> bool:
+        """A failed gang Job (not a permanent exit) -- or any hung attempt -- is recreated
+        whole as the next attempt, within ``max_retries``; its workers resume from the last
+        complete checkpoint."""
+        spec = t.spec
+        if spec.pods == 1 and not hung:
             return False
         if _exit_code(self, spec) in PERMANENT_EXIT_CODES:
             return False
-        self._call(lambda: self._batch.delete_namespaced_job(
-            spec.job_name, spec.namespace, propagation_policy="Background"), missing_ok=True)
-        t.restarts += 1
+        disrupted = _disrupted(self, spec)
+        if t.restarts >= spec.max_retries and not disrupted:
+            return False
+        self._delete_attempt(spec, "Background")
+        if not disrupted:  # a preempted or evicted member is not the job's fault
+            t.restarts += 1
         t.spec = replace(spec, attempt=spec.attempt + 1)
+        t.state, t.seen = "queued", set()
         new = t.spec
-        self._create(lambda: self._batch.create_namespaced_job(new.namespace, training_job(new)))
-        self._emit("retrying", new, f"gang member failed: restarting all {new.pods} pods as "
+        self._create_attempt(new)
+        what = "hung (watchdog)" if hung else "gang member failed"
+        self._emit("retrying", new, f"{what}: restarting all {new.pods} pods as "
                    f"{new.job_name} from the last checkpoint", attempt=new.attempt)
         return True
 
-    def _mirror_logs(self, t: _Tracked) -> None:
+    def _mirror_logs(self, t: _Tracked, sink: Callable[[str], None] | None = None) -> None:
         spec = t.spec
         pods = self._call(lambda: self._core.list_namespaced_pod(
-            spec.namespace, label_selector=f"headrace.io/job={spec.name}"))
+            spec.namespace, label_selector=_selector(spec), _request_timeout=self._timeout))
         for pod in sorted(pods.items or [], key=lambda p: p.metadata.name):
             name = pod.metadata.name
             if (pod.status.phase if pod.status else None) == "Pending":
@@ -209,7 +490,11 @@ class KubernetesExecutor:
                     continue
                 t.last_log[name] = ts
                 tag = _member_tag(spec, name)
-                self._emit("log", spec, f"[{tag}] {msg}" if tag else msg, pod=name, ts=ts)
+                line = f"[{tag}] {msg}" if tag else msg
+                if sink is not None:
+                    sink(line)
+                else:
+                    self._emit("log", spec, line, pod=name, ts=ts)
 
     def _log_reader(self, spec: TrainingJobSpec, pod: str, since: str | None) -> Callable[[], Any]:
         # After the first read only a recent window is fetched; timestamps drop the overlap.
@@ -217,7 +502,8 @@ class KubernetesExecutor:
 
         def read() -> Any:
             return self._core.read_namespaced_pod_log(
-                pod, spec.namespace, container=CONTAINER, timestamps=True, since_seconds=window)
+                pod, spec.namespace, container=CONTAINER, timestamps=True, since_seconds=window,
+                _request_timeout=self._timeout)
 
         return read
 
@@ -238,6 +524,17 @@ class KubernetesExecutor:
         return True
 
     def _call(self, fn: Callable[[], Any], *, missing_ok: bool = False) -> Any:
+        """One API call, retried with backoff while the API answers 5xx, 429 or nothing."""
+        for attempt in range(self._api_tries):
+            try:
+                return self._call_once(fn, missing_ok=missing_ok)
+            except RetriableError:
+                if attempt + 1 == self._api_tries:
+                    raise
+                self._stop.wait(min(30.0, self._backoff_s * 2**attempt))
+        raise AssertionError("unreachable")
+
+    def _call_once(self, fn: Callable[[], Any], *, missing_ok: bool) -> Any:
         try:
             return fn()
         except Exception as exc:
@@ -255,16 +552,55 @@ class KubernetesExecutor:
 
 
 def _member_tag(spec: TrainingJobSpec, pod: str) -> str | None:
-    """``w1``, ``s0`` or ``sched`` for a gang's pod (``<job>-<index>-<suffix>``), else None."""
-    if spec.pods == 1 or not pod.startswith(f"{spec.job_name}-"):
+    """``w1``, ``s0`` or ``sched`` for a gang's pod (``<attempt>-<role>-0-<index>-<suffix>``),
+    else None."""
+    if spec.pods == 1:
         return None
-    index = pod[len(spec.job_name) + 1:].split("-", 1)[0]
-    if not index.isdigit():
-        return None
-    i, plan = int(index), spec.plan
-    if i < plan.workers:
-        return f"w{i}"
-    return f"s{i - plan.workers}" if i < plan.workers + plan.servers else "sched"
+    for role, tag in (("worker", "w"), ("server", "s"), ("scheduler", "sched")):
+        prefix = f"{spec.job_name}-{role}-0-"
+        index = pod[len(prefix):].split("-", 1)[0] if pod.startswith(prefix) else ""
+        if index.isdigit():
+            return tag if role == "scheduler" else f"{tag}{index}"
+    return None
+
+
+def _selector(spec: TrainingJobSpec) -> str:
+    sel = f"headrace.io/job={spec.name}"
+    return f"{sel},headrace.io/attempt={spec.attempt}" if spec.pods > 1 else sel
+
+
+def _disrupted(ex: KubernetesExecutor, spec: TrainingJobSpec) -> bool:
+    """A member of the attempt was preempted, evicted or drained (``DisruptionTarget``)."""
+    pods = ex._call(lambda: ex._core.list_namespaced_pod(
+        spec.namespace, label_selector=_selector(spec), _request_timeout=ex._timeout),
+        missing_ok=True)
+    for pod in (pods.items if pods else []) or []:
+        for cond in (getattr(pod.status, "conditions", None) or []) if pod.status else []:
+            if cond.type == "DisruptionTarget" and cond.status == "True":
+                return True
+    return False
+
+
+_CUSTOM = {"PodGroup": (VOLCANO_GROUP, VOLCANO_VERSION, "podgroups"),
+           "JobSet": (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)}
+
+
+@dataclass(frozen=True)
+class _Cond:
+    type: str
+    status: str
+    reason: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
+class _Status:
+    active: int
+    failed: int
+    conditions: list[_Cond]
+
+
+_NOT_YET = object()  # a Job just created that the watch has not shown yet
 
 
 class _Conflict(Exception):
@@ -279,7 +615,8 @@ def _one_line(exc: BaseException) -> str:
 def _exit_code(ex: KubernetesExecutor, spec: TrainingJobSpec) -> int | None:
     """The trainer's last exit code, read from its pods (None if no pod terminated)."""
     pods = ex._call(lambda: ex._core.list_namespaced_pod(
-        spec.namespace, label_selector=f"headrace.io/job={spec.name}"), missing_ok=True)
+        spec.namespace, label_selector=_selector(spec), _request_timeout=ex._timeout),
+        missing_ok=True)
     codes: list[tuple[str, int]] = []
     for pod in (pods.items if pods else []) or []:
         for cs in (pod.status.container_statuses or []) if pod.status else []:
@@ -296,6 +633,7 @@ class KubeApis:
     batch: Any
     core: Any
     custom: Any
+    namespace: str = "headrace"  # where the JobSet question is asked
 
 
 NO_KUBE_CONFIG = ("no Kubernetes configuration: not running in a pod (KUBERNETES_SERVICE_HOST "
@@ -332,6 +670,24 @@ def kube_apis(*, context: str | None = None) -> KubeApis:
                     custom=client.CustomObjectsApi())
 
 
+def jobset_installed(apis: Any) -> bool:
+    """Whether the cluster serves JobSet (gangs are then one JobSet each): listing JobSets
+    in the namespace answers 404 where its CRD is not installed (a namespaced question, so
+    the control plane's Role is enough). Asked once when the executor is built."""
+    try:
+        apis.custom.list_namespaced_custom_object(
+            group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=apis.namespace,
+            plural=JOBSET_PLURAL, limit=1, _request_timeout=10)
+    except Exception as exc:
+        status = getattr(exc, "status", None)
+        if status in (401, 403, 404):
+            if status != 404:
+                log.warning("JobSet: not allowed to list jobsets (%s): gangs are Jobs", status)
+            return False
+        raise RetriableError(f"kubernetes API unavailable: {_one_line(exc)}") from None
+    return True
+
+
 def from_kube_config(
     *, config: KubernetesExecutorConfig, on_event: OnEvent | Callable[..., None],
     context: str | None = None,
@@ -348,6 +704,7 @@ __all__ = [
     "KubernetesExecutorConfig",
     "from_kube_config",
     "job_spec_for",
+    "jobset_installed",
     "kube_apis",
     "load_kube_config",
 ]

@@ -8,18 +8,20 @@ complete checkpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from headrace.core.errors import HeadraceError
 from headrace.trainers import jobs
 from headrace.trainers.distributed.gang import LocalGang, member_specs
+from headrace.trainers.distributed.heartbeat import stalled
 from headrace.trainers.distributed.plan import plan_of
 from headrace.trainers.executors.base import (
     ExitCode,
@@ -43,7 +45,9 @@ class _Job:
     proc: subprocess.Popen[bytes] | LocalGang | None = None
     log: IO[bytes] | None = None
     started: float = 0.0
+    started_wall: float = 0.0  # time.time() at start: heartbeats older than this are stale
     cancelled: bool = False
+    hung: float | None = None  # seconds without progress when the watchdog fired
 
 
 @dataclass
@@ -62,6 +66,9 @@ class LocalExecutor:
     on_retry: RetryHook | None = None
     on_start: StartHook | None = None
     grace_s: float = 5.0
+    # No heartbeat (training step) from any member for this long: the attempt is hung and
+    # restarted from its last checkpoint (None: no watchdog). Armed by the first step.
+    watchdog_s: float | None = 600.0
     cpus: int = field(default_factory=lambda: os.cpu_count() or 1)  # shared by a gang's workers
     _jobs: dict[str, _Job] = field(default_factory=dict)
 
@@ -88,27 +95,36 @@ class LocalExecutor:
                 continue
             code = st.proc.poll()
             timed_out = code is None and now - st.started > self.timeout_s
-            if timed_out:
-                self._terminate(st)
+            if code is None and not timed_out and self.watchdog_s is not None:
+                st.hung = stalled(self.root, jid, since=st.started_wall,
+                                  watchdog_s=self.watchdog_s)
+                if st.hung is not None:
+                    self._log_line(st, f"watchdog: no training step for {st.hung:.0f}s "
+                                       f"(HEADRACE watchdog {self.watchdog_s:.0f}s): "
+                                       "restarting from the last checkpoint")
+            if timed_out or st.hung is not None:
+                self._terminate(st, kill=st.hung is not None)
                 code = st.proc.returncode
             if code is None:
                 continue
             self._close_log(st)
             st.proc = None
-            reason = self._reason(jid, code, timed_out)
+            reason = self._reason(jid, code, timed_out, st.hung)
+            retriable = timed_out or st.hung is not None or is_retriable(code)
+            st.hung = None
             if st.cancelled:
                 ended.append(JobOutcome(jid, False, code, st.attempts, "cancelled"))
                 del self._jobs[jid]
             elif code == ExitCode.OK:
                 ended.append(JobOutcome(jid, True, code, st.attempts))
                 del self._jobs[jid]
-            elif (timed_out or is_retriable(code)) and st.attempts < self.max_attempts:
+            elif retriable and st.attempts < self.max_attempts:
                 delay = self.backoff(st.attempts)
                 st.not_before = now + delay
                 if self.on_retry is not None:
                     self.on_retry(jid, st.attempts + 1, reason, delay)
             else:
-                if is_retriable(code) or timed_out:
+                if retriable:
                     reason = f"{reason} (gave up after {st.attempts} attempts)"
                 ended.append(JobOutcome(jid, False, code, st.attempts, reason))
                 del self._jobs[jid]
@@ -138,6 +154,7 @@ class LocalExecutor:
             env["HEADRACE_BOOTSTRAP"] = self.bootstrap
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env["PYTHONUNBUFFERED"] = "1"
+        env["HEADRACE_JOB_ID"] = jid  # how a restarted control plane recognises the gang
         st.log = open(jobs.log_path(self.root, jid), "ab")  # noqa: SIM115 - closed on exit
         st.attempts += 1
         st.log.write(f"--- attempt {st.attempts} ---\n".encode())
@@ -151,6 +168,7 @@ class LocalExecutor:
                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True)  # its own group: a timeout kills the whole tree
         st.started = now
+        st.started_wall = time.time()
         if self.on_start is not None:
             self.on_start(jid, st.attempts, st.proc.pid)
 
@@ -175,9 +193,11 @@ class LocalExecutor:
             return {}
         return st.proc.pids() if isinstance(st.proc, LocalGang) else {"w0": st.proc.pid}
 
-    def _reason(self, jid: str, code: int, timed_out: bool) -> str:
+    def _reason(self, jid: str, code: int, timed_out: bool, hung: float | None = None) -> str:
         if timed_out:
             return f"timed out after {self.timeout_s:.0f}s"
+        if hung is not None:
+            return f"hung: no training step for {hung:.0f}s (watchdog)"
         if code < 0:
             return f"killed by signal {signal.Signals(-code).name}"
         try:
@@ -189,13 +209,21 @@ class LocalExecutor:
         last = _last_error_line(jobs.log_path(self.root, jid))
         return last or f"exited with code {code}"
 
-    def _terminate(self, st: _Job) -> None:
+    def _log_line(self, st: _Job, line: str) -> None:
+        if st.log is not None:
+            with contextlib.suppress(OSError, ValueError):
+                st.log.write(f"{line}\n".encode())
+                st.log.flush()
+
+    def _terminate(self, st: _Job, *, kill: bool = False) -> None:
+        """SIGTERM then SIGKILL after the grace period; ``kill``: SIGKILL at once (a hung,
+        perhaps stopped, gang would never act on SIGTERM)."""
         assert st.proc is not None
         if isinstance(st.proc, LocalGang):
-            st.proc.stop(self.grace_s)
+            st.proc.stop(0 if kill else self.grace_s)
             return
         try:
-            os.killpg(st.proc.pid, signal.SIGTERM)
+            os.killpg(st.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
             st.proc.wait(self.grace_s)
         except subprocess.TimeoutExpired:
             os.killpg(st.proc.pid, signal.SIGKILL)
@@ -219,6 +247,33 @@ class LocalExecutor:
             self._terminate(st)
         return True
 
+    # -- adoption (see base.Adopting) ------------------------------------------------------
+
+    def handle(self, job_id: str) -> dict[str, Any] | None:
+        """The running attempt's process groups (every member leads its own session)."""
+        st = self._jobs.get(job_id)
+        if st is None or st.proc is None:
+            return None
+        pids = st.proc.pids() if isinstance(st.proc, LocalGang) else {"w0": st.proc.pid}
+        return {"kind": "local", "attempt": st.attempts, "pgids": sorted(pids.values())}
+
+    def adopt(self, job: JobSpec, handle: Mapping[str, Any]) -> bool:
+        # A process another control plane started is not our child: no exit code, no log
+        # pipe. It cannot be supervised, so it is reaped and the job resumes from its
+        # last complete checkpoint.
+        return False
+
+    def reap(self, job_id: str, handle: Mapping[str, Any]) -> None:
+        """SIGKILL each process group of ``handle`` that still runs this job (its leader's
+        environment names the job: a recycled pid is left alone), and wait until gone."""
+        groups = [int(g) for g in handle.get("pgids", []) if _runs_job(int(g), job_id)]
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while any(_group_alive(g) for g in groups) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
     def pid_of(self, job_id: str) -> int | None:
         st = self._jobs.get(job_id)
         return st.proc.pid if st is not None and st.proc is not None else None
@@ -228,6 +283,29 @@ class LocalExecutor:
             if st.proc is not None and st.proc.poll() is None:
                 self._terminate(st)
             self._close_log(st)
+
+
+def _runs_job(pid: int, job_id: str) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"HEADRACE_JOB_ID={job_id}".encode() in environ.split(b"\0")
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie leader (reaped by nobody yet) still counts as a group: look at its state.
+    try:
+        stat = Path(f"/proc/{pgid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
 
 
 def _last_error_line(path: Path) -> str:
