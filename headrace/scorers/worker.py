@@ -43,7 +43,14 @@ from headrace.scorers import predictions
 from headrace.scorers.batching import Batcher, rows_in
 from headrace.scorers.buffers import Scratch
 from headrace.scorers.decode_pool import DecodePool
-from headrace.scorers.decoding import BadInput, DecodedAhead, Features, decode, is_arrow_mask
+from headrace.scorers.decoding import (
+    BadInput,
+    DecodedAhead,
+    Features,
+    decode,
+    is_arrow_mask,
+    tabular_row_bytes,
+)
 from headrace.scorers.encoding import (
     ARROW_HEADERS,
     JSON_HEADERS,
@@ -51,7 +58,7 @@ from headrace.scorers.encoding import (
     arrow_predictions,
     json_predictions,
 )
-from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs
+from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder
 from headrace.scorers.stream_io import (
@@ -233,6 +240,7 @@ class Worker:
                 model = self.holder.current
                 self.batcher.max_rows = (model.batch_rows if model is not None
                                          and model.batch_rows else self.batch_size)
+                self.batcher.input_row_bytes = input_row_bytes(model)
                 batch = self.batcher.next_batch(self.stop, block=self._ahead is None)
                 if self._ahead is not None:
                     self._finish_ahead(batch)
@@ -388,7 +396,7 @@ class Worker:
         if isinstance(ahead, Decoded):
             ahead = None  # decoded for a signature model; never the case after the swap checks
         feats = decode(batch, model.features, ahead, self._scratch,
-                       self.limits.max_arrow_bytes)
+                       self.limits.max_arrow_bytes, self.limits.message)
         scores, model_errors = score_rows(model, feats.x)
         bad, keep = _model_failures(feats, model_errors)
         if keep is not None:
@@ -581,6 +589,15 @@ class Worker:
         for (topic, partition), lag in self.io.lag().items():
             self.metrics.lag.labels(stream=self.metrics.stream, topic=topic,
                                     partition=str(partition)).set(lag)
+
+
+def input_row_bytes(model: LoadedModel | None) -> int:
+    """The model's decoded input per row, which the memory budget counts."""
+    if model is None:
+        return 0
+    if model.tabular:
+        return tabular_row_bytes(len(model.features))
+    return signature_bytes(model.signature)
 
 
 def _model_failures(rows: Features | Decoded, model_errors: dict[int, Exception]
