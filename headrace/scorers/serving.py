@@ -111,6 +111,7 @@ class Scorer:
                               on_revoke=revoked),
                 transactional_id=self.transactional_id() if s.transactional else None,
                 idempotent=s.idempotent,
+                producer_overrides={"message.max.bytes": s.message_max_bytes},
             )
             worker = Worker(
                 io=io, holder=self.holder, metrics=self.metrics,

@@ -57,6 +57,11 @@ class ScorerSettings(BaseSettings):
         description="An Arrow message whose decoded size (from its metadata: bools widened to "
                     "bytes, columns cast to the model's input dtype) is over this is "
                     "dead-lettered before reading.")
+    message_max_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=4096, le=1 << 30,
+        description="The prediction producer's message.max.bytes: an input's Arrow predictions "
+                    "over it are split into parts; a single prediction over it dead-letters "
+                    "its input. Keep it at or under the predictions topic's max.message.bytes.")
     max_arrow_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1024, le=1 << 40,
         description="An Arrow message decompressing to more is dead-lettered before reading.")

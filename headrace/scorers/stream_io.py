@@ -87,6 +87,11 @@ class StreamIO:
     def consumer(self) -> Any:
         return self._consumer.consumer
 
+    @property
+    def max_message_bytes(self) -> int:
+        """The producer's ``message.max.bytes``: a larger output is refused."""
+        return self._producer.max_message_bytes
+
     def produce_one(self, topic: str, value: bytes | None, key: bytes | None,
                     headers: list[tuple[str, bytes]]) -> None:
         self._producer.produce_many(topic, [value or b""], [key], headers)
