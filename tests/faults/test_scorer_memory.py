@@ -159,7 +159,7 @@ def test_bombs_and_padded_messages_are_dead_lettered_once_and_the_scorer_stays_u
 
 def test_messages_just_under_the_cap_are_scored_one_batch_each(
         conn: KafkaConnection, stream: Stream, scorers: Scorers) -> None:
-    cap = 32 * MiB
+    cap = 48 * MiB
     msg = padded(cap - MiB)  # decodes to just under the cap
     s = scorers.start(batch_size=1024, extra_env={
         "HEADRACE_SCORER_MAX_MESSAGE_BYTES": str(cap),
