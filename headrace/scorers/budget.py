@@ -67,12 +67,34 @@ def arrow_cost(value: bytes, input_row_bytes: int = 0) -> Cost:
     try:
         rows = stream_rows(value)
         stored = decompressed_bytes(value)
-        schema = ipc.open_stream(pa.py_buffer(value)).schema
+        columns, width = _schema_bytes(_schema_message(value), value)
     except (struct.error, IndexError, pa.ArrowException, OSError) as exc:
         raise ValidationFailed(f"undecodable Arrow IPC: {exc}", stage="decode") from None
-    per_row = sum(column_bytes(f.type) for f in schema)
-    per_row += input_row_bytes or FLOAT32 * len(schema)
-    return Cost(rows, stored + rows * per_row)
+    return Cost(rows, stored + rows * (columns + (input_row_bytes or FLOAT32 * width)))
+
+
+def _schema_message(value: bytes) -> bytes:
+    """The stream's first message's flatbuffer (its schema): the cache key of its columns."""
+    pos = 4 if value[:4] == b"\xff\xff\xff\xff" else 0
+    size = struct.unpack_from("<I", value, pos)[0]
+    return value[pos + 4:pos + 4 + size]
+
+
+_COLUMNS: dict[bytes, tuple[int, int]] = {}
+_MAX_SCHEMAS = 256
+
+
+def _schema_bytes(key: bytes, value: bytes) -> tuple[int, int]:
+    """(sum of ``column_bytes`` over the schema, number of columns), cached by the schema's
+    bytes: a producer sends one schema, and reading it costs ~100x parsing the batch sizes."""
+    got = _COLUMNS.get(key)
+    if got is None:
+        schema = ipc.open_stream(pa.py_buffer(value)).schema
+        got = (sum(column_bytes(f.type) for f in schema), len(schema))
+        if len(_COLUMNS) >= _MAX_SCHEMAS:
+            _COLUMNS.clear()
+        _COLUMNS[key] = got
+    return got
 
 
 def check_message(value: bytes, caps: MessageCaps, input_row_bytes: int = 0) -> Cost:
