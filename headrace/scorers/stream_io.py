@@ -92,10 +92,6 @@ class StreamIO:
         """The producer's ``message.max.bytes``: a larger output is refused."""
         return self._producer.max_message_bytes
 
-    def produce_one(self, topic: str, value: bytes | None, key: bytes | None,
-                    headers: list[tuple[str, bytes]]) -> None:
-        self._producer.produce_many(topic, [value or b""], [key], headers)
-
     def flush(self, timeout_s: float) -> None:
         """Wait for every outstanding message; raise if any failed or is still queued."""
         self._producer.flush(timeout_s)
