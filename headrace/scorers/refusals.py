@@ -14,18 +14,34 @@ the hot path.
 from __future__ import annotations
 
 import json
+import logging
 from contextlib import suppress
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from headrace.core.errors import PermanentError, RecordRef, ValidationFailed
+from headrace.scorers.splitting import Part
 from headrace.streams.codecs import arrow_flags, decode_arrow
 from headrace.streams.consuming import RawBatch
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import Refused
 
+log = logging.getLogger(__name__)
 STAGE = "produce"
+
+
+class Outputs(Protocol):
+    """What a batch publishes (the worker's ``Outputs``)."""
+
+    json_values: list[bytes]
+    json_keys: list[bytes | None]
+    arrow_values: list[bytes]
+    arrow_keys: list[bytes | None]
+    parts: list[Part]
+    letters: list[DeadLetter]
+    batch: RawBatch | None
 
 
 class OutputRefused(PermanentError):
@@ -75,6 +91,32 @@ def dead_letters(batch: RawBatch, refusals: list[Refused], *, skip: set[int]) ->
                             f"made from this message ({r.reason})", stage=STAGE)
         out.append(DeadLetter.from_error(input_ref(batch, i), err, stage=STAGE))
     return out
+
+
+def take_out(out: Outputs, gone: list[Refused], predictions_topic: str) -> list[DeadLetter]:
+    """Remove refused predictions from ``out`` (they are never produced again) and dead-letter
+    their inputs, once each (an input already dead-lettered whole is left alone); the new dead
+    letters, also added to ``out``. A refused dead letter has nowhere left to go: logged."""
+    mine = [r for r in gone if r.topic == predictions_topic]
+    for r in gone:
+        if r.topic != predictions_topic:
+            log.error("the producer refused a dead letter of %d bytes for %s (%s); dropped",
+                      len(r.value or b""), r.topic, r.reason)
+    values = {r.value for r in mine if r.value is not None}
+    out.json_values, out.json_keys = without(out.json_values, out.json_keys, values)
+    out.arrow_values, out.arrow_keys = without(out.arrow_values, out.arrow_keys, values)
+    out.parts = [p for p in out.parts if p.value not in values]
+    if out.batch is None or not mine:
+        return []
+    batch = out.batch
+    whole = {input_index(batch, int(x.record.partition), int(x.record.offset))
+             for x in out.letters if x.row is None}
+    new = dead_letters(batch, mine, skip={i for i in whole if i is not None})
+    for letter in new:
+        log.warning("dead-lettered %s/%d/%d: %s", letter.record.topic, letter.record.partition,
+                    letter.record.offset, letter.error_message)
+    out.letters += new
+    return new
 
 
 def without(values: list[bytes], keys: list[bytes | None], gone: set[bytes]

@@ -75,6 +75,24 @@ def split(value: bytes, key: bytes | None, headers: list[tuple[str, bytes]],
             for i, p in enumerate(parts)]
 
 
+def split_all(values: list[bytes], keys: list[bytes | None], headers: list[tuple[str, bytes]],
+              max_message_bytes: int) -> tuple[list[bytes], list[bytes | None], list[Part]]:
+    """The values that fit (with their keys) and the parts of those that did not."""
+    if not values or max(map(len, values)) < max_message_bytes // 2:
+        return values, keys, []  # the common case: nothing near the limit
+    kept: list[bytes] = []
+    kept_keys: list[bytes | None] = []
+    parts: list[Part] = []
+    for v, k in zip(values, keys, strict=True):
+        got = split(v, k, headers, max_message_bytes)
+        if got is None:
+            kept.append(v)
+            kept_keys.append(k)
+        else:
+            parts += got
+    return kept, kept_keys, parts
+
+
 def _source(table: pa.Table) -> str:
     def first(name: str) -> object:
         return table.column(name)[0].as_py() if name in table.column_names else ""

@@ -514,19 +514,8 @@ class Worker:
     def _split(self, out: Outputs, batch: RawBatch) -> None:
         """Arrow predictions over the producer's limit become parts (``splitting``)."""
         out.batch = batch
-        limit = self.io.max_message_bytes
-        if not out.arrow_values or max(map(len, out.arrow_values)) < limit // 2:
-            return
-        values: list[bytes] = []
-        keys: list[bytes | None] = []
-        for v, k in zip(out.arrow_values, out.arrow_keys, strict=True):
-            parts = splitting.split(v, k, ARROW_HEADERS, limit)
-            if parts is None:
-                values.append(v)
-                keys.append(k)
-            else:
-                out.parts += parts
-        out.arrow_values, out.arrow_keys = values, keys
+        out.arrow_values, out.arrow_keys, out.parts = splitting.split_all(
+            out.arrow_values, out.arrow_keys, ARROW_HEADERS, self.io.max_message_bytes)
 
     def _produce(self, out: Outputs) -> None:
         topic = self.predictions_topic
@@ -562,33 +551,11 @@ class Worker:
     def _refused(self, out: Outputs, gone: list[Refused]) -> list[DeadLetter]:
         """Take refused outputs out of ``out`` (they are never produced again) and dead-letter
         their inputs, once each; the new dead letters (also added to ``out``)."""
-        if not gone:
-            return []
-        values = {r.value for r in gone
-                  if r.topic == self.predictions_topic and r.value is not None}
-        for r in gone:
-            if r.topic != self.predictions_topic:  # a dead letter itself: nowhere left to go
-                log.error("the producer refused a dead letter of %d bytes for %s (%s); "
-                          "dropped", len(r.value or b""), r.topic, r.reason)
-                self.metrics.dead_letters.labels(stream=self.metrics.stream,
-                                                 stage="refused").inc()
-        out.json_values, out.json_keys = refusals.without(out.json_values, out.json_keys, values)
-        out.arrow_values, out.arrow_keys = refusals.without(out.arrow_values, out.arrow_keys,
-                                                            values)
-        out.parts = [p for p in out.parts if p.value not in values]
-        if out.batch is None:
-            return []
-        lettered = {refusals.input_index(out.batch, int(ltr.record.partition),
-                                         int(ltr.record.offset)) for ltr in out.letters
-                    if ltr.row is None}
-        new = refusals.dead_letters(out.batch, [r for r in gone
-                                                if r.topic == self.predictions_topic],
-                                    skip={i for i in lettered if i is not None})
-        for letter in new:
-            log.warning("dead-lettered %s/%d/%d: %s", letter.record.topic,
-                        letter.record.partition, letter.record.offset, letter.error_message)
-        out.letters += new
-        return new
+        lost = sum(r.topic != self.predictions_topic for r in gone)
+        if lost:  # dead letters themselves: nowhere left to go (logged by take_out)
+            self.metrics.dead_letters.labels(stream=self.metrics.stream,
+                                             stage="refused").inc(lost)
+        return refusals.take_out(out, gone, self.predictions_topic) if gone else []
 
     def _deliver(self, out: Outputs, offsets: dict[tuple[str, int], int]) -> None:
         delay = 0.05
