@@ -39,13 +39,11 @@ class Refused:
     key: bytes | None
     reason: str  # the error's name and description
     permanent: bool = True  # the message's own fault (``MESSAGE_REFUSED``): it fails again
-    index: int = -1  # its position in ``produce_many``'s values
 
 
-def refused(topic: str, value: bytes | None, key: bytes | None, err: KafkaError,
-            index: int = -1) -> Refused:
+def refused(topic: str, value: bytes | None, key: bytes | None, err: KafkaError) -> Refused:
     return Refused(topic, value, key, f"{err.name()}: {err.str()}",
-                   err.code() in MESSAGE_REFUSED, index)
+                   err.code() in MESSAGE_REFUSED)
 
 
 class DeliveryFailed(RetriableError):
@@ -172,7 +170,7 @@ class BatchProducer:
         is ``FatalError``."""
         call: Any = self.producer.produce
         failed: list[Refused] = []
-        for i, (v, k) in enumerate(zip(values, keys, strict=True)):
+        for v, k in zip(values, keys, strict=True):
             while True:
                 try:
                     # Positional, as in :func:`produce`: this is the scorer's hot path.
@@ -184,7 +182,7 @@ class BatchProducer:
                     err = exc.args[0] if exc.args else KafkaError(KafkaError._FAIL)
                     if err.fatal():
                         raise FatalError(f"produce failed: {err.str()}") from None
-                    failed.append(refused(topic, v, k, err, i))
+                    failed.append(refused(topic, v, k, err))
                     break
         self.producer.poll(0)
         return failed

@@ -137,7 +137,7 @@ def test_the_producer_names_what_it_refuses_instead_of_raising(
         p.flush(10)
     finally:
         p.close(5)
-    assert [(r.index, r.key, r.permanent) for r in refused] == [(1, b"b", True)]
+    assert [(r.value, r.key, r.permanent) for r in refused] == [(b"x" * 20_000, b"b", True)]
     assert refused[0].reason.startswith("MSG_SIZE_TOO_LARGE") and p.max_message_bytes == 8192
 
 
