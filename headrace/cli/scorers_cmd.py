@@ -51,8 +51,8 @@ def score(
         "--top-k", help="Labels with scores in each prediction of a classifier (default 5 "
         "when it has more than 10 classes, else none; 0: none).", min=0, max=1000)] = None,
     max_batch_bytes: Annotated[int | None, typer.Option(
-        "--max-batch-bytes", help="Most payload (and decoded input) bytes per micro-batch "
-        "(default 64 MiB).", min=1024)] = None,
+        "--max-batch-bytes", help="Most decoded bytes per micro-batch (an Arrow message "
+        "counted from its metadata; default 64 MiB).", min=1024)] = None,
 ) -> None:
     """Score a stream until SIGTERM: predictions.STREAM, bad input to data.STREAM.dlq."""
     where = _context.service(ctx, "score", own_broker=False)
