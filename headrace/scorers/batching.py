@@ -33,9 +33,13 @@ IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liven
 def rows_in(batch: RawBatch) -> int:
     """JSON: one row a message; Arrow: the rows of its IPC batch (a zero-copy read)."""
     values = batch.values
-    rows = len(values)
     if not any(arrow_flags(values)):
-        return rows
+        return len(values)
+    return rows_in_values(values)
+
+
+def rows_in_values(values: list[bytes]) -> int:
+    rows = len(values)
     for value, arrow in zip(values, arrow_flags(values), strict=True):
         if arrow:
             with suppress(ValidationFailed):  # else one row: it is dead-lettered whole
@@ -63,10 +67,15 @@ class Batcher:
 
     def costs(self, values: list[bytes]) -> list[int]:
         """Decoded bytes of each message (see the module doc)."""
-        if not any(arrow_flags(values)):
-            return list(map(len, values))
         return [message_cost(v, a, self.input_row_bytes)
                 for v, a in zip(values, arrow_flags(values), strict=True)]
+
+    def measure(self, values: list[bytes]) -> tuple[int, int]:
+        """(rows, decoded bytes) of messages; JSON alone costs what ``rows_in`` did."""
+        if not any(arrow_flags(values)):
+            return len(values), sum(map(len, values)) if self.max_bytes else 0
+        rows = rows_in_values(values)
+        return rows, sum(self.costs(values)) if self.max_bytes else 0
 
     def _carried(self) -> RawBatch | None:
         carry, self._carry = self._carry, None
@@ -86,12 +95,10 @@ class Batcher:
         if not len(batch):
             return batch
         deadline = time.monotonic() + (self.max_wait_s if block else 0.0)
-        rows = rows_in(batch)
+        rows, size = self.measure(batch.values)
         if carried is None:
             self._observe(rows, len(batch))
         limit = self.max_bytes
-        costs = self.costs(batch.values) if limit else []
-        size = sum(costs)
         while rows < self.max_rows and not stop.is_set() and (not limit or size < limit):
             left = deadline - time.monotonic()
             if block and left <= 0:
@@ -100,12 +107,9 @@ class Batcher:
                                          min(left, IDLE_POLL_S) if block else 0.0)
             if len(more):
                 batch.extend(more)
-                got = rows_in(more)
+                got, more_size = self.measure(more.values)
                 rows += got
-                if limit:
-                    more_costs = self.costs(more.values)
-                    costs += more_costs
-                    size += sum(more_costs)
+                size += more_size
                 self._observe(got, len(more))
             elif not block:
                 break
@@ -114,15 +118,13 @@ class Batcher:
             self.assignment_changed.clear()
             if kept is not None:
                 batch = batch.select(kept)
-                costs = [c for c, k in zip(costs, kept.tolist(), strict=False) if k]
-                size = sum(costs)
         if limit and size > limit and len(batch) > 1:
-            batch = self._close_early(batch, costs, limit)
+            batch = self._close_early(batch, limit)
         return batch
 
-    def _close_early(self, batch: RawBatch, costs: list[int], limit: int) -> RawBatch:
+    def _close_early(self, batch: RawBatch, limit: int) -> RawBatch:
         """The longest prefix within ``limit`` (at least one message); the rest is carried."""
-        fits = int(np.searchsorted(np.cumsum(costs), limit, side="right"))
+        fits = int(np.searchsorted(np.cumsum(self.costs(batch.values)), limit, side="right"))
         cut = max(1, fits)
         if cut >= len(batch):
             return batch
