@@ -21,11 +21,14 @@ from headrace.scorers import splitting
 from headrace.scorers.budget import MessageCaps, arrow_cost, check_message, message_cost
 from headrace.scorers.decoding import tabular_row_bytes
 from headrace.scorers.encoding import ARROW_HEADERS, arrow_prediction_table, arrow_predictions
+from headrace.scorers.inputs import InputLimits, decode_inputs
 from headrace.scorers.serving import scorer_topics
 from headrace.streams import topics
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.codecs import decode_arrow, encode_arrow
+from headrace.streams.consuming import RawBatch
 from headrace.streams.producing import BatchProducer
+from tests.scorers.signature_models import META
 
 MiB = 1024 * 1024
 
@@ -150,3 +153,19 @@ def test_the_scorer_creates_its_topics_with_min_insync_replicas(broker: str, dfs
                                          topics.predictions_topic(stream),
                                          topics.dlq_topic(stream), topics.MODEL_EVENTS}
     assert all(sp.config.get("min.insync.replicas") == "2" for sp in specs)
+
+
+def test_signature_models_refuse_a_message_over_the_caps_and_decode_the_rest() -> None:
+    cols = {c: pa.array(np.arange(50_000) % 2 == 0) for c in META.columns}
+    many = zstd(pa.table(cols))  # a few KB; ~50 000 rows of bools widened to float32 inputs
+    few = encode_arrow(pa.table({c: [1.0, 2.0] for c in META.columns}))
+    values = [many, few]
+    n = len(values)
+    batch = RawBatch(values, [None] * n, ["data.t"] * n, np.zeros(n, np.int32),
+                     np.arange(n, dtype=np.int64), np.zeros(n, np.int64), [None] * n)
+    dec = decode_inputs(batch, (META,), InputLimits(message=MessageCaps(max_rows=10_000)))
+    assert [(b.message, b.stage) for b in dec.bad] == [(0, "decode")]
+    assert "holds 50000 rows, over the per-message limit of 10000" in str(dec.bad[0].error)
+    assert dec.message.tolist() == [1, 1]
+    dec = decode_inputs(batch, (META,), InputLimits(message=MessageCaps(max_bytes=1 << 20)))
+    assert "over the per-message limit of 1048576" in str(dec.bad[0].error)
