@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
+import pytest
 
 from headrace.scorers import splitting
 from headrace.store.manifest import Manifest
@@ -45,7 +46,7 @@ from tests.faults.harness import (
 )
 from tests.fixtures import eventually
 
-pytestmark = [needs_scorer]
+pytestmark = [pytest.mark.slow, needs_scorer]
 ARROW_HEADERS: Headers = [(hdr.CONTENT_TYPE, hdr.ARROW.encode())]
 MiB = 1024 * 1024
 
