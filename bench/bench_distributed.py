@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from headrace.streams.contracts import ModelSpec
+from headrace.contracts import ModelSpec
 from headrace.trainers.distributed.gang import LocalGang, member_specs
 from headrace.trainers.distributed.peers import GangMember
 from headrace.trainers.distributed.plan import plan_for

@@ -20,9 +20,9 @@ import time
 import uuid
 from pathlib import Path
 
+from headrace.contracts import JobEvent, ModelPublished, ModelSpec, TrainRequested
 from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection, ensure_topics
-from headrace.streams.contracts import JobEvent, ModelPublished, ModelSpec, TrainRequested
 from headrace.streams.producing import send_events
 from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics

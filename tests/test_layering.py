@@ -24,6 +24,7 @@ PLANTS = [
     ("headrace/scorers/worker.py", "aiokafka"),
     ("headrace/trainers/jobs.py", "confluent_kafka"),
     ("headrace/ops/demo.py", "faust"),
+    ("headrace/trainers/control/plane.py", "faust"),
     ("headrace/cli/_context.py", "kafka"),
     ("headrace/ops/demo.py", "kubernetes"),
     ("headrace/scorers/worker.py", "kubernetes"),

@@ -1,7 +1,7 @@
 """Value types shared by the event contracts, the model store, trainers and scorers.
 
 They live here, below every package, so that the model store does not import the Kafka
-package for them; ``headrace.streams.contracts`` re-exports them.
+package for them; ``headrace.contracts`` re-exports them.
 """
 
 from __future__ import annotations

@@ -33,12 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from headrace.core.errors import FatalError, HeadraceError, ValidationFailed
-from headrace.core.settings import Settings
-from headrace.ops.stack import CLI, Stack, wait_until
-from headrace.store import versions
-from headrace.streams.clients import KafkaConnection, partition_count
-from headrace.streams.contracts import (
+from headrace.contracts import (
     Framework,
     JobEvent,
     JobEventKind,
@@ -49,6 +44,11 @@ from headrace.streams.contracts import (
     Trigger,
     parse,
 )
+from headrace.core.errors import FatalError, HeadraceError, ValidationFailed
+from headrace.core.settings import Settings
+from headrace.ops.stack import CLI, Stack, wait_until
+from headrace.store import versions
+from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.producing import send_events
 from headrace.streams.reading import Follower, probe_ends
 from headrace.streams.sending import send_table

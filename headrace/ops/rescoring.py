@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from headrace.contracts import Prediction
 from headrace.core.errors import ValidationFailed
 from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET
 from headrace.ops.replay_checkpoints import ReplayCheckpoint
@@ -27,7 +28,6 @@ from headrace.store import versions
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.codecs import decode_batch
-from headrace.streams.contracts import Prediction
 from headrace.streams.producing import BatchProducer, produce
 
 RESCORE_MAX_BATCH = 8192

@@ -1,6 +1,6 @@
 """Predictions to bytes, vectorised: JSON lines built with Arrow string kernels, Arrow IPC batches.
 
-The JSON is exactly what ``headrace.streams.contracts.Prediction`` parses, but no pydantic model
+The JSON is exactly what ``headrace.contracts.Prediction`` parses, but no pydantic model
 or ``json.dumps`` runs per row: every field is a column and one ``binary_join_element_wise``
 call concatenates them.
 """
@@ -14,9 +14,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from headrace.contracts import Prediction
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import encode_arrow
-from headrace.streams.contracts import Prediction
 
 PREDICTION_SCHEMA = Prediction.SCHEMA
 JSON_HEADERS: list[tuple[str, bytes]] = hdr.build(

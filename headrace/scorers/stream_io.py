@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from headrace.contracts import ModelPublished, parse
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.consuming import BatchConsumer, CommitAbandoned, RawBatch
-from headrace.streams.contracts import ModelPublished, parse
 from headrace.streams.producing import BatchProducer, DeliveryFailed, FlushTimedOut
 from headrace.streams.reading import Follower
 from headrace.streams.topics import MODEL_EVENTS

@@ -19,10 +19,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from headrace.contracts import Contract
 from headrace.core.errors import FatalError, HeadraceError, RecordRef, RetriableError
 from headrace.streams import headers as hdr
 from headrace.streams.clients import PRODUCER_DEFAULTS, KafkaConnection
-from headrace.streams.contracts import Contract
 from headrace.streams.dlq import DeadLetter
 
 # Errors that are the message's own fault: producing it again fails the same way.

@@ -31,9 +31,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
+from headrace.contracts import Contract, parse
 from headrace.core.errors import BrokerUnavailable, FatalError, RecordRef, RetriableError
 from headrace.streams.clients import KafkaConnection, make_consumer, partition_count, partitions_of
-from headrace.streams.contracts import Contract, parse
 
 C = TypeVar("C", bound=Contract)
 

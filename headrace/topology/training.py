@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from headrace.streams.contracts import TrainRequested
+from headrace.contracts import TrainRequested
 from headrace.topology.cluster import Deploy
 from headrace.trainers.executors.kubernetes_objects import (
     ScheduleSpec,

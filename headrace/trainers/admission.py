@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headrace.contracts import CodeRef, TrainRequested
 from headrace.store import code
 from headrace.store.dfs import resolve_dataset
-from headrace.streams.contracts import CodeRef, TrainRequested
 from headrace.trainers import limits
 
 

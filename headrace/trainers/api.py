@@ -15,10 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from headrace.core.errors import ConfigError, PermanentError, RetriableError, ValidationFailed
-from headrace.store import versions
-from headrace.streams.clients import KafkaConnection, ensure_topics
-from headrace.streams.contracts import (
+from headrace.contracts import (
     Framework,
     JobEvent,
     JobEventKind,
@@ -30,6 +27,9 @@ from headrace.streams.contracts import (
     TriggerKind,
     parse,
 )
+from headrace.core.errors import ConfigError, PermanentError, RetriableError, ValidationFailed
+from headrace.store import versions
+from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import EventSink, send_events
 from headrace.streams.reading import iter_records
 from headrace.streams.topics import ControlTopics

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headrace.contracts import CodeRef, ModelSpec, Task
 from headrace.core.errors import PermanentError
 from headrace.store import code
 from headrace.store.signature import ModelInput
-from headrace.streams.contracts import CodeRef, ModelSpec, Task
 
 
 class CodeLoadError(PermanentError):

@@ -11,11 +11,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from headrace.contracts import ModelSpec, Task
 from headrace.core.errors import PermanentError, RetriableError
 from headrace.store.dfs import resolve_dataset, sha256_file, write_atomic
 from headrace.store.manifest import DatasetIdentity
 from headrace.store.signature import InputKind, ModelInput
-from headrace.streams.contracts import ModelSpec, Task
 from headrace.trainers import columns, images
 from headrace.trainers.columns import ColumnKind
 from headrace.trainers.inputs import APPLICATION_MIN_SIZE, FEATURES, IMAGE_FAMILIES, Inputs

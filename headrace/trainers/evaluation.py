@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headrace.streams.contracts import Task
+from headrace.contracts import Task
 
 # Metrics where lower is better; every other metric is higher-is-better.
 LOWER_IS_BETTER = ("loss", "rmse", "mae")

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from headrace.contracts import CodeRef, Framework, ModelSpec, Task
 from headrace.core.errors import PermanentError
 from headrace.core.naming import confined
 from headrace.store import tokens
@@ -28,7 +29,6 @@ from headrace.store.signature import (
     default_outputs,
     tabular_inputs,
 )
-from headrace.streams.contracts import CodeRef, Framework, ModelSpec, Task
 from headrace.trainers import images
 
 FEATURES = "features"  # the name of the numeric input (the scorer's tabular matrix)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from headrace.streams.contracts import CodeRef, TrainRequested
+from headrace.contracts import CodeRef, TrainRequested
 from headrace.trainers import code_loading, limits
 from headrace.trainers.backends.base import Model
 from headrace.trainers.datasets import Dataset, Split

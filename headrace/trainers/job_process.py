@@ -39,12 +39,12 @@ from typing import Any
 
 import numpy as np
 
+from headrace.contracts import JobEvent, JobEventKind, JobState, Task, TrainRequested
 from headrace.core.errors import HeadraceError, PermanentError, RetriableError
 from headrace.store import versions
 from headrace.store.dfs import job_dir, write_atomic
 from headrace.store.manifest import Manifest
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import JobEvent, JobEventKind, JobState, Task, TrainRequested
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, job_checks, jobs

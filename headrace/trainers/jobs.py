@@ -24,9 +24,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from headrace.contracts import JobState, TrainRequested, parse
 from headrace.core.errors import PermanentError, RetriableError, ValidationFailed
 from headrace.store.dfs import fsync_dir, job_dir, jobs_dir, write_atomic
-from headrace.streams.contracts import JobState, TrainRequested, parse
 
 REQUEST = "request.json"
 STATUS = "status.json"
@@ -69,6 +69,9 @@ class JobStatus(BaseModel):
     version: int | None = None
     promoted: bool | None = None
     gate_reasons: list[str] = Field(default_factory=list)
+    # The gate's outcome (trainers.outcome): promoted / kept / refused; None in older jobs.
+    result: str | None = None
+    held_by: list[str] = Field(default_factory=list)
 
 
 def create_request(root: Path, request: TrainRequested) -> tuple[str, bool]:

@@ -13,10 +13,10 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
+from headrace.contracts import TrainRequested
 from headrace.core.errors import RetriableError, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.store.dfs import resolve_dataset
-from headrace.streams.contracts import TrainRequested
 
 
 class OverCap(ValidationFailed):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headrace.contracts import ModelAction, ModelPublished
 from headrace.core.errors import PermanentError
 from headrace.store.versions import PRODUCTION, ModelVersion, load_version, read_alias, set_alias
-from headrace.streams.contracts import ModelAction, ModelPublished
 from headrace.streams.producing import EventSink
 
 

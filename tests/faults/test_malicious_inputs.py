@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from headrace.cli import main
+from headrace.contracts import TrainRequested, parse
 from headrace.core.errors import PermanentError, ValidationFailed
 from headrace.store import dfs as dfs_paths
 from headrace.store import versions
-from headrace.streams.contracts import TrainRequested, parse
 
 TRAVERSALS = ["../../etc", "..", "a/../../b", "/etc/passwd", "models/../../x", "x\x00y"]
 SHELLY = ["a;rm -rf /", "$(touch pwned)", "`id`", "a|b", "a&&b", "name with space", "UPPER"]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from headrace.contracts import ModelSpec
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import ModelSpec
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
 from headrace.trainers.executors.base import ExitCode, is_retriable

@@ -169,7 +169,7 @@ def test_every_role_imports_on_a_read_only_root_and_writes_only_under_tmp(
         "numpy.bool = bool  # as the MXNet backend does",
         "import tensorflow, keras, mxnet, faust, matplotlib.pyplot as plt, kubernetes",
         "import prometheus_client, confluent_kafka, pyarrow, croniter",
-        "import headrace.cli, headrace.streams.control_app, headrace.scorers.serving",
+        "import headrace.cli, headrace.trainers.control.app, headrace.scorers.serving",
         "plt.plot([0, 1]); plt.savefig('/tmp/plot.png')",
         "print(os.getuid(), os.getgid(), tensorflow.__version__, mxnet.__version__)",
         "try:",

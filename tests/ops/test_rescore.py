@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from headrace.contracts import Framework, Prediction, Task, parse
 from headrace.core.settings import Settings
 from headrace.ops import replaying
 from headrace.store import versions
 from headrace.store.manifest import Manifest
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_consumer, make_producer
-from headrace.streams.contracts import Framework, Prediction, Task, parse
 from headrace.streams.topics import catalog, data_topic, predictions_topic, scorer_group
 from tests.fixtures import read_all
 

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headrace.contracts import ModelAction, ModelPublished
 from headrace.core.settings import Settings
 from headrace.store.versions import set_alias
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import ModelAction, ModelPublished
 from headrace.streams.producing import send_events
 from headrace.streams.topics import MODEL_EVENTS, predictions_topic
 from tests.scorers.conftest import (

@@ -4,11 +4,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from headrace.contracts import Prediction, parse
 from headrace.core.settings import Settings
 from headrace.store.versions import ModelVersion
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics
-from headrace.streams.contracts import Prediction, parse
 from headrace.streams.topics import catalog, predictions_topic
 from tests.scorers.conftest import (
     CLASSES,

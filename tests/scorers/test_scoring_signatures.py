@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from headrace.contracts import Prediction, parse
 from headrace.core.settings import Settings
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.codecs import decode_arrow, encode_arrow
-from headrace.streams.contracts import Prediction, parse
 from headrace.streams.topics import catalog, dlq_topic, predictions_topic
 from tests.scorers import signature_models as sm
 from tests.scorers.conftest import (

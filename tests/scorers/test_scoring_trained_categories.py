@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from headrace.contracts import ModelSpec, TrainRequested
 from headrace.core.settings import Settings
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import ModelSpec, TrainRequested
 from headrace.trainers import jobs
 from headrace.trainers.backends import get_backend
 from headrace.trainers.dataset_files import put_dataset

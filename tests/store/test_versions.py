@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
+from headrace.contracts import Framework, Task
 from headrace.store import versions
 from headrace.store.manifest import Manifest
-from headrace.streams.contracts import Framework, Task
 
 
 def _manifest(name: str = "iris") -> Manifest:

@@ -4,8 +4,7 @@ import json
 
 import pytest
 
-from headrace.core.errors import ValidationFailed
-from headrace.streams.contracts import (
+from headrace.contracts import (
     Framework,
     JobEvent,
     JobEventKind,
@@ -14,6 +13,7 @@ from headrace.streams.contracts import (
     TrainRequested,
     parse,
 )
+from headrace.core.errors import ValidationFailed
 
 
 def _request(**kw: object) -> dict[str, object]:

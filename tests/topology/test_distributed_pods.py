@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from headrace.contracts import Framework, Resources
 from headrace.core.errors import ValidationFailed
-from headrace.streams.contracts import Framework, Resources
 from headrace.topology.training import TrainingJobSpec, training_objects
 from headrace.topology.validation import validate_all
 from headrace.trainers.executors.base import JobSpec

@@ -5,8 +5,8 @@ from typing import Any
 
 import pytest
 
+from headrace.contracts import Framework, Resources
 from headrace.core.errors import ConfigError, RetriableError
-from headrace.streams.contracts import Framework, Resources
 from headrace.topology.validation import validate_object
 from headrace.trainers.executors.base import Executor, JobSpec
 from headrace.trainers.executors.kubernetes import KubernetesExecutor, KubernetesExecutorConfig

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from headrace.contracts import JobEvent, ModelSpec, TrainRequested
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import JobEvent, ModelSpec, TrainRequested
 from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from tests.fixtures import eventually

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from headrace.contracts import JobEvent, JobEventKind, ModelPublished, TrainRequested
 from headrace.streams import dlq
 from headrace.streams.clients import KafkaConnection, make_producer
-from headrace.streams.contracts import JobEvent, JobEventKind, ModelPublished, TrainRequested
 from headrace.streams.producing import send_events
 from headrace.streams.reading import iter_records, read_events
 from headrace.streams.topics import ControlTopics
@@ -181,8 +181,8 @@ def test_an_event_rule_requests_training_every_n_records(
 def test_requests_over_a_cap_or_naming_bad_code_are_dead_lettered_and_start_nothing(
         conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
         start_control: Start) -> None:
+    from headrace.contracts import CodeRef, ModelSpec, Resources
     from headrace.store import code
-    from headrace.streams.contracts import CodeRef, ModelSpec, Resources
     from tests.trainers.conftest import REPO, TINY
 
     cv = code.push(dfs, REPO / "examples" / "model_code", "tabular-net")

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from headrace.contracts import JobEventKind
 from headrace.streams import dlq
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import JobEventKind
 from headrace.streams.producing import send_events
 from headrace.streams.reading import iter_records
 from headrace.streams.topics import ControlTopics

@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from headrace.store import versions
-from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import (
+from headrace.contracts import (
     Framework,
     JobEvent,
     JobEventKind,
@@ -25,6 +23,8 @@ from headrace.streams.contracts import (
     Resources,
     TrainRequested,
 )
+from headrace.store import versions
+from headrace.streams.clients import KafkaConnection
 from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs

@@ -12,9 +12,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from headrace.contracts import ModelSpec, Task, TrainRequested
 from headrace.store import versions
 from headrace.store.signature import InputKind
-from headrace.streams.contracts import ModelSpec, Task, TrainRequested
 from headrace.trainers import jobs
 from headrace.trainers.backends import get_backend
 from headrace.trainers.dataset_files import put_dataset, show_dataset

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from headrace.contracts import JobEventKind, ModelSpec
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import JobEventKind, ModelSpec
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
 from headrace.trainers.executors.base import ExitCode

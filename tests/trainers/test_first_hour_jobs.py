@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from headrace.contracts import JobEvent, ModelPublished
 from headrace.core.errors import ValidationFailed
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import JobEvent, ModelPublished
 from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs

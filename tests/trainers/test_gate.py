@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from headrace.contracts import JobEventKind, ModelPublished, ModelSpec
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import JobEventKind, ModelPublished, ModelSpec
 from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from headrace.contracts import JobEventKind
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import JobEventKind
 from headrace.streams.producing import send_events
 from headrace.streams.topics import ControlTopics
 from headrace.topology.pod_security import manifest_violations

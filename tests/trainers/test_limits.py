@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from headrace.cli import main
+from headrace.contracts import Resources, TrainRequested, parse
 from headrace.core.errors import ValidationFailed
 from headrace.core.settings import load_settings
 from headrace.store.dfs import resolve_dataset
-from headrace.streams.contracts import Resources, TrainRequested, parse
 from headrace.trainers import jobs
 from headrace.trainers.admission import admit
 from headrace.trainers.executors.base import ExitCode

@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from headrace.contracts import Framework
 from headrace.store.dfs import job_dir
-from headrace.streams.contracts import Framework
 from headrace.trainers import jobs
 from headrace.trainers.executors.base import (
     Executor,

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from headrace.contracts import CodeRef, ModelSpec
 from headrace.core.errors import ValidationFailed
 from headrace.store import code, versions
-from headrace.streams.contracts import CodeRef, ModelSpec
 from headrace.trainers import jobs
 from headrace.trainers.admission import admit
 from headrace.trainers.backends import get_backend

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from headrace.cli import main
+from headrace.contracts import JobEventKind, TrainRequested
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import JobEventKind, TrainRequested
 from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs

@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from headrace.contracts import JobEventKind, ModelPublished, ModelSpec, Task
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import JobEventKind, ModelPublished, ModelSpec, Task
 from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib
 
+from headrace.contracts import Framework
 from headrace.core.errors import ValidationFailed
-from headrace.streams.contracts import Framework
 from headrace.trainers.backends.base import Backend, DistributedRuntime
 from headrace.trainers.distributed.peers import GangMember
 

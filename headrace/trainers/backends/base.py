@@ -14,8 +14,8 @@ from typing import Protocol
 
 import numpy as np
 
+from headrace.contracts import Framework, ModelSpec, Task
 from headrace.store.signature import ModelInput
-from headrace.streams.contracts import Framework, ModelSpec, Task
 from headrace.trainers.inputs import Inputs, ModelPlan
 
 X = Inputs | np.ndarray  # a bare float matrix is the tabular ``features`` input

@@ -24,8 +24,8 @@ numpy.bool = bool  # type: ignore[attr-defined]  # MXNet 1.9 still uses the remo
 import mxnet as mx  # noqa: E402
 from mxnet import gluon  # noqa: E402
 
+from headrace.contracts import ModelSpec  # noqa: E402
 from headrace.store.signature import InputKind  # noqa: E402
-from headrace.streams.contracts import ModelSpec  # noqa: E402
 from headrace.trainers.inputs import ModelPlan  # noqa: E402
 
 Builder = Callable[[ModelSpec, ModelPlan], gluon.HybridBlock]

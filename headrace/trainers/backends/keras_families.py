@@ -16,9 +16,9 @@ from typing import Any
 
 import keras
 
+from headrace.contracts import ModelSpec, Task
 from headrace.core.errors import PermanentError
 from headrace.store.signature import InputKind, ModelInput
-from headrace.streams.contracts import ModelSpec, Task
 from headrace.trainers.inputs import InputStats, ModelPlan
 
 Builder = Callable[[ModelSpec, dict[str, Any], ModelPlan], Any]

@@ -19,10 +19,10 @@ import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
+from headrace.contracts import CodeRef, Framework, ModelSpec, Task  # noqa: E402
 from headrace.core.errors import PermanentError  # noqa: E402
 from headrace.store import tokens  # noqa: E402
 from headrace.store.signature import InputKind, ModelInput, tabular_inputs  # noqa: E402
-from headrace.streams.contracts import CodeRef, Framework, ModelSpec, Task  # noqa: E402
 from headrace.trainers.backends.base import PREDICT_BATCH  # noqa: E402
 from headrace.trainers.backends.gluon_families import (  # noqa: E402
     FAMILIES,

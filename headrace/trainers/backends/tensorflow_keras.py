@@ -17,8 +17,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from headrace.contracts import CodeRef, Framework, ModelSpec, Task
 from headrace.store.signature import ModelInput
-from headrace.streams.contracts import CodeRef, Framework, ModelSpec, Task
 from headrace.trainers.backends.base import PREDICT_BATCH
 from headrace.trainers.backends.keras_families import build_keras, builder_from_model
 from headrace.trainers.code_loading import CodeLoadError, resolve_builder

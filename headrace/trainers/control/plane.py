@@ -1,5 +1,5 @@
 """The control plane's logic: route train requests into jobs exactly once, drive the executor,
-fire schedules and event rules. The faust app (``headrace.streams.control_app``) calls it.
+fire schedules and event rules. The faust app (``headrace.trainers.control.app``) calls it.
 
 Dedup, in two layers:
 
@@ -19,10 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from headrace.core.errors import HeadraceError, PermanentError, RecordRef
-from headrace.store.dfs import resolve_dataset
-from headrace.streams.clients import KafkaConnection
-from headrace.streams.contracts import (
+from headrace.contracts import (
     JobEvent,
     JobEventKind,
     JobState,
@@ -30,6 +27,9 @@ from headrace.streams.contracts import (
     TriggerKind,
     parse,
 )
+from headrace.core.errors import HeadraceError, PermanentError, RecordRef
+from headrace.store.dfs import resolve_dataset
+from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs

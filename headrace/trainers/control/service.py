@@ -17,8 +17,8 @@ from typing import Any
 
 from headrace.core.errors import ConfigError, RecordRef
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.control_app import ControlAppConfig, ControlHooks, run_control_app
 from headrace.streams.topics import ControlTopics
+from headrace.trainers.control.app import ControlAppConfig, ControlHooks, run_control_app
 from headrace.trainers.control.plane import ControlPlane, Table, utcnow
 from headrace.trainers.control.settings import ControlSettings
 from headrace.trainers.control.triggers import Triggers

@@ -32,9 +32,9 @@ import yaml
 from croniter import croniter
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from headrace.contracts import SafeName, TrainRequested, Trigger, TriggerKind
 from headrace.core.errors import ConfigError
 from headrace.core.validation import first_error
-from headrace.streams.contracts import SafeName, TrainRequested, Trigger, TriggerKind
 
 
 class Schedule(BaseModel):

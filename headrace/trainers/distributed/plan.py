@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from headrace.contracts import Framework, TrainRequested
 from headrace.core.errors import ValidationFailed
-from headrace.streams.contracts import Framework, TrainRequested
 
 Kind = Literal["single", "allreduce", "parameter_server"]
 

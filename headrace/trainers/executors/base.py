@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Protocol, runtime_checkable
 
-from headrace.streams.contracts import Framework, Resources
+from headrace.contracts import Framework, Resources
 
 
 class ExitCode(IntEnum):

@@ -2,7 +2,7 @@
 a periodic tick for the executor and schedules, and record counters for event rules.
 
 The logic lives in ``headrace.trainers.control`` and is handed in as plain callbacks, so this
-module is the only one of the control plane that imports faust.
+module (with ``faust_kafka``) is the only one of the control plane that imports faust.
 
 Embedded broker (Tansu) notes, found by the spike and kept as settings here:
 
@@ -25,7 +25,7 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,14 +35,14 @@ from mode import Worker
 
 from headrace.core.errors import ConfigError, HeadraceError, PermanentError, RecordRef
 from headrace.streams.clients import KafkaConnection, ensure_topics
-from headrace.streams.control_health import ControlHealth, HealthServer
-from headrace.streams.faust_kafka import ControlApp, faust_broker_settings
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics, TopicSpec
+from headrace.trainers.control.faust_kafka import ControlApp, faust_broker_settings
+from headrace.trainers.control.health import ControlHealth, HealthServer
+from headrace.trainers.control.plane import Table
 
 log = logging.getLogger(__name__)
 
-Table = MutableMapping[str, Any]
 
 
 @dataclass

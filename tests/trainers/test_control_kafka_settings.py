@@ -28,18 +28,18 @@ import faust
 import pytest
 from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
+from headrace.contracts import JobEventKind
 from headrace.core.errors import ConfigError
 from headrace.core.settings import load_settings
 from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.connection import connection_for
-from headrace.streams.contracts import JobEventKind
-from headrace.streams.control_app import ControlAppConfig, ControlHooks, build_app, topic_specs
-from headrace.streams.control_health import ControlHealth
-from headrace.streams.faust_kafka import broker_credentials
 from headrace.streams.producing import send_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
+from headrace.trainers.control.app import ControlAppConfig, ControlHooks, build_app, topic_specs
+from headrace.trainers.control.faust_kafka import broker_credentials
+from headrace.trainers.control.health import ControlHealth
 from tests.trainers.conftest import REPO, job_env, request, stop, wait_events
 
 HOOKS = ControlHooks(on_request=lambda record, table: None, on_tick=lambda table: None)

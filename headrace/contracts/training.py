@@ -1,39 +1,17 @@
-"""Event contracts: versioned, validated pydantic models for every control-plane message.
-
-Each message is JSON with a ``content-type`` and ``schema``/``schema-version`` header, so a
-consumer can reject or dead-letter what it does not understand without guessing.
-"""
+"""What a training request says: the model to build, its resources, its trigger."""
 
 from __future__ import annotations
 
 import re
-import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Discriminator,
-    Field,
-    Tag,
-    ValidationError,
-)
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from headrace.core.errors import ValidationFailed
+from headrace.contracts.base import Contract, new_id, utcnow
+from headrace.core.types import CodeRef, Framework, SafeName, Task
 
-# Re-exported: their home is headrace.core.types (the model store uses them too).
-from headrace.core.types import CODE_REF_PATTERN as CODE_REF_PATTERN
-from headrace.core.types import ENTRYPOINT_PATTERN as ENTRYPOINT_PATTERN
-from headrace.core.types import CodeRef as CodeRef
-from headrace.core.types import Framework as Framework
-from headrace.core.types import SafeName as SafeName
-from headrace.core.types import Task as Task
-from headrace.core.validation import first_error
-
-MAX_EVENT_BYTES = 1_000_000
 _SCHEME_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
 OBJECT_STORE_SCHEMES = ("s3", "gs", "hdfs", "abfs")
 
@@ -60,27 +38,6 @@ def _check_dataset_uri(uri: str) -> str:
 
 
 DatasetUri = Annotated[str, AfterValidator(_check_dataset_uri)]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
-def new_id() -> str:
-    return uuid.uuid4().hex
-
-
-class Contract(BaseModel):
-    """Base of every event: frozen, strict about unknown fields, versioned."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    SCHEMA: ClassVar[str] = ""
-    VERSION: ClassVar[int] = 1
-
-    schema_version: int = Field(default=1, ge=1)
-
-    def to_bytes(self) -> bytes:
-        return self.model_dump_json().encode()
 
 
 class TriggerKind(StrEnum):
@@ -187,124 +144,3 @@ class TrainRequested(Contract):
     hyperparameters: dict[str, float | int | str | bool] = Field(default_factory=dict)
     resources: Resources = Field(default_factory=Resources)
     trigger: Trigger = Field(default_factory=Trigger)
-
-
-class JobState(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-
-
-class JobEventKind(StrEnum):
-    QUEUED = "queued"
-    STARTED = "started"
-    PROGRESS = "progress"
-    LOG = "log"
-    RETRYING = "retrying"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    DUPLICATE = "duplicate"
-
-
-class JobEvent(Contract):
-    SCHEMA: ClassVar[str] = "headrace.JobEvent"
-
-    job_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
-    kind: JobEventKind
-    ts: datetime = Field(default_factory=utcnow)
-    model_name: SafeName | None = None
-    attempt: int = Field(default=1, ge=1)
-    message: str = Field(default="", max_length=16_384)
-    epoch: int | None = None
-    step: int | None = None
-    metrics: dict[str, float] = Field(default_factory=dict)
-    reason: str | None = Field(default=None, max_length=4096)
-    request_id: str | None = None
-    worker: int | None = Field(default=None, ge=0)  # the gang member's index (0: the chief)
-
-
-class ModelAction(StrEnum):
-    PROMOTED = "promoted"
-    ROLLBACK = "rollback"
-
-
-class ModelPublished(Contract):
-    SCHEMA: ClassVar[str] = "headrace.ModelPublished"
-
-    model_name: SafeName
-    version: int = Field(ge=1)
-    framework: Framework
-    task: Task
-    alias: SafeName = "production"
-    path: str  # relative to the DFS root
-    manifest_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    metrics: dict[str, float] = Field(default_factory=dict)
-    previous_version: int | None = None
-    action: ModelAction = ModelAction.PROMOTED
-    job_id: str | None = None
-    ts: datetime = Field(default_factory=utcnow)
-
-
-class TopLabel(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    label: str
-    score: float
-
-
-class OutputValue(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    scores: list[float]
-    label: str | None = None
-    top_k: list[TopLabel] | None = None
-
-
-class Prediction(Contract):
-    SCHEMA: ClassVar[str] = "headrace.Prediction"
-
-    key: str | None = None
-    source_topic: str
-    source_partition: int = Field(ge=0)
-    source_offset: int = Field(ge=0)
-    model_name: SafeName
-    model_version: int = Field(ge=1)
-    scores: list[float]
-    label: str | int | float | None = None
-    row: int = 0  # row index inside an Arrow batch message
-    # Classifiers with many classes: the k best labels with their scores, best first.
-    top_k: list[TopLabel] | None = None
-    # Models with several outputs: each output by name (its scores or values, label, top_k);
-    # ``scores``/``label``/``top_k`` above are the first output's.
-    outputs: dict[str, OutputValue] | None = None
-
-
-CONTRACTS: dict[str, type[Contract]] = {
-    c.SCHEMA: c for c in (TrainRequested, JobEvent, ModelPublished, Prediction)
-}
-C = TypeVar("C", bound=Contract)
-
-
-def parse(model: type[C], data: bytes | str | dict[str, Any]) -> C:
-    """Validate ``data`` against ``model``; raise ``ValidationFailed`` with one clear line."""
-    if isinstance(data, bytes | str) and len(data) > MAX_EVENT_BYTES:
-        raise ValidationFailed(f"{model.__name__}: event of {len(data)} bytes exceeds the limit")
-    try:
-        if isinstance(data, dict):
-            obj = model.model_validate(data)
-        else:
-            obj = model.model_validate_json(data)
-    except ValidationError as exc:
-        raise ValidationFailed(
-            f"{model.__name__}: {describe_validation_error(exc)}", details=exc.errors()
-        ) from None
-    if obj.schema_version > model.VERSION:
-        raise ValidationFailed(
-            f"{model.__name__}: schema_version {obj.schema_version} is newer than {model.VERSION}"
-        )
-    return obj
-
-
-def describe_validation_error(exc: ValidationError) -> str:
-    return first_error(exc, root="payload", count_more=True)
