@@ -73,12 +73,22 @@ def padded(pad_bytes: int) -> bytes:
     return zstd(pa.table({**feats, "pad": pad}))
 
 
-def peak_rss(pid: int) -> int:
-    """VmHWM: the process's peak resident set, bytes."""
+def _status(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
+    raise AssertionError(f"no {field}")
+
+
+def reset_peak(pid: int) -> int:
+    """Restart the process's peak resident set (VmHWM) from now; its resident set now."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+    return _status(pid, "VmRSS")
+
+
+def peak_rss(pid: int) -> int:
+    """VmHWM: the process's peak resident set since the last ``reset_peak``, bytes."""
+    return _status(pid, "VmHWM")
 
 
 def json_outcomes(preds: list[Out], dlq: list[Out]) -> tuple[set[tuple[int, int]],
@@ -115,7 +125,7 @@ def test_bombs_and_padded_messages_are_dead_lettered_once_and_the_scorer_stays_u
     preds, dlq = TopicReader(conn, stream.predictions), TopicReader(conn, stream.dlq)
     before = produce_all(conn, stream.data, [(good_record(i), JSON_HEADERS) for i in range(30)])
     wait_outcomes(conn, stream, s, set(before), set(), preds=preds, dlq=dlq)
-    rss0 = peak_rss(s.pid)
+    rss0 = reset_peak(s.pid)
 
     # The bomb and eight padded messages, all in one batch's reach, good records around them.
     values = [(bomb, ARROW_HEADERS)] + [(pad, ARROW_HEADERS)] * 8
@@ -166,7 +176,7 @@ def test_messages_just_under_the_cap_are_scored_one_batch_each(
         "HEADRACE_SCORER_MAX_MESSAGE_BYTES": str(cap),
         "HEADRACE_SCORER_MAX_BATCH_BYTES": str(cap)})
     s.wait_ready()
-    rss0 = peak_rss(s.pid) if s.alive() else 0
+    rss0 = reset_peak(s.pid)
     offsets = produce_all(conn, stream.data, [(msg, ARROW_HEADERS)] * 8)
     preds, dlq = TopicReader(conn, stream.predictions), TopicReader(conn, stream.dlq)
 
