@@ -54,8 +54,8 @@ def score(
         "--top-k", help="Labels with scores in each prediction of a classifier (default 5 "
         "when it has more than 10 classes, else none; 0: none).", min=0, max=1000)] = None,
     max_batch_bytes: Annotated[int | None, typer.Option(
-        "--max-batch-bytes", help="Most payload (and decoded input) bytes per micro-batch "
-        "(default 64 MiB).", min=1024)] = None,
+        "--max-batch-bytes", help="Most decoded bytes per micro-batch (an Arrow message "
+        "counted from its metadata; default 64 MiB).", min=1024)] = None,
     create: Annotated[bool, typer.Option(
         "--create", help="Score a stream that does not exist yet (and is not in "
         "HEADRACE_STREAMS): its topics are created.")] = False,

@@ -1,10 +1,16 @@
-"""Micro-batching: consume until ``batch_size`` rows, ``max_batch_bytes`` of payload, or
+"""Micro-batching: consume until ``batch_size`` rows, ``max_batch_bytes`` of decoded bytes, or
 ``max_wait_ms`` after the first one.
 
 The consumer hands out messages, and an Arrow message holds many rows: each consume asks for as
 many messages as the rows still wanted divided by the rows a message has held lately (a running
 average), so a batch of 4096-row messages stops near ``batch_size`` rows instead of taking
 ``batch_size`` messages.
+
+The byte budget counts what the messages cost once decoded (``budget.message_cost``: an Arrow
+message from its metadata, anything else its payload). One consume may fetch several messages
+at once; a batch that went over the budget is closed before the message that crossed it (a
+batch holds at least one message), and the rest is carried to the next batch: consumed, not
+yet committed, dropped when the consumer is rewound (it reads them again).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import numpy as np
 
 from headrace.core.errors import ValidationFailed
 from headrace.scorers.arrow_limits import stream_rows
+from headrace.scorers.budget import message_cost
 from headrace.scorers.stream_io import RawBatch, StreamIO
 from headrace.streams.codecs import arrow_flags
 
@@ -26,9 +33,13 @@ IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liven
 def rows_in(batch: RawBatch) -> int:
     """JSON: one row a message; Arrow: the rows of its IPC batch (a zero-copy read)."""
     values = batch.values
-    rows = len(values)
     if not any(arrow_flags(values)):
-        return rows
+        return len(values)
+    return rows_in_values(values)
+
+
+def rows_in_values(values: list[bytes]) -> int:
+    rows = len(values)
     for value, arrow in zip(values, arrow_flags(values), strict=True):
         if arrow:
             with suppress(ValidationFailed):  # else one row: it is dead-lettered whole
@@ -41,15 +52,36 @@ class Batcher:
                  max_bytes: int | None = None) -> None:
         self.io = io
         self.max_rows = max_rows
-        self.max_bytes = max_bytes  # payload bytes a batch may hold (images are big)
+        self.max_bytes = max_bytes  # decoded bytes a batch may hold (images, Arrow are big)
+        self.input_row_bytes = 0  # the model's decoded input per row (0: float32 a column)
         self.max_wait_s = max_wait_s
         self.assignment_changed = threading.Event()
         self.rows_per_message: float | None = None  # running estimate; 1 for JSON
+        self._carry: RawBatch | None = None  # consumed past a closed batch
+        self._carry_rewinds = 0
 
     def _messages_for(self, rows: int) -> int:
         if self.rows_per_message is None:
             return 1  # nothing seen yet: one message tells how many rows a message holds
         return max(1, int(rows / self.rows_per_message))
+
+    def costs(self, values: list[bytes]) -> list[int]:
+        """Decoded bytes of each message (see the module doc)."""
+        return [message_cost(v, a, self.input_row_bytes)
+                for v, a in zip(values, arrow_flags(values), strict=True)]
+
+    def measure(self, values: list[bytes]) -> tuple[int, int]:
+        """(rows, decoded bytes) of messages; JSON alone costs what ``rows_in`` did."""
+        if not any(arrow_flags(values)):
+            return len(values), sum(map(len, values)) if self.max_bytes else 0
+        rows = rows_in_values(values)
+        return rows, sum(self.costs(values)) if self.max_bytes else 0
+
+    def _carried(self) -> RawBatch | None:
+        carry, self._carry = self._carry, None
+        if carry is not None and self.io.rewinds != self._carry_rewinds:
+            return None  # rewound to the committed offsets: these are consumed again
+        return carry
 
     def next_batch(self, stop: threading.Event, *, block: bool = True) -> RawBatch:
         """An empty batch after ``IDLE_POLL_S`` without data, else up to ``max_rows`` rows.
@@ -57,14 +89,16 @@ class Batcher:
         ``block=False`` (a batch is being decoded ahead): only what is already fetched, at once.
         """
         wait = IDLE_POLL_S if block else 0.0
-        batch = self.io.consume_batch(self._messages_for(self.max_rows), wait)
+        carried = self._carried()
+        batch = carried if carried is not None else self.io.consume_batch(
+            self._messages_for(self.max_rows), wait)
         if not len(batch):
             return batch
         deadline = time.monotonic() + (self.max_wait_s if block else 0.0)
-        rows = rows_in(batch)
-        self._observe(rows, len(batch))
+        rows, size = self.measure(batch.values)
+        if carried is None:
+            self._observe(rows, len(batch))
         limit = self.max_bytes
-        size = sum(map(len, batch.values)) if limit else 0
         while rows < self.max_rows and not stop.is_set() and (not limit or size < limit):
             left = deadline - time.monotonic()
             if block and left <= 0:
@@ -73,33 +107,46 @@ class Batcher:
                                          min(left, IDLE_POLL_S) if block else 0.0)
             if len(more):
                 batch.extend(more)
-                got = rows_in(more)
+                got, more_size = self.measure(more.values)
                 rows += got
-                if limit:
-                    size += sum(map(len, more.values))
+                size += more_size
                 self._observe(got, len(more))
             elif not block:
                 break
         if self.assignment_changed.is_set():
-            batch = self.drop_unassigned(batch)
+            kept = self.keep_owned_mask(batch)
+            self.assignment_changed.clear()
+            if kept is not None:
+                batch = batch.select(kept)
+        if limit and size > limit and len(batch) > 1:
+            batch = self._close_early(batch, limit)
         return batch
+
+    def _close_early(self, batch: RawBatch, limit: int) -> RawBatch:
+        """The longest prefix within ``limit`` (at least one message); the rest is carried."""
+        fits = int(np.searchsorted(np.cumsum(self.costs(batch.values)), limit, side="right"))
+        cut = max(1, fits)
+        if cut >= len(batch):
+            return batch
+        keep = np.zeros(len(batch), bool)
+        keep[:cut] = True
+        self._carry, self._carry_rewinds = batch.select(~keep), self.io.rewinds
+        return batch.select(keep)
 
     def _observe(self, rows: int, messages: int) -> None:
         seen = rows / messages
         old = self.rows_per_message
         self.rows_per_message = max(1.0, seen if old is None else 0.5 * old + 0.5 * seen)
 
-    def drop_unassigned(self, batch: RawBatch) -> RawBatch:
-        """After a rebalance, forget buffered messages of partitions no longer ours: their new
-        owner reads them again from the last committed offset."""
-        self.assignment_changed.clear()
-        return self.keep_owned(batch)
-
-    def keep_owned(self, batch: RawBatch) -> RawBatch:
-        """The messages of partitions this consumer still owns."""
+    def keep_owned_mask(self, batch: RawBatch) -> np.ndarray | None:
+        """Which messages are of partitions this consumer still owns (None: all); after a
+        rebalance the others are forgotten: their new owner reads them from the last commit."""
         owned = set(self.io.assignment())
         keep = [(t, p) in owned for t, p in zip(batch.topics, batch.partitions.tolist(),
                                                  strict=True)]
-        if all(keep):
-            return batch
-        return batch.select(np.asarray(keep, bool))
+        return None if all(keep) else np.asarray(keep, bool)
+
+    def keep_owned(self, batch: RawBatch) -> RawBatch:
+        """The messages of partitions this consumer still owns."""
+        keep = self.keep_owned_mask(batch)
+        return batch if keep is None else batch.select(keep)

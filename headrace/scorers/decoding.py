@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from headrace.core.errors import ValidationFailed
 from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES, check_size
+from headrace.scorers.budget import FLOAT32, FLOAT64, MessageCaps, check_message
 from headrace.scorers.buffers import Scratch
 from headrace.scorers.json_rows import JsonRows, decode_rows
 from headrace.streams import headers as hdr
@@ -68,11 +69,12 @@ class DecodedAhead:
 
 
 def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None = None,
-           scratch: Scratch | None = None, max_arrow_bytes: int = DEFAULT_MAX_ARROW_BYTES
-           ) -> Features:
+           scratch: Scratch | None = None, max_arrow_bytes: int = DEFAULT_MAX_ARROW_BYTES,
+           caps: MessageCaps | None = None) -> Features:
     """All good rows of the batch in one matrix, written in place (no per-part concatenation),
     in ``scratch``'s memory when it is free."""
     width = len(features)
+    caps = caps or MessageCaps()
     arrow = is_arrow_mask(batch) if ahead is None else ahead.arrow
     json = None if ahead is None else ahead.json
     bad: list[BadInput] = []
@@ -93,6 +95,7 @@ def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None 
     for i in np.flatnonzero(arrow).tolist():
         try:
             check_size(batch.values[i], max_arrow_bytes)  # a bomb is refused before reading
+            check_message(batch.values[i], caps, tabular_row_bytes(width))
             table = decode_arrow(batch.values[i])
             columns.append((i, _arrow_features(table, features)))
         except ValidationFailed as exc:
@@ -126,6 +129,12 @@ def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None 
                 f"feature {features[col]!r} is missing, null or not finite"), "validate"))
         x, msg, row = x[finite], msg[finite], row[finite]
     return Features(x, msg, row, arrow, tables, bad)
+
+
+def tabular_row_bytes(width: int) -> int:
+    """A tabular model's decoded input per row: the float32 matrix, and the float64 tensor
+    ``to_tensor`` builds on the way (mixed column types widen to float64)."""
+    return width * (FLOAT32 + FLOAT64)
 
 
 def _json_error(batch: RawBatch, i: int, error: Exception) -> BadInput:

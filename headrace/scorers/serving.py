@@ -7,6 +7,7 @@ stop polling -> finish the batch and commit -> close the consumer (leave the gro
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -19,6 +20,7 @@ from types import FrameType
 from headrace.core import heap
 from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings
+from headrace.scorers.budget import MessageCaps
 from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.inputs import InputLimits
 from headrace.scorers.metrics import ScorerMetrics
@@ -73,11 +75,8 @@ class Scorer:
         try:
             data = topics.data_topic(s.stream)
             model_events = topics.ControlTopics.of(self.settings).models  # HEADRACE_TOPIC_PREFIX
-            ensure_topics(self.conn, [
-                spec for spec in topics.catalog(self.settings.with_overrides(streams=[s.stream]))
-                if spec.name in (data, topics.predictions_topic(s.stream),
-                                 topics.dlq_topic(s.stream), model_events)
-            ], replication_factor=self.settings.replication_factor)
+            ensure_topics(self.conn, scorer_topics(self.settings, s.stream),
+                          replication_factor=self.settings.replication_factor)
             watcher = ModelWatcher(
                 root=self.settings.dfs_root, name=s.model_name, alias=s.alias, device=s.device,
                 max_batch=s.batch_size, holder=self.holder, metrics=self.metrics,
@@ -113,6 +112,7 @@ class Scorer:
                               on_revoke=revoked),
                 transactional_id=self.transactional_id() if s.transactional else None,
                 idempotent=s.idempotent,
+                producer_overrides={"message.max.bytes": s.message_max_bytes},
             )
             worker = Worker(
                 io=io, holder=self.holder, metrics=self.metrics,
@@ -121,7 +121,9 @@ class Scorer:
                 max_wait_s=s.max_wait_ms / 1000.0, grace_s=s.grace_s,
                 transactional=s.transactional, stop=stop, decoders=decoders,
                 limits=InputLimits(max_image_pixels=s.max_image_pixels,
-                                   max_arrow_bytes=s.max_arrow_bytes),
+                                   max_arrow_bytes=s.max_arrow_bytes,
+                                   message=MessageCaps(max_rows=s.max_message_rows,
+                                                       max_bytes=s.max_message_bytes)),
                 top_k=s.top_k, max_batch_bytes=s.max_batch_bytes)
             worker_box.append(worker)
             self.worker = worker
@@ -142,6 +144,17 @@ class Scorer:
                 watcher.join(timeout_s=2.0)
             probes.stop()
             log.info("scorer stopped in %.2fs", time.monotonic() - stopped_at)
+
+
+def scorer_topics(settings: Settings, stream: str) -> list[topics.TopicSpec]:
+    """The topics a scorer of ``stream`` creates when missing, with the durability settings
+    (``min.insync.replicas``) every topic creator applies."""
+    wanted = (topics.data_topic(stream), topics.predictions_topic(stream),
+              topics.dlq_topic(stream),
+              topics.ControlTopics.of(settings).models)  # under HEADRACE_TOPIC_PREFIX
+    return [dataclasses.replace(spec, config={**spec.config, **settings.topic_config()})
+            for spec in topics.catalog(settings.with_overrides(streams=[stream]))
+            if spec.name in wanted]
 
 
 def run(settings: Settings, scorer_settings: ScorerSettings, stop_event: threading.Event, *,

@@ -42,12 +42,26 @@ class ScorerSettings(BaseSettings):
                     "default: 5 when it has more than 10 classes, else none; 0: none.")
     max_batch_bytes: int = Field(
         default=64 * 1024 * 1024, ge=1024, le=1 << 40,
-        description="Most payload bytes per micro-batch, and most decoded input bytes (rows of "
-                    "big inputs such as images are capped to fit).")
+        description="Most decoded bytes per micro-batch (an Arrow message costs its decoded "
+                    "size, from its metadata; a batch closes early before the message that "
+                    "would go over; rows of big inputs such as images are capped to fit).")
     device_memory_mb: int | None = Field(
         default=None, ge=1, le=1 << 24,
         description="Device memory to size model calls by (default on gpu:N: 16384; cpu: "
                     "unbounded).")
+    max_message_rows: int = Field(
+        default=1 << 20, ge=1, le=1 << 32,
+        description="An Arrow message holding more rows is dead-lettered before reading.")
+    max_message_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=1024, le=1 << 40,
+        description="An Arrow message whose decoded size (from its metadata: bools widened to "
+                    "bytes, columns cast to the model's input dtype) is over this is "
+                    "dead-lettered before reading.")
+    message_max_bytes: int = Field(
+        default=8 * 1024 * 1024, ge=4096, le=1 << 30,
+        description="The prediction producer's message.max.bytes: an input's Arrow predictions "
+                    "over it are split into parts; a single prediction over it dead-letters "
+                    "its input. Keep it at or under the predictions topic's max.message.bytes.")
     max_arrow_bytes: int = Field(
         default=256 * 1024 * 1024, ge=1024, le=1 << 40,
         description="An Arrow message decompressing to more is dead-lettered before reading.")

@@ -87,9 +87,10 @@ class StreamIO:
     def consumer(self) -> Any:
         return self._consumer.consumer
 
-    def produce_one(self, topic: str, value: bytes | None, key: bytes | None,
-                    headers: list[tuple[str, bytes]]) -> None:
-        self._producer.produce_many(topic, [value or b""], [key], headers)
+    @property
+    def max_message_bytes(self) -> int:
+        """The producer's ``message.max.bytes``: a larger output is refused."""
+        return self._producer.max_message_bytes
 
     def flush(self, timeout_s: float) -> None:
         """Wait for every outstanding message; raise if any failed or is still queued."""

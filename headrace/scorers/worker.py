@@ -5,9 +5,13 @@ while batch k+1 is decoded and scored, so the broker round trip overlaps the CPU
 
 1. Read the model once: the whole batch is scored by one version, named in every prediction.
 2. Decode and validate column-wise; score the good rows; collect bad inputs as dead letters.
-3. Produce every prediction and every dead letter.
+3. Produce every prediction and every dead letter; an input's Arrow predictions over the
+   producer's ``message.max.bytes`` go as several parts (``splitting``).
 4. Flush and check delivery errors; on a delivery error produce the batch's outputs again
-   (duplicates are identical and carry their source offset), on a timeout keep flushing.
+   (duplicates are identical and carry their source offset), on a timeout keep flushing. An
+   output refused for what it is (too large, invalid) is not produced again: its input is
+   dead-lettered with the reason (``refusals``), so no producer error escapes the loop and a
+   restart never meets that input again.
 5. Only then commit the batch's offsets (last offset + 1 per partition).
 
 With decode helpers (``decode_pool``), a big JSON batch is decoded in another process while the
@@ -38,12 +42,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from headrace.core.errors import FatalError, RecordRef, RetriableError
-from headrace.scorers import predictions
+from headrace.core.errors import FatalError, RetriableError
+from headrace.scorers import predictions, refusals, splitting
 from headrace.scorers.batching import Batcher, rows_in
 from headrace.scorers.buffers import Scratch
 from headrace.scorers.decode_pool import DecodePool
-from headrace.scorers.decoding import BadInput, DecodedAhead, Features, decode, is_arrow_mask
+from headrace.scorers.decoding import (
+    BadInput,
+    DecodedAhead,
+    Features,
+    decode,
+    is_arrow_mask,
+    tabular_row_bytes,
+)
 from headrace.scorers.encoding import (
     ARROW_HEADERS,
     JSON_HEADERS,
@@ -51,7 +62,7 @@ from headrace.scorers.encoding import (
     arrow_predictions,
     json_predictions,
 )
-from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs
+from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder
 from headrace.scorers.stream_io import (
@@ -64,6 +75,7 @@ from headrace.scorers.stream_io import (
 )
 from headrace.streams.codecs import encode_arrow
 from headrace.streams.dlq import DeadLetter
+from headrace.streams.producing import Refused
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +96,8 @@ class Outputs:
     arrow_values: list[bytes] = field(default_factory=list)
     arrow_keys: list[bytes | None] = field(default_factory=list)
     letters: list[DeadLetter] = field(default_factory=list)
+    parts: list[splitting.Part] = field(default_factory=list)  # split Arrow predictions
+    batch: RawBatch | None = None  # the inputs, to dead-letter one whose output is refused
     scored_rows: int = 0
     row_timestamps_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     received_ms: float = -1.0  # when the scorer consumed the batch (RawBatch.received_ms)
@@ -234,6 +248,7 @@ class Worker:
                 model = self.holder.current
                 self.batcher.max_rows = (model.batch_rows if model is not None
                                          and model.batch_rows else self.batch_size)
+                self.batcher.input_row_bytes = input_row_bytes(model)
                 batch = self.batcher.next_batch(self.stop, block=self._ahead is None)
                 if self._ahead is not None:
                     self._finish_ahead(batch)
@@ -350,6 +365,7 @@ class Worker:
         if model is None:  # never: the loop starts after the first model is loaded
             raise FatalError("no model loaded")
         out = self.build(batch, model, ahead)
+        self._split(out, batch)
         out.received_ms = batch.received_ms
         offsets = batch.next_offsets()
         if self.transactional:
@@ -394,7 +410,7 @@ class Worker:
         if isinstance(ahead, Decoded):
             ahead = None  # decoded for a signature model; never the case after the swap checks
         feats = decode(batch, model.features, ahead, self._scratch,
-                       self.limits.max_arrow_bytes)
+                       self.limits.max_arrow_bytes, self.limits.message)
         scores, model_errors = score_rows(model, feats.x)
         bad, keep = _model_failures(feats, model_errors)
         if keep is not None:
@@ -494,28 +510,58 @@ class Worker:
 
     def _letter(self, batch: RawBatch, feats: Features | Decoded, bad: BadInput) -> DeadLetter:
         i = bad.message
-        value = batch.values[i]
+        value = None
         if bad.row is not None and i in feats.arrow_tables:
             value = encode_arrow(feats.arrow_tables[i].slice(bad.row, 1))  # just the bad row
-        ref = RecordRef(
-            topic=batch.topics[i], partition=int(batch.partitions[i]),
-            offset=int(batch.offsets[i]), key=batch.keys[i], value=value,
-            headers=tuple(batch.headers_of(i)),
-            timestamp_ms=int(batch.timestamps_ms[i]),
-        )
-        return DeadLetter.from_error(ref, bad.error, stage=bad.stage, row=bad.row)
+        return DeadLetter.from_error(refusals.input_ref(batch, i, value), bad.error,
+                                     stage=bad.stage, row=bad.row)
 
     # -- deliver -------------------------------------------------------------------------
+    def _split(self, out: Outputs, batch: RawBatch) -> None:
+        """Arrow predictions over the producer's limit become parts (``splitting``)."""
+        out.batch = batch
+        out.arrow_values, out.arrow_keys, out.parts = splitting.split_all(
+            out.arrow_values, out.arrow_keys, ARROW_HEADERS, self.io.max_message_bytes)
+
     def _produce(self, out: Outputs) -> None:
+        topic = self.predictions_topic
+        failed: list[tuple[Refused, list[tuple[str, bytes]]]] = []
+
+        def send(topic: str, values: list[bytes], keys: list[bytes | None],
+                 headers: list[tuple[str, bytes]]) -> None:
+            failed.extend((r, headers) for r in self.io.produce_many(topic, values, keys,
+                                                                      headers))
+
         if out.json_values:
-            self.io.produce_many(self.predictions_topic, out.json_values, out.json_keys,
-                                 JSON_HEADERS)
+            send(topic, out.json_values, out.json_keys, JSON_HEADERS)
         if out.arrow_values:
-            self.io.produce_many(self.predictions_topic, out.arrow_values, out.arrow_keys,
-                                 ARROW_HEADERS)
+            send(topic, out.arrow_values, out.arrow_keys, ARROW_HEADERS)
+        for part in out.parts:
+            send(topic, [part.value], [part.key], part.headers)
         for letter in out.letters:
-            self.io.produce_one(self.dlq_topic, letter.payload(), letter.record.key,
-                                letter.headers())
+            send(self.dlq_topic, [letter.payload() or b""], [letter.record.key],
+                 letter.headers())
+        delay = 0.05
+        while failed:  # refused by the client at once: by what they are, or for now
+            now, failed[:] = list(failed), []
+            for letter in self._refused(out, [r for r, _ in now if r.permanent]):
+                send(self.dlq_topic, [letter.payload() or b""], [letter.record.key],
+                     letter.headers())
+            again = [(r, h) for r, h in now if not r.permanent]
+            if again:
+                self._retrying("produce", RetriableError(again[0][0].reason), delay)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+                for r, h in again:
+                    send(r.topic, [r.value or b""], [r.key], h)
+
+    def _refused(self, out: Outputs, gone: list[Refused]) -> list[DeadLetter]:
+        """Take refused outputs out of ``out`` (they are never produced again) and dead-letter
+        their inputs, once each; the new dead letters (also added to ``out``)."""
+        lost = sum(r.topic != self.predictions_topic for r in gone)
+        if lost:  # dead letters themselves: nowhere left to go (logged by take_out)
+            self.metrics.dead_letters.labels(stream=self.metrics.stream,
+                                             stage="refused").inc(lost)
+        return refusals.take_out(out, gone, self.predictions_topic) if gone else []
 
     def _deliver(self, out: Outputs, offsets: dict[tuple[str, int], int]) -> None:
         delay = 0.05
@@ -525,6 +571,7 @@ class Worker:
                 break
             except DeliveryFailed as exc:
                 self._retrying("deliver", exc, delay)
+                self._refused(out, exc.refused)  # never again; their inputs dead-lettered
                 self._produce(out)  # some outputs are lost: publish the whole batch again
             except FlushTimedOut as exc:
                 # A producer can hang on a broker that forgot it (UNKNOWN_PRODUCER_ID after a
@@ -587,6 +634,15 @@ class Worker:
         for (topic, partition), lag in self.io.lag().items():
             self.metrics.lag.labels(stream=self.metrics.stream, topic=topic,
                                     partition=str(partition)).set(lag)
+
+
+def input_row_bytes(model: LoadedModel | None) -> int:
+    """The model's decoded input per row, which the memory budget counts."""
+    if model is None:
+        return 0
+    if model.tabular:
+        return tabular_row_bytes(len(model.features))
+    return signature_bytes(model.signature)
 
 
 def _model_failures(rows: Features | Decoded, model_errors: dict[int, Exception]

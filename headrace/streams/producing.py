@@ -4,16 +4,20 @@ plane all use.
 
 Delivery failures are classified once (:func:`delivery_failure`): a fatal producer error is
 ``FatalError`` (the process cannot go on with this producer); any other failed delivery is
-``DeliveryFailed``, retriable: the caller produces those messages again (at-least-once).
+``DeliveryFailed``, retriable: the caller produces those messages again (at-least-once). A
+message refused for what it is (``MESSAGE_REFUSED``: too large, an invalid record) would be
+refused again: ``DeliveryFailed.refused`` and ``produce_many``'s return value name those, so the
+caller can dead-letter their cause instead of producing them again forever.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from headrace.contracts import Contract
 from headrace.core.errors import FatalError, HeadraceError, RecordRef, RetriableError
@@ -21,21 +25,47 @@ from headrace.streams import headers as hdr
 from headrace.streams.clients import PRODUCER_DEFAULTS, KafkaConnection
 from headrace.streams.dlq import DeadLetter
 
+# Errors that are the message's own fault: producing it again fails the same way.
+MESSAGE_REFUSED = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
+                             KafkaError.INVALID_RECORD})
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A message the client or the broker did not take."""
+
+    topic: str
+    value: bytes | None
+    key: bytes | None
+    reason: str  # the error's name and description
+    permanent: bool = True  # the message's own fault (``MESSAGE_REFUSED``): it fails again
+
+
+def refused(topic: str, value: bytes | None, key: bytes | None, err: KafkaError) -> Refused:
+    return Refused(topic, value, key, f"{err.name()}: {err.str()}",
+                   err.code() in MESSAGE_REFUSED)
+
 
 class DeliveryFailed(RetriableError):
-    """The broker refused some deliveries: those messages must be produced again."""
+    """The broker refused some deliveries: those messages must be produced again, except the
+    ``refused`` ones (the message's own fault: they would fail again)."""
+
+    def __init__(self, message: str, refused: Sequence[Refused] = ()) -> None:
+        super().__init__(message)
+        self.refused = list(refused)
 
 
 class FlushTimedOut(RetriableError):
     """Messages still unacknowledged after the flush timeout."""
 
 
-def delivery_failure(errors: Sequence[KafkaError]) -> HeadraceError:
+def delivery_failure(errors: Sequence[KafkaError], refusals: Sequence[Refused] = ()
+                     ) -> HeadraceError:
     """The one classification of failed deliveries (see the module doc)."""
     first = errors[0]
     if first.fatal():
         return FatalError(f"delivery failed: {first.str()}")
-    return DeliveryFailed(f"{len(errors)} deliveries failed: {first.str()}")
+    return DeliveryFailed(f"{len(errors)} deliveries failed: {first.str()}", refusals)
 
 
 class Deliveries:
@@ -50,12 +80,15 @@ class Deliveries:
         self._lock = threading.Lock()
         self.acked = 0
         self.errors: list[KafkaError] = []
+        self.refused: list[Refused] = []
         self.max_offset: dict[int, int] = {}
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
             with self._lock:
                 self.errors.append(err)
+                if err.code() in MESSAGE_REFUSED:
+                    self.refused.append(refused(msg.topic() or "", msg.value(), msg.key(), err))
             return
         self.acked += 1
         p, o = msg.partition(), msg.offset()
@@ -64,14 +97,19 @@ class Deliveries:
 
     def take(self) -> list[KafkaError]:
         """The failures so far (forgotten once taken)."""
+        return self.take_all()[0]
+
+    def take_all(self) -> tuple[list[KafkaError], list[Refused]]:
+        """The failures so far and the refused messages among them (forgotten once taken)."""
         with self._lock:
             out, self.errors = self.errors, []
-        return out
+            ref, self.refused = self.refused, []
+        return out, ref
 
     def raise_if_failed(self) -> None:
-        errors = self.take()
+        errors, refusals = self.take_all()
         if errors:
-            raise delivery_failure(errors)
+            raise delivery_failure(errors, refusals)
 
 
 def produce(producer: Producer, topic: str, value: bytes | None, key: bytes | str | None = None,
@@ -126,9 +164,12 @@ class BatchProducer:
         self.producer = Producer(conf)
 
     def produce_many(self, topic: str, values: Sequence[bytes], keys: Sequence[bytes | None],
-                     headers: list[tuple[str, bytes]]) -> None:
-        """One message per value (partitioned by key), waiting when the queue is full."""
+                     headers: list[tuple[str, bytes]]) -> list[Refused]:
+        """One message per value (partitioned by key), waiting when the queue is full. The
+        messages the client refused at once (too large, unknown partition...); a fatal error
+        is ``FatalError``."""
         call: Any = self.producer.produce
+        failed: list[Refused] = []
         for v, k in zip(values, keys, strict=True):
             while True:
                 try:
@@ -137,7 +178,14 @@ class BatchProducer:
                     break
                 except BufferError:
                     self.producer.poll(0.05)
+                except KafkaException as exc:
+                    err = exc.args[0] if exc.args else KafkaError(KafkaError._FAIL)
+                    if err.fatal():
+                        raise FatalError(f"produce failed: {err.str()}") from None
+                    failed.append(refused(topic, v, k, err))
+                    break
         self.producer.poll(0)
+        return failed
 
     def produce(self, topic: str, value: bytes | None, key: bytes | str | None = None,
                 headers: hdr.Headers | None = None, *, partition: int = -1,
@@ -174,6 +222,11 @@ class BatchProducer:
 
     def outstanding(self) -> int:
         return len(self.producer)
+
+    @property
+    def max_message_bytes(self) -> int:
+        """``message.max.bytes``: the client refuses a larger message."""
+        return int(self._conf.get("message.max.bytes", 1_000_000))
 
     def close(self, timeout_s: float) -> None:
         self.producer.flush(max(0.0, timeout_s))

@@ -11,6 +11,7 @@ import pyarrow as pa
 from headrace.scorers.batching import Batcher, rows_in
 from headrace.scorers.stream_io import StreamIO
 from headrace.streams.clients import KafkaConnection
+from headrace.streams.codecs import encode_arrow
 from headrace.streams.consuming import BatchConsumer
 from tests.scorers.conftest import FEATURES, send_arrow, send_json
 
@@ -59,3 +60,22 @@ def test_json_batches_take_batch_size_messages(
         io.close(timeout_s=1)
     assert [r for r, _ in batches] == [1000, 1000, 500]
     assert [o for _, offs in batches for o in offs] == list(range(2500))
+
+
+def test_a_batch_closes_early_at_its_decoded_bytes_budget_and_carries_the_rest(
+        conn: KafkaConnection, topic_factory: Callable[..., str]) -> None:
+    topic = topic_factory()
+    # Bools are bits on the wire; the budget counts them decoded (a byte, a float64, the input).
+    t = pa.table({f: np.arange(20_000) % 2 == 0 for f in FEATURES})
+    send_arrow(conn, topic, [t] * 6)
+    io = _io(conn, topic)
+    batcher = Batcher(io, max_rows=10**6, max_wait_s=0.5)
+    cost = batcher.costs([encode_arrow(t)])[0]
+    assert cost > 20_000 * len(FEATURES) * 9
+    batcher.max_bytes = int(cost * 2.5)
+    try:
+        batches = _batches(io, batcher, 6 * 20_000)
+    finally:
+        io.close(timeout_s=1)
+    # Within the budget: two messages a batch (one consume may have fetched all six).
+    assert [offs for _, offs in batches] == [[0, 1], [2, 3], [4, 5]]

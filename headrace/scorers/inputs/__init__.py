@@ -30,6 +30,7 @@ import pyarrow as pa
 from headrace.core.errors import ValidationFailed
 from headrace.core.limits import MAX_RECORD_BYTES
 from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES, check_size
+from headrace.scorers.budget import MessageCaps, check_message
 from headrace.scorers.decoding import BadInput, is_arrow_mask
 from headrace.scorers.inputs import columns
 from headrace.scorers.inputs.columns import Limits, Reasons
@@ -48,6 +49,7 @@ __all__ = ["Decoded", "InputLimits", "Signature", "decode_inputs"]
 @dataclass(frozen=True)
 class InputLimits(Limits):
     max_arrow_bytes: int = DEFAULT_MAX_ARROW_BYTES
+    message: MessageCaps = field(default_factory=MessageCaps)
 
 
 @dataclass
@@ -101,6 +103,7 @@ def decode_inputs(batch: RawBatch, signature: Signature,
     for i in np.flatnonzero(arrow).tolist():
         try:
             check_size(batch.values[i], limits.max_arrow_bytes)
+            check_message(batch.values[i], limits.message, signature_bytes(signature))
             table = decode_arrow(batch.values[i])
             _check_table(table)
         except ValidationFailed as exc:
