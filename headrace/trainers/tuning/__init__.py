@@ -6,11 +6,12 @@ from headrace.trainers.tuning.storage import StudyConfig
 from headrace.trainers.tuning.study import (
     StudyResult,
     TrialRow,
+    check_study,
     run_study,
     show_study,
     trial_key,
     trial_request,
 )
 
-__all__ = ["Space", "StudyConfig", "StudyResult", "TrialRow", "parse_space", "run_study",
-           "show_study", "trial_key", "trial_request"]
+__all__ = ["Space", "StudyConfig", "StudyResult", "TrialRow", "check_study", "parse_space",
+           "run_study", "show_study", "trial_key", "trial_request"]

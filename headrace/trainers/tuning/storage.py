@@ -93,8 +93,8 @@ def journal(root: Path, name: str) -> JournalStorage:
 
 def make_pruner(kind: Pruner) -> optuna.pruners.BasePruner:
     if kind == "median":
-        # Compare from the second epoch on, once two trials have finished.
-        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
+        # Epochs count from 1: compare from the second on, once two trials have finished.
+        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=2)
     if kind == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=1)
     return optuna.pruners.NopPruner()

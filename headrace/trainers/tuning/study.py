@@ -88,6 +88,19 @@ def trial_request(config: StudyConfig, space: Space, number: int,
     return request
 
 
+def check_study(*, root: Path, config: StudyConfig, caps: RequestCaps | None = None) -> Space:
+    """Refuse a bad study with one line before anything runs: the space, the fixed params,
+    the request caps and the code, and a resumed study searching something else."""
+    space = parse_space(config.space)
+    api.admit_request(request=trial_request(config, space, 0, {}), root=root,
+                      caps=caps or RequestCaps())
+    existing = storage.read_config(root, config.name) if root.is_dir() else None
+    if existing is not None and not existing.same_search(config):
+        raise PermanentError(f"study {config.name} exists with other settings (see "
+                             f"`headrace tune show {config.name}`): use another name")
+    return space
+
+
 def run_study(*, root: Path, conn: KafkaConnection, config: StudyConfig, trials: int,
               parallel: int = 1, topics: ControlTopics = ControlTopics(),
               caps: RequestCaps | None = None, durability: api.Durability = None,
@@ -100,10 +113,7 @@ def run_study(*, root: Path, conn: KafkaConnection, config: StudyConfig, trials:
     and a later trial's version took its place."""
     if trials < 1 or parallel < 1:
         raise PermanentError("--trials and --parallel must be at least 1")
-    space = parse_space(config.space)
-    # Checked before the study exists: fixed params and caps, with every first choice.
-    api.admit_request(request=trial_request(config, space, 0, {}), root=root,
-                      caps=caps or RequestCaps())
+    space = check_study(root=root, config=config, caps=caps)
     config = storage.write_config(root, config)
     journal = storage.journal(root, config.name)
     study = storage.load_study(root, config, journal)
