@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -11,7 +12,7 @@ from rich.table import Table
 from typer._click.core import Context as ClickContext
 
 from headrace.cli import _context, _HelpGroup
-from headrace.core.errors import PermanentError
+from headrace.core.errors import ConfigError, PermanentError
 from headrace.streams.topics import ControlTopics
 
 if TYPE_CHECKING:
@@ -82,13 +83,14 @@ def tune_run(
 
     from headrace.contracts import ModelSpec
     from headrace.trainers.limits import RequestCaps
-    from headrace.trainers.tuning import StudyConfig, check_study, run_study
+
+    tuning = _tuning()
 
     if name in tune_app_commands():
         raise PermanentError(f"{name!r} is a tune command, not a study name")
     s = _context.settings(ctx)
     try:
-        config = StudyConfig(
+        config = tuning.StudyConfig(
             name=name, model_name=model_name or name, framework=framework,
             dataset_uri=dataset, model=model, task=task, label=label,
             epochs=epochs or ModelSpec.model_fields["epochs"].default, space=space,
@@ -98,13 +100,23 @@ def tune_run(
         err = exc.errors()[0]
         raise PermanentError(f"--{'-'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
     caps = RequestCaps.from_settings(s)
-    check_study(root=s.dfs_root, config=config, caps=caps)  # one line before connecting
-    result = run_study(root=s.dfs_root, conn=_context.connection(ctx), config=config,
+    tuning.check_study(root=s.dfs_root, config=config, caps=caps)  # one line before connecting
+    result = tuning.run_study(root=s.dfs_root, conn=_context.connection(ctx), config=config,
                        trials=trials, parallel=parallel,
                        topics=ControlTopics.with_prefix(topic_prefix), caps=caps,
                        durability=(s.replication_factor, s.topic_config()),
                        timeout_s=timeout, promote_best=promote_best, on_trial=_progress)
     _print(result)
+
+
+def _tuning() -> ModuleType:
+    try:
+        import headrace.trainers.tuning as tuning
+    except ModuleNotFoundError as exc:
+        if exc.name != "optuna":
+            raise
+        raise ConfigError("headrace tune needs Optuna (pip install 'headrace[trainer]')") from None
+    return tuning
 
 
 def tune_app_commands() -> set[str]:
@@ -123,15 +135,14 @@ def _progress(row: TrialRow) -> None:
 def tune_show(ctx: typer.Context,
               name: Annotated[str, typer.Argument(help="Study name.")]) -> None:
     """A study's trials: parameters, value, state, job, version."""
-    from headrace.trainers.tuning import show_study
-
-    _print(show_study(root=_context.base_settings(ctx).dfs_root, name=name))
+    _print(_tuning().show_study(root=_context.base_settings(ctx).dfs_root, name=name))
 
 
 def _print(result: StudyResult) -> None:
     c = result.config
     console.print(f"study {c.name}: {c.framework.value} {c.model} on {c.dataset_uri}, "
-                  f"{c.direction} {c.metric}, pruner {c.pruner}; space {c.space}")
+                  f"{c.direction} {c.metric}, pruner {c.pruner}; space {c.space}",
+                  soft_wrap=True)  # one line each: a terminal wraps it, scripts can grep it
     table = Table(box=None, pad_edge=False, header_style="bold underline")
     for col in ("#", "state", c.metric, "params", "job", "version"):
         table.add_column(col, overflow="fold", no_wrap=col in ("#", "job"))
@@ -144,9 +155,10 @@ def _print(result: StudyResult) -> None:
     console.print(table)
     if result.best is not None:
         b = result.best
-        console.print(f"best: trial {b.number}, {c.metric}={_value(b)}, {_params_text(b)}")
+        console.print(f"best: trial {b.number}, {c.metric}={_value(b)}, {_params_text(b)}",
+                      soft_wrap=True)
     for line in result.notes:
-        console.print(line)
+        console.print(line, soft_wrap=True)
 
 
 def _value(row: TrialRow) -> str:

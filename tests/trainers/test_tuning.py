@@ -128,6 +128,7 @@ def test_a_trial_is_an_ordinary_request_keyed_by_study_and_number() -> None:
 def test_a_resumed_study_must_search_the_same_space(dfs: Path) -> None:
     storage.write_config(dfs, config())
     assert storage.write_config(dfs, config()) == config()
+    assert storage.write_config(dfs, config(params={"hidden": "16"})) == config()  # as -p gives
     with pytest.raises(PermanentError, match="study st exists with other settings"):
         storage.write_config(dfs, config(space="batch_size=16,32"))
 
@@ -218,8 +219,8 @@ def _job_processes(job_ids: set[str]) -> list[int]:
 
 @pytest.mark.slow
 def test_a_study_of_8_trials_survives_the_control_plane_killed_mid_study(
-        conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
-        start_control: Start) -> None:
+        broker: str, conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
+        start_control: Start, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = {"app_id": "tune-router", "concurrency": {"mxnet": 2}, "max_attempts": 3}
     control = start_control(**cfg)
     c = config(demo, pruner="none")
@@ -281,7 +282,30 @@ def test_a_study_of_8_trials_survives_the_control_plane_killed_mid_study(
     # The best trial is the lowest validation loss, and `tune show` says the same.
     best = min((t for t in result.trials), key=lambda t: (t.value or 0.0, t.number))
     assert result.best == best
+    # Its version went through its own gate; the study's end makes it production.
+    assert (result.promoted_best and result.notes == [
+        f"tuned:{best.version} (best trial {best.number}) promoted to production"]) or \
+        result.notes == [f"tuned:{best.version} (best trial {best.number}) is production"]
+    pointer = versions.read_alias(dfs, "tuned")
+    assert pointer is not None and pointer.version == best.version
     shown = show_study(root=dfs, name="st")
     assert shown.trials == result.trials and shown.best == best
     assert optuna.load_study(study_name="st", storage=storage.journal(dfs, "st")
                              ).best_trial.number == best.number
+    # The CLI: the same study again runs nothing more; `tune show` lists every trial.
+    capsys.readouterr()
+    cli = ["--bootstrap", broker, "--dfs-root", str(dfs)]
+    assert main([*cli, "tune", "st", "-f", "mxnet", "-d", demo, "--space", SPACE, "-p",
+                 "hidden=16", "--epochs", "2", "--model-name", "tuned", "--pruner", "none",
+                 "--trials", "8", "--parallel", "2", "--topic-prefix", topics.prefix]) == 0
+    assert main([*cli, "tune", "show", "st"]) == 0
+    runs = capsys.readouterr().out.split("study st: ")
+    note = f"tuned:{best.version} (best trial {best.number}) is production\n"
+    assert len(runs) == 3 and runs[1] == runs[2] + note, runs
+    lines = runs[2].splitlines()
+    assert lines[0] == f"mxnet mlp on {demo}, minimize loss, pruner none; space {SPACE}"
+    rows = [ln.split() for ln in lines[2:10]]
+    assert [r[0] for r in rows] == [f"{n}{'*' if n == best.number else ''}" for n in range(8)]
+    assert all(r[1] == "complete" and set(r) & all_jobs for r in rows), rows
+    assert lines[10].startswith(f"best: trial {best.number}, loss={best.value:.4g}, ")
+    assert len(jobs.list_jobs(dfs)) == 8

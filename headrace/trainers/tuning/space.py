@@ -142,6 +142,11 @@ def _is_int(key: str) -> bool:
     return int in _field_types(key) and float not in _field_types(key)
 
 
+def spec_value(key: str, value: Any) -> Any:
+    """A value for ModelSpec field ``key``; a tuple field's text "16,32" becomes [16, 32]."""
+    return _spec_value(key, value) if key in ModelSpec.model_fields else value
+
+
 def _spec_value(key: str, value: Any) -> Any:
     if _is_tuple(key) and isinstance(value, str):
         try:

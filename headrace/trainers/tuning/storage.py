@@ -13,13 +13,15 @@ from typing import Literal
 import optuna
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from headrace.contracts import ModelSpec
 from headrace.core.errors import PermanentError, ValidationFailed
 from headrace.core.naming import check_name, confined
 from headrace.core.types import Framework, SafeName, Task
 from headrace.store.dfs import write_atomic
 from headrace.trainers.evaluation import lower_is_better
+from headrace.trainers.tuning.space import spec_value
 
 STUDIES = "studies"
 CONFIG = "study.json"
@@ -45,6 +47,17 @@ class StudyConfig(BaseModel):
     metric: str = "loss"  # a validation metric the job's status.json holds
     pruner: Pruner = "median"
     seed: int = 0
+
+    @field_validator("params")
+    @classmethod
+    def _normalised(cls, value: dict[str, object]) -> dict[str, object]:
+        # "16" from the command line and [16] from Python are the same search.
+        try:
+            value = {k: spec_value(k, v) for k, v in value.items()}
+            spec = ModelSpec.model_validate(value)
+        except (ValidationError, ValidationFailed):
+            return value  # refused with its reason when the first trial's request is checked
+        return spec.model_dump(mode="json", include=set(value))
 
     @property
     def direction(self) -> Literal["minimize", "maximize"]:
