@@ -24,6 +24,7 @@ from headrace.core.errors import HeadraceError, ValidationFailed
 from headrace.core.naming import check_name
 from headrace.core.ports import bind
 from headrace.ops.dashboard import state as st
+from headrace.ops.dashboard import studies
 from headrace.store.versions import VersionNotFound
 
 STATIC_PACKAGE = "headrace.ops.dashboard_static"
@@ -140,6 +141,7 @@ class Api:
             (re.compile(r"/api/scorers"), {}, self.scorers),
             (re.compile(r"/api/dlq"), {"stream": NameParam("stream name", required=True),
                                        "max": IntParam(20, 0, 500)}, self.dlq),
+            (re.compile(r"/api/studies"), {}, self.studies),
         ]
 
     def handle(self, path: str, query: str) -> Any:
@@ -195,6 +197,9 @@ class Api:
 
     def scorers(self) -> dict[str, Any]:
         return {"scorers": self.state.scorers.view()}
+
+    def studies(self) -> dict[str, Any]:
+        return studies.studies(self.state.root)
 
     def dlq(self, *, stream: str, max: int) -> dict[str, Any]:
         return self.state.dlq(stream, max_letters=max)
