@@ -98,7 +98,9 @@ def tune_run(
             seed=seed)
     except ValidationError as exc:
         err = exc.errors()[0]
-        raise PermanentError(f"--{'-'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+        where = "-".join(str(p) for p in err["loc"]).replace("_", "-")
+        msg = err["msg"].removeprefix("Value error, ")
+        raise PermanentError(f"--{where}: {msg}" if where else msg) from None
     caps = RequestCaps.from_settings(s)
     tuning.check_study(root=s.dfs_root, config=config, caps=caps)  # one line before connecting
     result = tuning.run_study(root=s.dfs_root, conn=_context.connection(ctx), config=config,

@@ -101,6 +101,8 @@ def test_the_cli_refuses_a_bad_space_or_param_before_connecting(
     assert main([*base, "--space", "lr=1"]) == 1
     assert main([*base, "--space", "batch_size=8,16", "-p", "width=3"]) == 1
     assert main([*base, "--space", "batch_size=8,16", "--pruner", "asha"]) == 1
+    assert main([*base, "--space", "batch_size=8,16", "--metric", "rmse"]) == 1
+    assert main([*base, "--space", "batch_size=8,16", "--model-name", "Bad"]) == 1
     assert main(["--dfs-root", str(dfs), "tune", "show", "nosuch"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err == [
@@ -109,6 +111,9 @@ def test_the_cli_refuses_a_bad_space_or_param_before_connecting(
         "learning_rate, max_length, max_tokens",
         "headrace: invalid: TrainRequested: spec.width: Extra inputs are not permitted",
         "headrace: invalid: --pruner: Input should be 'median', 'hyperband' or 'none'",
+        "headrace: invalid: metric 'rmse': a classifier reports loss, accuracy, macro_f1",
+        "headrace: invalid: --model-name: invalid name 'Bad': use 1-63 of a-z 0-9 _ - starting "
+        "with a letter or digit",
         "headrace: invalid: no study nosuch (no studies/nosuch/study.json)"]
     assert not (dfs / "studies" / "s1").exists()
 

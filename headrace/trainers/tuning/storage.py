@@ -13,7 +13,14 @@ from typing import Literal
 import optuna
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from headrace.contracts import ModelSpec
 from headrace.core.errors import PermanentError, ValidationFailed
@@ -27,6 +34,9 @@ STUDIES = "studies"
 CONFIG = "study.json"
 JOURNAL = "journal.log"
 Pruner = Literal["median", "hyperband", "none"]
+# The validation metrics a job's evaluation reports (trainers.evaluation), by task.
+METRICS = {Task.CLASSIFIER: ("loss", "accuracy", "macro_f1"),
+           Task.REGRESSOR: ("loss", "rmse", "mae", "r2")}
 
 
 class StudyConfig(BaseModel):
@@ -47,6 +57,13 @@ class StudyConfig(BaseModel):
     metric: str = "loss"  # a validation metric the job's status.json holds
     pruner: Pruner = "median"
     seed: int = 0
+
+    @model_validator(mode="after")
+    def _known_metric(self) -> StudyConfig:
+        if self.metric not in METRICS[self.task]:
+            raise ValueError(f"metric {self.metric!r}: a {self.task.value} reports "
+                             f"{', '.join(METRICS[self.task])}")
+        return self
 
     @field_validator("params")
     @classmethod
