@@ -188,7 +188,7 @@ def _finish(root: Path, tracker: _Tracker, config: StudyConfig, number: int,
         return None
     value = st.metrics.get(config.metric)
     study = tracker.study
-    for key, attr in (("job_state", st.state.value), ("version", st.version),
+    for key, attr in (("job_id", job_id), ("job_state", st.state.value), ("version", st.version),
                       ("promoted", st.promoted), ("reason", st.reason)):
         tracker.set_attr(number, key, attr)
     stopped = _history(root, job_id).get("stopped_because")
