@@ -172,6 +172,15 @@ def test_a_restarted_tune_tells_the_trials_that_ended_meanwhile_and_runs_none_tw
     assert read_events(conn, topics.train_requests, TrainRequested, idle_s=0.5) == []
 
 
+def test_one_tune_process_drives_a_study_at_a_time(
+        dfs: Path, conn: KafkaConnection, topics: ControlTopics) -> None:
+    c = storage.write_config(dfs, config())
+    with storage.runner_lock(dfs, "st"), pytest.raises(
+            PermanentError, match="study st is being run by another `headrace tune`"):
+        run_study(root=dfs, conn=conn, config=c, trials=1, topics=topics)
+    assert storage.load_study(dfs, c).trials == []
+
+
 # -- the pruning stop rule -------------------------------------------------------------------
 
 

@@ -7,6 +7,10 @@ job (a local process or a pod mounting the same DFS) share one study.
 
 from __future__ import annotations
 
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -33,6 +37,7 @@ from headrace.trainers.tuning.space import spec_value
 STUDIES = "studies"
 CONFIG = "study.json"
 JOURNAL = "journal.log"
+RUNNER_LOCK = ".runner.lock"
 Pruner = Literal["median", "hyperband", "none"]
 # The validation metrics a job's evaluation reports (trainers.evaluation), by task.
 METRICS = {Task.CLASSIFIER: ("loss", "accuracy", "macro_f1"),
@@ -112,6 +117,21 @@ def read_config(root: Path, name: str) -> StudyConfig | None:
     except ValidationError as exc:
         raise ValidationFailed(f"study {name}: {CONFIG} unreadable: "
                                f"{exc.errors()[0]['msg']}") from None
+
+
+@contextmanager
+def runner_lock(root: Path, name: str) -> Iterator[None]:
+    """One ``headrace tune`` process drives a study at a time (trial jobs only report)."""
+    fd = os.open(study_dir(root, name) / RUNNER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise PermanentError(f"study {name} is being run by another `headrace tune` "
+                                 "(its lock is held); `headrace tune show` follows it") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def journal(root: Path, name: str) -> JournalStorage:

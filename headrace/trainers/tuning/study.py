@@ -115,6 +115,17 @@ def run_study(*, root: Path, conn: KafkaConnection, config: StudyConfig, trials:
         raise PermanentError("--trials and --parallel must be at least 1")
     space = check_study(root=root, config=config, caps=caps)
     config = storage.write_config(root, config)
+    with storage.runner_lock(root, config.name):
+        result = _run(root, conn, config, space, trials, parallel, topics, durability, poll_s,
+                      timeout_s, on_trial)
+    if promote_best and result.best is not None:
+        return _promote_best(root, conn, topics, result)
+    return result
+
+
+def _run(root: Path, conn: KafkaConnection, config: StudyConfig, space: Space, trials: int,
+         parallel: int, topics: ControlTopics, durability: api.Durability, poll_s: float,
+         timeout_s: float, on_trial: Callable[[TrialRow], None] | None) -> StudyResult:
     journal = storage.journal(root, config.name)
     study = storage.load_study(root, config, journal)
     tracker = _Tracker(study, journal)
@@ -147,10 +158,7 @@ def run_study(*, root: Path, conn: KafkaConnection, config: StudyConfig, trials:
                                  f"after {timeout_s:.0f}s; run the same command again to "
                                  "resume it")
         time.sleep(poll_s)
-    result = show_study(root=root, name=config.name)
-    if promote_best and result.best is not None:
-        return _promote_best(root, conn, topics, result)
-    return result
+    return show_study(root=root, name=config.name)
 
 
 def _publish(root: Path, conn: KafkaConnection, topics: ControlTopics,
@@ -186,6 +194,8 @@ def _finish(root: Path, tracker: _Tracker, config: StudyConfig, number: int,
         return None  # being rewritten: read it next time
     if st is None or st.state not in (JobState.SUCCEEDED, JobState.FAILED):
         return None
+    if tracker.trial(number).state in DONE:  # told already (by an earlier run)
+        return _row(root, tracker.trial(number))
     value = st.metrics.get(config.metric)
     study = tracker.study
     for key, attr in (("job_id", job_id), ("job_state", st.state.value), ("version", st.version),
