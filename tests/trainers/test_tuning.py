@@ -219,6 +219,9 @@ def test_the_prune_rule_reports_each_epoch_and_prunes_a_trial_behind_the_median(
     again = storage.load_study(dfs, c).trials
     assert again[bad.number].intermediate_values == {1: 2.0, 2: 1.9}
     assert again[good.number].intermediate_values == {1: 0.9, 2: 0.4}
+    # A late re-run of a trial the study has been told about trains on, without error.
+    study.tell(good.number, 0.4)
+    assert keep.after_epoch(4, {"val_loss": 0.3}) is None
 
 
 def test_the_prune_rule_never_fails_a_job_when_the_study_is_gone(
