@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -230,6 +231,14 @@ def test_the_prune_rule_never_fails_a_job_when_the_study_is_gone(
     assert rule.after_epoch(1, {"val_loss": 1.0}) is None
     assert rule.after_epoch(2, {"val_loss": 1.0}) is None
     assert "pruning off for this trial: study gone unreadable" in caplog.text
+
+
+def test_registering_the_rule_costs_a_job_that_is_no_trial_no_optuna_import() -> None:
+    code = ("import sys; import headrace.trainers.tuning.pruning; "
+            "assert 'optuna' not in sys.modules, 'optuna imported'")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
 
 
 # -- trials on Kubernetes --------------------------------------------------------------------

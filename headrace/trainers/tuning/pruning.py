@@ -12,14 +12,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-
-import optuna
+from typing import TYPE_CHECKING
 
 from headrace.contracts import TrainRequested, TriggerKind
 from headrace.core.errors import HeadraceError
 from headrace.core.settings import load_settings
 from headrace.trainers import stopping
-from headrace.trainers.tuning import storage
+
+if TYPE_CHECKING:
+    import optuna
 
 log = logging.getLogger("headrace.job")
 PRUNED = "pruned"
@@ -38,7 +39,7 @@ class PruneRule:
             return None
         try:
             trial, metric = self._open()
-        except (HeadraceError, OSError, KeyError, ValueError) as exc:
+        except (HeadraceError, OSError, KeyError, ValueError, ImportError) as exc:
             self._broken = True
             log.warning("pruning off for this trial: study %s unreadable: %s",
                         self.study_name, exc)
@@ -60,6 +61,10 @@ class PruneRule:
         return None
 
     def _open(self) -> tuple[optuna.Trial, str]:
+        import optuna  # only a trial pays for it
+
+        from headrace.trainers.tuning import storage
+
         config = storage.read_config(self.root, self.study_name)
         if config is None:
             raise KeyError(f"no {storage.CONFIG}")
