@@ -52,6 +52,7 @@ from headrace.trainers.tuning import (
     trial_request,
 )
 from tests.fixtures import eventually
+from tests.trainers.conftest import REPO
 
 Start = Callable[..., subprocess.Popen[bytes]]
 SPACE = "learning_rate=log:1e-3:1e-1 batch_size=16,32,64"
@@ -237,7 +238,7 @@ def test_registering_the_rule_costs_a_job_that_is_no_trial_no_optuna_import() ->
     code = ("import sys; import headrace.trainers.tuning.pruning; "
             "assert 'optuna' not in sys.modules, 'optuna imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=60, check=False, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
 
 
