@@ -85,7 +85,6 @@ def tune_run(
     from headrace.trainers.limits import RequestCaps
 
     tuning = _tuning()
-
     if name in tune_app_commands():
         raise PermanentError(f"{name!r} is a tune command, not a study name")
     s = _context.settings(ctx)
@@ -103,17 +102,18 @@ def tune_run(
         raise PermanentError(f"--{where}: {msg}" if where else msg) from None
     caps = RequestCaps.from_settings(s)
     tuning.check_study(root=s.dfs_root, config=config, caps=caps)  # one line before connecting
-    result = tuning.run_study(root=s.dfs_root, conn=_context.connection(ctx), config=config,
-                       trials=trials, parallel=parallel,
-                       topics=ControlTopics.with_prefix(topic_prefix), caps=caps,
-                       durability=(s.replication_factor, s.topic_config()),
-                       timeout_s=timeout, promote_best=promote_best, on_trial=_progress)
+    result = tuning.run_study(
+        root=s.dfs_root, conn=_context.connection(ctx), config=config, trials=trials,
+        parallel=parallel, topics=ControlTopics.with_prefix(topic_prefix), caps=caps,
+        durability=(s.replication_factor, s.topic_config()), timeout_s=timeout,
+        promote_best=promote_best, on_trial=_progress)
     _print(result)
 
 
 def _tuning() -> ModuleType:
     try:
         import headrace.trainers.tuning as tuning
+        from headrace.trainers.tuning import study  # noqa: F401 - Optuna, or the line below
     except ModuleNotFoundError as exc:
         if exc.name != "optuna":
             raise

@@ -242,6 +242,18 @@ def test_registering_the_rule_costs_a_job_that_is_no_trial_no_optuna_import() ->
     assert proc.returncode == 0, proc.stderr
 
 
+def test_without_optuna_tune_says_which_extra_to_install(tmp_path: Path) -> None:
+    (tmp_path / "optuna.py").write_text(
+        "raise ModuleNotFoundError('No module named optuna', name='optuna')\n")
+    code = "import sys; from headrace.cli import main; sys.exit(main())"
+    proc = subprocess.run([sys.executable, "-c", code, "--dfs-root", str(tmp_path), "tune",
+                           "show", "s1"], capture_output=True, text=True, timeout=60,
+                          check=False, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"})
+    assert (proc.returncode, proc.stderr) == (
+        2, "headrace: error: headrace tune needs Optuna (pip install 'headrace[trainer]')\n")
+
+
 # -- trials on Kubernetes --------------------------------------------------------------------
 
 
