@@ -77,7 +77,8 @@ def _register_optional() -> None:
     # Areas register themselves if present; each module is a thin shell over its package.
     import importlib
 
-    for mod in ("trainers_cmd", "code_cmd", "scorers_cmd", "ops_cmd", "topology_cmd"):
+    for mod in ("trainers_cmd", "code_cmd", "scorers_cmd", "ops_cmd", "topology_cmd",
+                "tune_cmd"):
         try:
             module = importlib.import_module(f"headrace.cli.{mod}")
         except ModuleNotFoundError as exc:
@@ -92,7 +93,8 @@ def _register_optional() -> None:
 
 _register_optional()
 for _group in app.registered_groups:
-    _group.cls = _HelpGroup
+    if not (isinstance(_group.cls, type) and issubclass(_group.cls, _HelpGroup)):
+        _group.cls = _HelpGroup  # a group with its own subclass (tune) keeps it
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,6 +44,7 @@ class TriggerKind(StrEnum):
     MANUAL = "manual"
     SCHEDULE = "schedule"
     EVENT = "event"
+    TUNE = "tune"  # a trial of a hyperparameter study (headrace.trainers.tuning)
 
 
 # Built-in model families (headrace.trainers.backends build each in both frameworks).

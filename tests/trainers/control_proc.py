@@ -40,7 +40,7 @@ def main() -> None:
         triggers=load_triggers(Path(cfg["triggers"]) if cfg.get("triggers") else None),
         app_id=cfg.get("app_id", "headrace-control"), max_attempts=cfg.get("max_attempts", 3),
         backoff_s=cfg.get("backoff_s", 0.2), now=now, tick_s=0.2,
-        caps=RequestCaps(**cfg.get("caps", {})))
+        caps=RequestCaps(**cfg.get("caps", {})), concurrency=cfg.get("concurrency"))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 from headrace.core.errors import HeadraceError, ValidationFailed
 from headrace.core.naming import check_name
 from headrace.core.ports import bind
-from headrace.ops.dashboard import records
+from headrace.ops.dashboard import records, studies
 from headrace.ops.dashboard import state as st
 from headrace.store.versions import VersionNotFound
 
@@ -141,6 +141,7 @@ class Api:
             (re.compile(r"/api/scorers"), {}, self.scorers),
             (re.compile(r"/api/dlq"), {"stream": NameParam("stream name", required=True),
                                        "max": IntParam(20, 0, 500)}, self.dlq),
+            (re.compile(r"/api/studies"), {}, self.studies),
         ]
 
     def handle(self, path: str, query: str) -> Any:
@@ -187,6 +188,9 @@ class Api:
 
     def scorers(self) -> dict[str, Any]:
         return {"scorers": self.state.scorers.view()}
+
+    def studies(self) -> dict[str, Any]:
+        return studies.studies(self.state.root)
 
     def dlq(self, *, stream: str, max: int) -> dict[str, Any]:
         return self.state.dlq(stream, max_letters=max)

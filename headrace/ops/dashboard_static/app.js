@@ -367,8 +367,32 @@ async function loadStreams() {
   box.replaceChildren(...parts);
 }
 
+async function loadStudies() {
+  // headrace tune: one table per study, its best trial marked with *.
+  const { studies, error } = await api("/api/studies");
+  const parts = error ? [el("p", { class: "muted" }, error)] : [];
+  for (const s of studies) {
+    if (s.error) { parts.push(el("h3", {}, s.name), el("p", { class: "error small" }, s.error)); continue; }
+    const states = Object.entries(s.states).map(([k, v]) => `${v} ${k}`).join(", ");
+    parts.push(el("h3", {}, `${s.name}: ${s.framework} ${s.model}, ${s.direction} ${s.metric} · ${states}`));
+    const best = s.best ? s.best.number : null;
+    parts.push(el("table", { class: "study" }, el("thead", {}, el("tr", {}, ...["trial", "state",
+      s.metric, "params", "job", "version"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...s.trials.map((t) => el("tr", {},
+        el("td", {}, `${t.number}${t.number === best ? " *" : ""}`),
+        el("td", {}, el("span", { class: `badge ${t.state}` }, t.state)),
+        el("td", {}, t.value === null ? "–" : Number(t.value).toPrecision(4)),
+        el("td", { class: "small" }, Object.entries(t.params).map(([k, v]) =>
+          `${k}=${typeof v === "number" ? Number(v.toPrecision(3)) : v}`).join(" ")),
+        el("td", { class: "small" }, t.job_id),
+        el("td", {}, t.version === null ? "" : `${t.version}${t.promoted ? " (promoted)" : ""}`))))));
+  }
+  if (!studies.length && !error) parts.push(el("p", { class: "muted" }, "no studies (headrace tune)"));
+  document.getElementById("studies").replaceChildren(...parts);
+}
+
 async function tick() {
-  for (const f of [loadOverview, loadJobs, loadModels, loadScorers, loadStreams]) {
+  for (const f of [loadOverview, loadJobs, loadModels, loadStudies, loadScorers, loadStreams]) {
     try { await f(); } catch (e) { console.error(f.name, e); }
   }
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
