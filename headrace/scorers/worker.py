@@ -86,6 +86,7 @@ class Outputs:
     letters: list[DeadLetter] = field(default_factory=list)
     scored_rows: int = 0
     row_timestamps_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    image_conversions: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -377,6 +378,12 @@ class Worker:
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
         for letter in out.letters:
             self.metrics.dead_letters.labels(stream=self.metrics.stream, stage=letter.stage).inc()
+        if out.image_conversions:
+            for conversion, n in out.image_conversions.items():
+                self.metrics.image_conversions.labels(stream=self.metrics.stream,
+                                                      conversion=conversion).inc(n)
+            log.warning("images converted to the model's channels in this batch: %s",
+                        out.image_conversions)
         self.last_progress = time.monotonic()
 
     # -- transform -----------------------------------------------------------------------
@@ -415,7 +422,8 @@ class Worker:
         if keep is not None:
             ys = [y[keep] for y in ys]
             decoded = decoded.take(keep)
-        out = Outputs(letters=[self._letter(batch, decoded, b) for b in bad])
+        out = Outputs(letters=[self._letter(batch, decoded, b) for b in bad],
+                      image_conversions=dict(decoded.conversions))
         msgs = decoded.message
         out.scored_rows = len(msgs)
         out.row_timestamps_ms = batch.timestamps_ms[msgs]

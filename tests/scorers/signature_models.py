@@ -70,6 +70,20 @@ def tf_digits(root: Path, name: str, *, seed: int = 0, alias: bool = True
     return _publish(root, m, lambda d: model.save(d / "model.keras"), alias), model
 
 
+def tf_rgb_digits(root: Path, name: str) -> tuple[ModelVersion, Any]:
+    """A tiny untrained Keras model taking 8x8 RGB images (for grey-into-colour inputs)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 3), name="image")
+    out = keras.layers.Dense(10, activation="softmax")(keras.layers.Flatten()(inp))
+    model = keras.Model(inp, out)
+    image = ModelInput(name="image", kind=InputKind.IMAGE, height=8, width=8, channels=3)
+    outputs = (ModelOutput(name="digit", kind=OutputKind.CLASSES, classes=DIGITS),)
+    m = _manifest(name, "tensorflow", (image,), outputs)
+    return _publish(root, m, lambda d: model.save(d / "model.keras"), True), model
+
+
 def seeded_mxnet(seed: int) -> Any:
     """``mxnet``, imported after setting the NumPy alias MXNet 1.9 needs, its RNG seeded."""
     import numpy

@@ -19,6 +19,7 @@ whose reasons name the input; the rest of the batch is scored.
 from __future__ import annotations
 
 import binascii
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,8 @@ class Decoded:
     is_arrow: np.ndarray  # bool, one per message
     arrow_tables: dict[int, pa.Table] = field(default_factory=dict)
     bad: list[BadInput] = field(default_factory=list)
+    # Images converted to the model's channels, by conversion ("L->RGB"): counted and logged.
+    conversions: Counter[str] = field(default_factory=Counter)
 
     @property
     def num_rows(self) -> int:
@@ -69,7 +72,7 @@ class Decoded:
     def take(self, keep: np.ndarray) -> Decoded:
         return Decoded(self.signature, {k: v[keep] for k, v in self.arrays.items()},
                        self.message[keep], self.row[keep], self.is_arrow, self.arrow_tables,
-                       self.bad)
+                       self.bad, self.conversions)
 
 
 def single_image(signature: Signature) -> ModelInput | None:
@@ -83,6 +86,7 @@ def decode_inputs(batch: RawBatch, signature: Signature,
     bad: list[BadInput] = []
     parts: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]] = []
     tables: dict[int, pa.Table] = {}
+    conversions: Counter[str] = Counter()
 
     records: list[dict[str, Any]] = []
     rec_msgs: list[int] = []
@@ -94,7 +98,7 @@ def decode_inputs(batch: RawBatch, signature: Signature,
             records.append(rec)
             rec_msgs.append(i)
     if records:
-        arrays, reasons = _records_group(records, signature, limits)
+        arrays, reasons = _records_group(records, signature, limits, conversions)
         msgs = np.asarray(rec_msgs, np.int64)
         parts.append(_keep(arrays, reasons, msgs, np.zeros(len(msgs), np.int32), bad, False))
 
@@ -113,7 +117,7 @@ def decode_inputs(batch: RawBatch, signature: Signature,
         def get(name: str, t: pa.Table = table, names: set[str] = names) -> pa.Array | None:
             return t.column(name) if name in names else None
 
-        arrays, reasons = _group(get, n, signature, limits)
+        arrays, reasons = _group(get, n, signature, limits, conversions)
         parts.append(_keep(arrays, reasons, np.full(n, i, np.int64),
                            np.arange(n, dtype=np.int32), bad, True))
 
@@ -132,7 +136,7 @@ def decode_inputs(batch: RawBatch, signature: Signature,
     if len(order) and not (order[1:] > order[:-1]).all():
         arrays = {k: v[order] for k, v in arrays.items()}
         msg, row = msg[order], row[order]
-    return Decoded(signature, arrays, msg, row, arrow, tables, bad)
+    return Decoded(signature, arrays, msg, row, arrow, tables, bad, conversions)
 
 
 def _keep(arrays: dict[str, np.ndarray], reasons: Reasons, msgs: np.ndarray, rows: np.ndarray,
@@ -148,12 +152,12 @@ def _keep(arrays: dict[str, np.ndarray], reasons: Reasons, msgs: np.ndarray, row
     return {k: v[keep] for k, v in arrays.items()}, msgs[keep], rows[keep]
 
 
-def _group(get: columns.Getter, n: int, signature: Signature, limits: Limits
-           ) -> tuple[dict[str, np.ndarray], Reasons]:
+def _group(get: columns.Getter, n: int, signature: Signature, limits: Limits,
+           conversions: Counter[str]) -> tuple[dict[str, np.ndarray], Reasons]:
     arrays: dict[str, np.ndarray] = {}
     reasons: Reasons = {}
     for inp in signature:
-        arrays[inp.name], why = columns.build(inp, get, n, limits)
+        arrays[inp.name], why = columns.build(inp, get, n, limits, conversions)
         for r, w in why.items():
             reasons.setdefault(r, w)
     return arrays, reasons
@@ -203,8 +207,8 @@ def _record(batch: RawBatch, i: int, value: bytes, image: ModelInput | None,
     return rec
 
 
-def _records_group(records: list[dict[str, Any]], signature: Signature, limits: Limits
-                   ) -> tuple[dict[str, np.ndarray], Reasons]:
+def _records_group(records: list[dict[str, Any]], signature: Signature, limits: Limits,
+                   conversions: Counter[str]) -> tuple[dict[str, np.ndarray], Reasons]:
     """JSON records to one Arrow array per field the signature names, then the common path."""
     n = len(records)
     pre: Reasons = {}
@@ -228,7 +232,7 @@ def _records_group(records: list[dict[str, Any]], signature: Signature, limits: 
             cols[inp.name] = _nested(values, inp, pre)
         else:
             cols[inp.name] = _texts(values, inp, pre)
-    arrays, reasons = _group(cols.get, n, signature, limits)
+    arrays, reasons = _group(cols.get, n, signature, limits, conversions)
     for r, w in reasons.items():
         pre.setdefault(r, w)
     return arrays, pre

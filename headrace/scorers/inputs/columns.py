@@ -7,6 +7,7 @@ element or token in Python; images are decoded one call per image (``images``).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.scorers import images
-from headrace.store import tokens
+from headrace.store import images, tokens
 from headrace.store.signature import InputKind, ModelInput
 
 Reasons = dict[int, str]
@@ -50,7 +50,9 @@ def _note(reasons: Reasons, rows: Any, why: str) -> None:
         reasons.setdefault(int(r), why)
 
 
-def build(inp: ModelInput, get: Getter, n: int, limits: Limits) -> tuple[np.ndarray, Reasons]:
+def build(inp: ModelInput, get: Getter, n: int, limits: Limits,
+          conversions: Counter[str] | None = None) -> tuple[np.ndarray, Reasons]:
+    """``conversions`` counts the images converted to the model's channels (by conversion)."""
     if inp.kind == InputKind.NUMERIC:
         return _numeric(inp, get, n)
     arr = get(inp.name)
@@ -61,7 +63,7 @@ def build(inp: ModelInput, get: Getter, n: int, limits: Limits) -> tuple[np.ndar
     if inp.kind == InputKind.TENSOR:
         return _tensor(inp, arr)
     if inp.kind == InputKind.IMAGE:
-        return _image(inp, arr, limits)
+        return _image(inp, arr, limits, conversions)
     return _strings(inp, arr)
 
 
@@ -166,7 +168,8 @@ def _tensor(inp: ModelInput, arr: pa.Array) -> tuple[np.ndarray, Reasons]:
     return out, reasons
 
 
-def _image(inp: ModelInput, arr: pa.Array, limits: Limits) -> tuple[np.ndarray, Reasons]:
+def _image(inp: ModelInput, arr: pa.Array, limits: Limits,
+           conversions: Counter[str] | None) -> tuple[np.ndarray, Reasons]:
     assert inp.height and inp.width and inp.channels
     n = len(arr)
     spec = images.ImageSpec(inp.height, inp.width, inp.channels, limits.max_image_pixels)
@@ -182,7 +185,10 @@ def _image(inp: ModelInput, arr: pa.Array, limits: Limits) -> tuple[np.ndarray, 
         _note(reasons, np.flatnonzero(np.asarray(arr.is_null(), bool)),
               f"input {inp.name!r} is missing")
     data = arr.take(pa.array(present)).to_pylist() if len(present) < n else arr.to_pylist()
-    decoded, errors = images.decode_batch(data, spec)
+    batch = images.decode_batch(data, spec)
+    decoded, errors = batch.pixels, batch.errors
+    if conversions is not None:
+        conversions.update(batch.conversions)
     out = decoded if len(present) == n else np.zeros((n, *inp.row_shape), np.float32)
     if len(present) < n:
         out[present] = decoded
