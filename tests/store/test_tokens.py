@@ -35,14 +35,18 @@ def test_token_ids_match_keras_text_vectorization() -> None:
 # space, line and paragraph separators, NEL), the ASCII whitespace Keras splits on (\t \n \v \f
 # \r), full-width forms, combining marks, upper case outside ASCII, emoji (with ZWJ and skin
 # tone), right-to-left scripts, unpaired-looking punctuation, empty and whitespace-only strings.
+# "FULL-width text!" in full-width forms (U+FF01..U+FF5E and the ideographic space).
+FULL_WIDTH = "".join(chr(0xFEE0 + ord(c)) if c != " " else "\u3000" for c in "FULL-width text!")
 UNICODE = [
     "check\u00a0my\u00a0balance", "check\u2003my\u2003balance", "check\u3000my\u3000balance",
     "check\u2028my\u2029balance\u0085now", "check\u2009my\u202fbalance\u205fnow",
     "tab\there\nnew\x0bvt\x0cff\rcr", "\x1cfile\x1dgroup\x1erecord\x1funit",
-    "ＦＵＬＬ－ｗｉｄｔｈ　ｔｅｘｔ！", "Cafe\u0301 cafe\u0301 CAFÉ café", "ÀÉÎÕÜ straße ΣΊΣΥΦΟΣ",
+    FULL_WIDTH,
+    "Cafe\u0301 cafe\u0301 CAFÉ café", "ÀÉÎÕÜ straße ΣΊΣΥΦΟΣ",
     "I ❤️ 🍕 and 👩‍👩‍👧 👍🏽 ok", "שלום עולם, מה שלומך?", "مرحبا بالعالم! كيف الحال؟",
     "mixed עברית and English.", "", " ", "\t\n ", "\u00a0", "\u3000\u3000",
-    "it's a dog's-life; 100% [sure] {yes} <no> ~ok~ `tick`", "«guillemets» “quotes” ‘single’",
+    "it's a dog's-life; 100% [sure] {yes} <no> ~ok~ `tick`",
+    "«guillemets» \u201cquotes\u201d \u2018single\u2019",
     "zero\u200bwidth\u200cjoin\u200dmark\ufeffbom", "a" * 40 + " " + "b" * 3,
     "HELLO hello HeLLo", "check my balance", "MY BALANCE, please!",
 ]
