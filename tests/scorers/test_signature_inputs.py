@@ -195,8 +195,8 @@ def test_tokens_map_text_to_ids_padded_and_cut() -> None:
 
 
 def test_two_models_with_one_signature_score_one_decoded_batch(tmp_path: Path) -> None:
+    from headrace.scorers.core import score_inputs
     from headrace.scorers.models import load_model
-    from headrace.scorers.worker import score_inputs
 
     sm.tf_digits(tmp_path, "a", seed=1)
     sm.tf_digits(tmp_path, "b", seed=2)
