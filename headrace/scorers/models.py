@@ -78,10 +78,18 @@ def load_model(*, root: Path, name: str, alias: str, device: str, max_batch: int
     Raises ``IntegrityError``/``VersionNotFound`` (refuse: keep serving the current model) or
     ``RetriableError`` (DFS trouble: try again later).
     """
+    return load_ref(root=root, ref=f"{name}@{alias}", device=device, max_batch=max_batch,
+                    sizes=sizes)
+
+
+def load_ref(*, root: Path, ref: str, device: str, max_batch: int,
+             sizes: Sizing | None = None) -> LoadedModel:
+    """``load_model`` for any reference ``versions.resolve`` takes (``NAME``, ``NAME:VERSION``,
+    ``NAME@ALIAS``)."""
     try:
-        mv = resolve(root, f"{name}@{alias}")
+        mv = resolve(root, ref)
     except OSError as exc:
-        raise RetriableError(f"reading {name}@{alias} from the DFS failed: {exc}") from exc
+        raise RetriableError(f"reading {ref} from the DFS failed: {exc}") from exc
     m = mv.manifest
     sizes = sizes or Sizing()
     if is_tabular(m):
