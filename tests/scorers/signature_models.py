@@ -134,6 +134,26 @@ def tf_tensor(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVersio
     return _publish(root, m, lambda d: model.save(d / "model.keras"), alias), model
 
 
+def mx_tensor(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVersion, Any]:
+    mx = seeded_mxnet(5)
+
+    class Net(mx.gluon.nn.HybridBlock):
+        def __init__(self) -> None:
+            super().__init__()
+            self.out = mx.gluon.nn.Dense(2)
+
+        def hybrid_forward(self, F: Any, x: Any) -> Any:
+            return F.softmax(self.out(F.flatten(x)))
+
+    net = Net()
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    net(mx.nd.zeros((1, 4, 3)))
+    outputs = (ModelOutput(name="scores", kind=OutputKind.CLASSES, classes=("no", "yes")),)
+    m = _manifest(name, "mxnet", (GRID,), outputs, family="mlp")
+    return _publish(root, m, lambda d: net.export(str(d / "model"), epoch=0), alias), net
+
+
 VOCAB = ("good", "bad", "great", "awful", "fine", "movie", "plot", "the")
 TEXT = ModelInput(name="text", kind=InputKind.TEXT, dtype="string", max_length=8)
 
