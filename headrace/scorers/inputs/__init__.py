@@ -32,7 +32,7 @@ from headrace.core.errors import ValidationFailed
 from headrace.core.limits import MAX_RECORD_BYTES
 from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES, check_size
 from headrace.scorers.decoding import BadInput, is_arrow_mask
-from headrace.scorers.inputs import columns
+from headrace.scorers.inputs import columns, json_columns
 from headrace.scorers.inputs.columns import Limits, Reasons
 from headrace.store.signature import InputKind, ModelInput
 from headrace.streams import headers as hdr
@@ -88,19 +88,29 @@ def decode_inputs(batch: RawBatch, signature: Signature,
     tables: dict[int, pa.Table] = {}
     conversions: Counter[str] = Counter()
 
-    records: list[dict[str, Any]] = []
-    rec_msgs: list[int] = []
-    image = single_image(signature)
-    for i in np.flatnonzero(~arrow).tolist():
-        value = batch.values[i]
-        rec = _record(batch, i, value, image, bad)
-        if rec is not None:
-            records.append(rec)
-            rec_msgs.append(i)
-    if records:
-        arrays, reasons = _records_group(records, signature, limits, conversions)
-        msgs = np.asarray(rec_msgs, np.int64)
-        parts.append(_keep(arrays, reasons, msgs, np.zeros(len(msgs), np.int32), bad, False))
+    json_msgs = np.flatnonzero(~arrow)
+    columnar = json_columns.read(batch.values if len(json_msgs) == len(batch) else
+                                 [batch.values[i] for i in json_msgs.tolist()], signature)
+    if columnar is not None:
+        arrays, reasons = _columns_group(columnar, len(json_msgs), signature, limits,
+                                         conversions)
+        parts.append(_keep(arrays, reasons, json_msgs.astype(np.int64),
+                           np.zeros(len(json_msgs), np.int32), bad, False))
+    else:
+        records: list[dict[str, Any]] = []
+        rec_msgs: list[int] = []
+        image = single_image(signature)
+        for i in json_msgs.tolist():
+            value = batch.values[i]
+            rec = _record(batch, i, value, image, bad)
+            if rec is not None:
+                records.append(rec)
+                rec_msgs.append(i)
+        if records:
+            arrays, reasons = _records_group(records, signature, limits, conversions)
+            msgs = np.asarray(rec_msgs, np.int64)
+            parts.append(_keep(arrays, reasons, msgs, np.zeros(len(msgs), np.int32), bad,
+                               False))
 
     for i in np.flatnonzero(arrow).tolist():
         try:
@@ -232,6 +242,25 @@ def _records_group(records: list[dict[str, Any]], signature: Signature, limits: 
             cols[inp.name] = _nested(values, inp, pre)
         else:
             cols[inp.name] = _texts(values, inp, pre)
+    arrays, reasons = _group(cols.get, n, signature, limits, conversions)
+    for r, w in reasons.items():
+        pre.setdefault(r, w)
+    return arrays, pre
+
+
+def _columns_group(table: pa.Table, n: int, signature: Signature, limits: Limits,
+                   conversions: Counter[str]) -> tuple[dict[str, np.ndarray], Reasons]:
+    """JSON records parsed as one Arrow table (``json_columns``): images arrive as base64
+    strings and are decoded to bytes here, with the per-record path's reasons."""
+    pre: Reasons = {}
+    cols: dict[str, pa.Array] = {}
+    names = set(table.column_names)
+    for inp in signature:
+        for c in (inp.columns if inp.kind == InputKind.NUMERIC else (inp.name,)):
+            if c in names:
+                cols[c] = table.column(c).combine_chunks()
+        if inp.kind == InputKind.IMAGE and inp.name in cols:
+            cols[inp.name] = _image_bytes(cols[inp.name].to_pylist(), inp, pre)
     arrays, reasons = _group(cols.get, n, signature, limits, conversions)
     for r, w in reasons.items():
         pre.setdefault(r, w)
