@@ -15,7 +15,7 @@ from headrace.core.errors import PermanentError, RetriableError
 from headrace.scorers import sizing
 from headrace.scorers.adapters import InputsFn, ModelFn, adapter_for, buckets
 from headrace.scorers.inputs import Signature, signature_bytes
-from headrace.scorers.inputs.columns import empty
+from headrace.scorers.inputs.codecs import codec
 from headrace.store.manifest import Manifest
 from headrace.store.signature import InputKind, ModelOutput
 from headrace.store.versions import resolve
@@ -158,7 +158,8 @@ def warm_inputs(model: LoadedModel, *, call_rows: int) -> None:
     assert model.inputs_fn is not None
     t0 = time.perf_counter()
     for size in buckets(min(call_rows, WARM_UP_LIMIT)):
-        ys = model.inputs_fn({inp.name: empty(inp, size) for inp in model.signature})
+        ys = model.inputs_fn({inp.name: codec(inp.kind).empty(inp, size)
+                              for inp in model.signature})
         want = [(size, o.width) for o in model.outputs]
         if [y.shape for y in ys] != want:
             raise PermanentError(f"{model.ref}: output shapes {[y.shape[1:] for y in ys]} do "

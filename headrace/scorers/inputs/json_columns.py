@@ -16,12 +16,12 @@ import io
 from collections.abc import Sequence
 from itertools import repeat
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.json as pj
 
 from headrace.core.limits import MAX_RECORD_BYTES
-from headrace.store.signature import InputKind, ModelInput
+from headrace.scorers.inputs import codecs
+from headrace.store.signature import ModelInput
 
 MIN_RECORDS = 64  # below this the per-record path is as fast
 _BLOCK = 1 << 20  # parse blocks of ~1 MiB: both cores get work on a big batch
@@ -55,20 +55,7 @@ def read(values: Sequence[bytes], signature: Sequence[ModelInput]) -> pa.Table |
 
 
 def _schema(signature: Sequence[ModelInput]) -> pa.Schema | None:
-    fields: list[pa.Field] = []
-    for inp in signature:
-        if inp.kind == InputKind.NUMERIC:
-            fields += [pa.field(c, pa.float64()) for c in inp.columns]
-        elif inp.kind in (InputKind.TEXT, InputKind.CATEGORY, InputKind.IMAGE):
-            fields.append(pa.field(inp.name, pa.string()))  # images: base64 text
-        elif inp.kind == InputKind.TENSOR:
-            leaf = pa.int64() if inp.dtype and np.issubdtype(np.dtype(inp.dtype), np.integer) \
-                else pa.float64()
-            t: pa.DataType = leaf
-            for _ in inp.shape:
-                t = pa.list_(t)
-            fields.append(pa.field(inp.name, t))
-        else:
-            return None
+    fields = [pa.field(f, c.json_type(inp)) for inp in signature
+              for c in (codecs.codec(inp.kind),) for f in c.fields(inp)]
     names = [f.name for f in fields]
     return None if len(set(names)) != len(names) else pa.schema(fields)
