@@ -24,7 +24,9 @@ INPUTS = Path(__file__).resolve().parents[2] / "headrace" / "scorers" / "inputs"
 
 
 def test_every_input_kind_has_a_scorer_codec() -> None:
-    assert set(codecs.REGISTRY) == {k.value for k in InputKind}
+    assert set(codecs.REGISTRY) == {k.value for k in InputKind.inputs()}
+    with pytest.raises(codecs.UnknownKind):  # a label is a column's kind, never an input's
+        codecs.codec(InputKind.LABEL)
 
 
 def test_an_unknown_kind_fails_loudly_and_names_the_known_ones() -> None:
