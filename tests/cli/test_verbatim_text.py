@@ -27,7 +27,10 @@ def _failed_job(dfs: Path) -> str:
 
 def test_jobs_list_and_show_print_a_reason_with_brackets_verbatim(
         dfs: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "400")  # one line per row: the reason is not folded
+    from headrace.cli import trainers_cmd
+
+    # One line per row, so the reason is not folded (the console's width is set at import).
+    monkeypatch.setattr(trainers_cmd.console, "width", 400)
     jid = _failed_job(dfs)
     assert main(["--dfs-root", str(dfs), "jobs", "show", jid]) == 1  # a failed job
     assert REASON in capsys.readouterr().out
@@ -38,7 +41,9 @@ def test_jobs_list_and_show_print_a_reason_with_brackets_verbatim(
 def test_a_dataset_whose_columns_and_labels_hold_brackets_prints_them(
         dfs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COLUMNS", "200")
+    from headrace.cli import datasets_cmd
+
+    monkeypatch.setattr(datasets_cmd.console, "width", 200)
     path = tmp_path / "d.jsonl"
     path.write_text("".join(f'{{"[b]size": {i}, "label": "[red]{i % 2}"}}\n' for i in range(20)))
     assert main(["--dfs-root", str(dfs), "datasets", "put", str(path)]) == 0
