@@ -87,13 +87,20 @@ def apply_cmd(
     cluster: ClusterOpt,
     namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
     dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="Print the objects instead of creating them.")] = False,
+        "--dry-run", help="List the creates, patches and deletes an apply would make (reads "
+        "the cluster, changes nothing).")] = False,
+    render: Annotated[bool, typer.Option(
+        "--render", help="Print the objects as YAML instead (no cluster needed).")] = False,
+    context: Annotated[str | None, typer.Option(
+        "--context", help="The kubeconfig context (default: its current one).")] = None,
     previous: PreviousOpt = None,
     chart: ChartOpt = None,
 ) -> None:
-    """Render the chart with the plan's values; create or patch the scorer objects and the
-    executor's RBAC in the current Kubernetes context."""
+    """Render the chart with the plan's values and apply the scorer objects and the executor's
+    RBAC as one ApplySet: create or patch each, delete what an earlier apply made and this one
+    no longer wants."""
     _, lines = commands.run_apply(cluster_path=cluster, namespace=namespace, dry_run=dry_run,
-                                 previous_path=previous, chart=chart)
+                                 render=render, context=context, previous_path=previous,
+                                 chart=chart)
     for line in lines:
         typer.echo(line.rstrip("\n"))

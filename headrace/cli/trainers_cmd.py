@@ -20,7 +20,9 @@ from headrace.core.errors import ConfigError, PermanentError
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import api
 from headrace.trainers.executors.base import ExitCode
+from headrace.trainers.jobs import JobStatus
 from headrace.trainers.limits import RequestCaps
+from headrace.trainers.outcome import job_outcome, stored_gate
 
 console = Console()
 jobs_app = typer.Typer(help="Inspect training jobs (their status.json on the DFS).",
@@ -154,11 +156,20 @@ def jobs_list(ctx: typer.Context) -> None:
     table.add_column("try", justify="right", no_wrap=True)
     table.add_column("created (UTC)", no_wrap=True)
     table.add_column("reason", overflow="fold", ratio=1)
-    for st in api.list_jobs(root=_context.base_settings(ctx).dfs_root):
+    root = _context.base_settings(ctx).dfs_root
+    for st in api.list_jobs(root=root):
         table.add_row(st.job_id, st.model_name, _FW.get(st.framework, st.framework),
                       st.state.value, str(st.attempts), st.created_at[5:16].replace("T", " "),
-                      escape(st.reason.splitlines()[0][:120]) if st.reason else "")
+                      escape(_reason(root, st)))
     console.print(table)
+
+
+def _reason(root: Path, st: JobStatus) -> str:
+    """Why a job failed; for a finished one, the gate's outcome (``kept: why``)."""
+    gate = stored_gate(root, st.model_name, st.version) if st.promoted is False else None
+    found = job_outcome(st.model_dump(mode="json"), gate)
+    text = found.line() if found is not None else st.reason or ""
+    return text.splitlines()[0][:160] if text else ""
 
 
 _FW = {"tensorflow": "tf", "mxnet": "mx"}

@@ -41,6 +41,7 @@ class Outputs:
     letters: list[DeadLetter] = field(default_factory=list)
     scored_rows: int = 0
     row_timestamps_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    received_ms: float = -1.0  # when the scorer consumed the batch (RawBatch.received_ms)
     image_conversions: dict[str, int] = field(default_factory=dict)
     # The message (index in the batch) each output came from: one per JSON value, one per Arrow
     # value (re-scoring writes each next to its source record).

@@ -13,8 +13,14 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                   10.0, 30.0, 60.0)
+from headrace.core.quantiles import bucket_quantile
+
+# Steps of ~10-25% from 1 ms to 300 s: a p99 between 10 and 100 ms lands in a bucket a few ms
+# wide (and is interpolated inside it), and a backlog of minutes still has a bound.
+LATENCY_BUCKETS = (0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.008, 0.01, 0.0125, 0.015, 0.0175,
+                   0.02, 0.025, 0.03, 0.035, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1, 0.125,
+                   0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0,
+                   15.0, 30.0, 60.0, 120.0, 300.0)
 BATCH_BUCKETS = (1, 8, 64, 256, 1024, 4096, 8192, 16384, 65536, 262144, 1048576)
 
 
@@ -41,13 +47,13 @@ class VectorHistogram(Collector):
             self.sum += total
 
     def quantile(self, q: float) -> float:
-        """Upper bound of the bucket holding quantile ``q`` (for logs and tests)."""
+        """Quantile ``q`` interpolated inside its bucket (for logs and tests); 0 when empty."""
         with self._lock:
             cum = np.cumsum(self.counts)
-        if cum[-1] == 0:
-            return 0.0
-        i = int(np.searchsorted(cum, q * cum[-1], side="left"))
-        return float(self.bounds[i]) if i < len(self.bounds) else float("inf")
+        points = [*zip(self.bounds.tolist(), cum[:-1].tolist(), strict=True),
+                  (float("inf"), float(cum[-1]))]
+        value = bucket_quantile(points, q)
+        return 0.0 if value is None else value
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
         with self._lock:
@@ -84,6 +90,18 @@ class ScorerMetrics:
             "From the input record's CreateTime to its prediction being acknowledged.",
             LATENCY_BUCKETS, lab)
         r.register(self.latency)
+        # The latency above, split where the scorer received the record: waiting (in the
+        # topic, behind a backlog or a scorer that was not running) and scoring.
+        self.waiting = VectorHistogram(
+            "headrace_scorer_wait_seconds",
+            "From the input record's CreateTime to the scorer receiving it (time in the topic).",
+            LATENCY_BUCKETS, lab)
+        r.register(self.waiting)
+        self.scoring = VectorHistogram(
+            "headrace_scorer_scoring_seconds",
+            "From the scorer receiving the input record to its prediction being acknowledged.",
+            LATENCY_BUCKETS, lab)
+        r.register(self.scoring)
         self.lag = Gauge("headrace_scorer_consumer_lag",
                          "High watermark - position per partition (under-reported on Tansu, "
                          "whose high watermark after a multi-record batch is too low).",

@@ -258,6 +258,7 @@ class Worker:
         if model is None:  # never: the loop starts after the first model is loaded
             raise FatalError("no model loaded")
         out = self.core.score(batch, model, ahead)
+        out.received_ms = batch.received_ms
         offsets = batch.next_offsets()
         if self.transactional:
             if self._deliver_transaction(out, offsets):
@@ -280,6 +281,10 @@ class Worker:
         ts = out.row_timestamps_ms
         ts = ts[ts >= 0]
         self.metrics.latency.observe_many(np.maximum(now_ms - ts, 0.0) / 1000.0)
+        if out.received_ms >= 0:  # split at receipt: waiting + scoring = the latency above
+            got = np.maximum(ts, out.received_ms)
+            self.metrics.waiting.observe_many(np.maximum(got - ts, 0.0) / 1000.0)
+            self.metrics.scoring.observe_many(np.maximum(now_ms - got, 0.0) / 1000.0)
         self.metrics.rows.inc(out.scored_rows)
         self.metrics.messages.inc(messages)
         self.metrics.batch_rows.observe(out.scored_rows + len(out.letters))

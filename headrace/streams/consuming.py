@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import operator
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,7 @@ class RawBatch:
     offsets: np.ndarray  # int64
     timestamps_ms: np.ndarray  # int64 CreateTime (or LogAppendTime), -1 when absent
     sources: list[Any]  # per message: a consumed Message, or its headers as a list (or None)
+    received_ms: float = -1.0  # wall clock when the first of these was consumed; -1 unknown
 
     def __len__(self) -> int:
         return len(self.values)
@@ -68,13 +70,15 @@ class RawBatch:
         self.offsets = np.concatenate([self.offsets, other.offsets])
         self.timestamps_ms = np.concatenate([self.timestamps_ms, other.timestamps_ms])
         self.sources += other.sources
+        if self.received_ms < 0:
+            self.received_ms = other.received_ms
 
     def select(self, keep: np.ndarray) -> RawBatch:
         idx = np.flatnonzero(keep).tolist()
         return RawBatch(
             [self.values[i] for i in idx], [self.keys[i] for i in idx],
             [self.topics[i] for i in idx], self.partitions[idx], self.offsets[idx],
-            self.timestamps_ms[idx], [self.sources[i] for i in idx],
+            self.timestamps_ms[idx], [self.sources[i] for i in idx], self.received_ms,
         )
 
     def single_topic(self) -> str | None:
@@ -133,6 +137,7 @@ def _columns(msgs: list[Any]) -> RawBatch:  # Message objects, typed loosely for
         # (type, ms); librdkafka gives -1 ms when there is none.
         np.fromiter(map(_second, map(getter.timestamp, msgs)), np.int64, n),
         msgs,
+        time.time() * 1000.0 if n else -1.0,
     )
 
 

@@ -3,7 +3,8 @@
 Public entry points: :func:`load_cluster` (the input), :func:`plan_placement` (the pure,
 deterministic, sticky planner), :func:`chart_values` (the Helm values for ``helm/headrace``,
 the one source of the Kubernetes objects; :mod:`headrace.topology.chart` renders them), and
-the command functions in :mod:`headrace.topology.commands`.
+the command functions in :mod:`headrace.topology.commands` (``apply`` keeps its objects as a
+KEP-3659 ApplySet, :mod:`headrace.topology.applyset`, and prunes what it no longer renders).
 """
 
 from headrace.topology.cluster import ClusterSpec, load_cluster, parse_cluster

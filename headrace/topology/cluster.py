@@ -170,6 +170,8 @@ class Deploy(_Frozen):
 
     namespace: str = Field(default="headrace", pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
     image: str = "ghcr.io/headrace/headrace:0.1.0"
+    # The CUDA image, for scorer groups that request GPUs (Containerfile.gpu).
+    gpu_image: str = Field(default="ghcr.io/headrace/headrace:0.1.0-gpu", alias="gpuImage")
     dfs_claim: str = Field(default="headrace-dfs", alias="dfsClaim", pattern=_K8S_NAME)
     dfs_root: str = Field(default="/dfs", alias="dfsRoot", pattern=r"^/")
     kafka_secret: str = Field(default="headrace-kafka", alias="kafkaSecret", pattern=_K8S_NAME)

@@ -12,14 +12,15 @@ from typing import Any
 
 import yaml
 
-from headrace.core.errors import ConfigError, RetriableError
+from headrace.topology import kube_access
+from headrace.topology.applyset import ApplySet, apply_set, plan_changes
 from headrace.topology.chart import applied_objects
 from headrace.topology.cluster import ClusterSpec, load_cluster
+from headrace.topology.kube_rest import Rest
 from headrace.topology.placement import Plan, load_plan, moved_partitions
 from headrace.topology.planning import plan_placement
 from headrace.topology.validation import validate_all
 from headrace.topology.values import ScorerOptions, chart_values
-from headrace.trainers.executors.kubernetes import load_kube_config
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ def build_objects(*, cluster: ClusterSpec, plan: Plan, namespace: str | None = N
                   chart: Path | None = None) -> list[dict[str, Any]]:
     """The chart's scorer objects + executor RBAC for ``plan``, validated (strict)."""
     values = plan_values(cluster=cluster, plan=plan, options=options)
+    # apply mounts the claim `helm install` made (or the cluster file names); it creates no PVC.
+    values["dfs"] = {**values.get("dfs", {}), "existingClaim": cluster.deploy.dfs_claim}
     return validate_all(applied_objects(values, namespace=namespace or cluster.deploy.namespace,
                                         chart=chart))
 
@@ -90,95 +93,31 @@ def run_explain(*, cluster_path: Path, previous_path: Path | None = None) -> Pla
     return plan_placement(cluster=cluster, previous=previous)
 
 
-_CORE = {"ServiceAccount": "service_account", "Service": "service"}
-_APPS = {"StatefulSet": "stateful_set", "Deployment": "deployment"}
-# The client would send a whole object as a JSON Patch (its first content type), which the
-# API server refuses; a whole object is a strategic merge (built-in kinds) or a merge patch.
-_STRATEGIC = "application/strategic-merge-patch+json"
-_MERGE = "application/merge-patch+json"
-_CUSTOM = {"ScaledObject": "scaledobjects", "TriggerAuthentication": "triggerauthentications",
-           "ServiceMonitor": "servicemonitors"}
-
-
-def apply_manifests(manifests: list[dict[str, Any]], *, api_client: Any) -> list[str]:
-    """Create each object, or patch it when it exists; return one line per object."""
-    from kubernetes import client
-
-    apis = {
-        "v1": client.CoreV1Api(api_client), "apps/v1": client.AppsV1Api(api_client),
-        "policy/v1": client.PolicyV1Api(api_client),
-        "rbac.authorization.k8s.io/v1": client.RbacAuthorizationV1Api(api_client),
-    }
-    custom = client.CustomObjectsApi(api_client)
-    done = []
-    for m in manifests:
-        kind, ns, name = m["kind"], m["metadata"]["namespace"], m["metadata"]["name"]
-        if kind in _CUSTOM:
-            group, version = m["apiVersion"].split("/")
-            plural = _CUSTOM[kind]
-            create = _bind(custom.create_namespaced_custom_object, group, version, ns, plural, m)
-            patch = _bind(custom.patch_namespaced_custom_object, group, version, ns, plural,
-                          name, m, _content_type=_MERGE)
-        else:
-            snake = _CORE.get(kind) or _APPS.get(kind) or {
-                "PodDisruptionBudget": "pod_disruption_budget", "Role": "role",
-                "RoleBinding": "role_binding"}[kind]
-            api = apis[m["apiVersion"]]
-            create = _bind(getattr(api, f"create_namespaced_{snake}"), ns, m)
-            patch = _bind(getattr(api, f"patch_namespaced_{snake}"), name, ns, m,
-                          _content_type=_STRATEGIC)
-        try:
-            create()
-            done.append(f"created {kind}/{name}")
-        except Exception as exc:
-            if getattr(exc, "status", None) != 409:
-                raise _api_error(exc) from None
-            try:
-                patch()
-            except Exception as exc2:
-                raise _api_error(exc2) from None
-            done.append(f"patched {kind}/{name}")
-    return done
-
-
-def _bind(fn: Any, *args: Any, **kw: Any) -> Any:
-    return lambda: fn(*args, **kw)
-
-
-def _api_error(exc: BaseException) -> Exception:
-    status = getattr(exc, "status", None)
-    if status is None:
-        return RetriableError(f"no reachable Kubernetes cluster: {_one_line(exc)}")
-    return ConfigError(f"Kubernetes API refused the object ({status}): "
-                       f"{_one_line(getattr(exc, 'reason', exc))}")
-
-
-def _one_line(exc: Any) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0][:300] if lines else type(exc).__name__
-
-
 def kube_api_client(context: str | None = None) -> Any:
-    """The API client from in-cluster config or the kubeconfig; one-line error if neither."""
-    from kubernetes import client
-
-    try:
-        load_kube_config(context=context)
-    except ConfigError as exc:
-        raise RetriableError(f"no reachable Kubernetes cluster: {exc}") from None
-    return client.ApiClient()
+    """The API client from the kubeconfig or the pod's service account; one-line errors."""
+    return kube_access.api_client(context=context)
 
 
 def run_apply(*, cluster_path: Path, namespace: str | None = None, dry_run: bool = False,
-              previous_path: Path | None = None, api_client: Any = None,
-              chart: Path | None = None,
+              render: bool = False, previous_path: Path | None = None, api_client: Any = None,
+              context: str | None = None, chart: Path | None = None,
               options: ScorerOptions | None = None) -> tuple[Plan, list[str]]:
-    """Plan, render the chart, validate, then print (dry run) or create/patch every object."""
+    """Plan, render the chart, validate, then apply the objects as one ApplySet (creating,
+    patching, and deleting what an earlier apply made and this one no longer wants).
+
+    ``render``: the objects as YAML, no cluster needed. ``dry_run``: the creates, patches and
+    deletes an apply would make (reads the cluster, changes nothing).
+    """
     cluster = load_cluster(cluster_path)
     previous = load_plan(previous_path) if previous_path else None
     plan = plan_placement(cluster=cluster, previous=previous)
-    manifests = build_objects(cluster=cluster, plan=plan, namespace=namespace, chart=chart,
+    ns = namespace or cluster.deploy.namespace
+    aset = ApplySet(namespace=ns)
+    manifests = build_objects(cluster=cluster, plan=plan, namespace=ns, chart=chart,
                               options=options)
+    if render:
+        return plan, [yaml.safe_dump_all([aset.member(m) for m in manifests], sort_keys=False)]
+    rest = Rest(api_client or kube_api_client(context))
     if dry_run:
-        return plan, [yaml.safe_dump_all(manifests, sort_keys=False)]
-    return plan, apply_manifests(manifests, api_client=api_client or kube_api_client())
+        return plan, [c.line(done=False) for c in plan_changes(rest, aset, manifests)]
+    return plan, [c.line(done=True) for c in apply_set(rest, aset, manifests)]

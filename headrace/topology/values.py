@@ -79,6 +79,8 @@ def deploy_values(deploy: Deploy) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if deploy.image != default.image:
         out["image"] = image_values(deploy.image)
+    if deploy.gpu_image != default.gpu_image:
+        out["gpuImage"] = image_values(deploy.gpu_image)
     if deploy.kafka_secret != default.kafka_secret:
         out["kafka"] = {"existingSecret": deploy.kafka_secret}
     if deploy.dfs_claim != default.dfs_claim:

@@ -69,6 +69,9 @@ class JobStatus(BaseModel):
     version: int | None = None
     promoted: bool | None = None
     gate_reasons: list[str] = Field(default_factory=list)
+    # The gate's outcome (trainers.outcome): promoted / kept / refused; None in older jobs.
+    result: str | None = None
+    held_by: list[str] = Field(default_factory=list)
 
 
 def create_request(root: Path, request: TrainRequested) -> tuple[str, bool]:

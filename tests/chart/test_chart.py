@@ -42,7 +42,17 @@ def planner_values() -> dict[str, Any]:
     return chart_values(plan=plan_placement(cluster=cluster), deploy=cluster.deploy)
 
 
-VALUE_SETS: dict[str, dict[str, Any]] = {
+# The DFS needs a ReadWriteMany class or an existing claim (the schema requires one).
+DFS = {"storageClassName": "cephfs"}
+MSK = "b-1.msk.example:9096,b-2.msk.example:9096,b-3.msk.example:9096"
+
+
+def with_dfs(values: dict[str, Any]) -> dict[str, Any]:
+    dfs = values.get("dfs", {})
+    return values if dfs.get("existingClaim") else {**values, "dfs": {**DFS, **dfs}}
+
+
+_VALUE_SETS: dict[str, dict[str, Any]] = {
     "default": {},
     "cpu-only": {"scorerGroups": [{**GROUP, "gpu": 0, "podPartitions": [[0, 2], [1, 3]]}],
                  "trainer": {"executor": "local"}},
@@ -62,12 +72,37 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "existing-secret": {"kafka": {"existingSecret": "corp-kafka", "bootstrap": "",
                                   "sasl": {"enabled": True, "mechanism": "SCRAM-SHA-256"},
                                   "tls": {"enabled": True, "caSecret": "corp-ca"}},
+                        # the bootstrap is in that Secret: the brokers' ports are given
+                        "networkPolicy": {"kafka": {"ports": [9093]}},
                         "keda": {"enabled": True}, "scorerGroups": [GROUP]},
     "schedules": {"controlPlane": {"triggers": {"schedules": [SCHEDULE]}},
                   "schedules": {"cronJobs": True},
                   "limits": {"maxLayers": 16, "maxParameters": 10_000_000, "maxEpochs": 100,
                              "maxGpus": 8, "maxWorkers": 4, "maxDatasetBytes": 10**11}},
+    # MSK over SASL/SCRAM (9096) with NodeLocal DNS, a private registry, IRSA and a mixed fleet.
+    "msk-nodelocal": {
+        "kafka": {"bootstrap": MSK, "tls": {"enabled": True},
+                  "sasl": {"enabled": True, "username": "u", "password": "p"}},
+        "networkPolicy": {"dns": {"preset": "nodelocal"}, "kafka": {"extraPorts": [9098]}},
+        "imagePullSecrets": ["regcred", {"name": "mirror"}],
+        "serviceAccount": {"annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/hr"},
+                           "roleAnnotations": {"control": {"owner": "ml-platform"}}},
+        "scorerGroups": [GROUP, {**GROUP, "name": "clicks-cpu", "gpu": 0, "partitions": [4]}],
+        "controlPlane": {"triggers": {"schedules": [SCHEDULE]}}, "schedules": {"cronJobs": True},
+    },
+    # Strimzi with mTLS: the cluster CA Secret and the KafkaUser's Secret; OpenShift DNS.
+    "strimzi-mtls-openshift": {
+        "kafka": {"bootstrap": "my-cluster-kafka-bootstrap.kafka.svc:9093",
+                  "tls": {"enabled": True, "caSecret": "my-cluster-cluster-ca-cert",
+                          "clientCertSecret": "headrace-user"}},
+        "networkPolicy": {"dns": {"preset": "openshift"}},
+        "keda": {"enabled": True}, "scorerGroups": [GROUP],
+        "controlPlane": {"triggers": {"schedules": [SCHEDULE]}}, "schedules": {"cronJobs": True},
+    },
+    "existing-service-accounts": {"serviceAccount": {"create": False, "name": "corp"},
+                                  "scorerGroups": [GROUP]},
 }
+VALUE_SETS = {name: with_dfs(v) for name, v in _VALUE_SETS.items()}
 
 
 @pytest.fixture(scope="module")
@@ -145,18 +180,22 @@ def test_network_policies_let_scorers_and_trainers_reach_dns_kafka_and_the_dfs_o
         chart: Any) -> None:
     values = {"networkPolicy": {"dfs": [{"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}],
                                          "ports": [{"port": 2049, "protocol": "TCP"}]}]}}
-    docs = render_docs(chart, values)
+    docs = render_docs(chart, with_dfs(values))
     pols = {p["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]: p["spec"]
             for p in kinds(docs, "NetworkPolicy")}
     assert set(pols) == {"scorer", "trainer", "schedule", "control-plane"}
     for component, spec in pols.items():
         assert spec["policyTypes"] == ["Ingress", "Egress"]
         ports = [sorted(p["port"] for p in rule.get("ports", [])) for rule in spec["egress"]]
-        assert ports[:3] == [[53, 53], [9092, 9093], [2049]], component
+        # DNS, the bootstrap's one port (kafka-bootstrap.kafka.svc:9092), the DFS rule
+        assert ports[:3] == [[53, 53], [9092], [2049]], component
         extra = spec["egress"][3:]
-        # Trainers also reach each other (multi-worker jobs); nothing else goes anywhere.
+        # Trainers also reach each other on the gang's ports; nothing else goes anywhere.
+        gang = [{"port": 2222, "protocol": "TCP"}, {"port": 9091, "protocol": "TCP"},
+                {"port": 32768, "endPort": 60999, "protocol": "TCP"}]
         peers = {"trainer": [{"to": [{"podSelector": {"matchLabels": {
-            "app.kubernetes.io/name": "headrace", "app.kubernetes.io/component": "trainer"}}}]}],
+            "app.kubernetes.io/name": "headrace", "app.kubernetes.io/component": "trainer"}}}],
+            "ports": gang}],
             "control-plane": [{"ports": [{"port": 443, "protocol": "TCP"},
                                          {"port": 6443, "protocol": "TCP"}]}]}
         assert extra == peers.get(component, []), component
@@ -185,8 +224,8 @@ def test_sasl_password_is_only_in_the_secret_and_mounted_as_a_file(rendered: Any
 
 
 def test_bumping_credentials_revision_rolls_pods(chart: Any) -> None:
-    [ctl] = kinds(render_docs(chart, {"kafka": {"credentialsRevision": "2024-06-rotation"}}),
-                  "Deployment")
+    values = with_dfs({"kafka": {"credentialsRevision": "2024-06-rotation"}})
+    [ctl] = kinds(render_docs(chart, values), "Deployment")
     assert ctl["spec"]["template"]["metadata"]["annotations"] == {
         "headrace.io/credentials-revision": "2024-06-rotation"}
 
@@ -323,8 +362,17 @@ def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any)
     {"dfs": {"root": "relative/path"}},
     {"replicaCount": 3},
     {"scorer": {"decodeProcesses": -1}},
+    {"networkPolicy": {"dns": {"preset": "coredns"}}},
+    {"networkPolicy": {"kafka": {"extraPorts": [70000]}}},
+    {"gpuImage": {"repository": "r", "tag": "t", "digest": "latest"}},
+    {"scorerGroups": [{**GROUP, "image": {"repo": "x"}}]},
+    {"serviceAccount": {"annotations": {"a": 1}}},
+    {"imagePullSecrets": [{"secret": "x"}]},
+    {"kafka": {"tls": {"clientCertSecret": "user"}}},  # a client certificate needs TLS on
 ])
 def test_values_schema_rejects_bad_values(chart: Any, bad: dict[str, Any]) -> None:
+    bad = with_dfs(bad)  # so each case fails for its own reason
+    chart.validate_schema(chart.merge_values(with_dfs({})))
     with pytest.raises(helm.HelmValuesError):
         chart.validate_schema(chart.merge_values(bad))
     with pytest.raises(helm.HelmError):

@@ -9,7 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from prometheus_client import generate_latest
 
-from headrace.ops.dashboard.state import scrape
+from headrace.ops.dashboard.scrape import scrape
 from headrace.scorers.metrics import ScorerMetrics
 
 

@@ -10,8 +10,10 @@ from kubernetes import client as k
 
 from headrace.cli.topology_cmd import app
 from headrace.core.errors import ConfigError
+from headrace.topology.applyset import ApplySet
 from headrace.topology.cluster import load_cluster
 from headrace.topology.live import cluster_from_live
+from tests.topology.fake_api import FakeApiServer, fake_client
 
 
 def node(name: str, rack: str, gpus: int = 0, unschedulable: bool = False) -> k.V1Node:
@@ -100,12 +102,12 @@ def test_plan_command_prints_a_table_and_writes_values_manifests_and_plan(
     assert json.loads(again.output)["moved_partitions"] == 0
 
 
-def test_explain_and_dry_run_apply(cluster_file: Path) -> None:
+def test_explain_and_rendered_apply(cluster_file: Path) -> None:
     from typer.testing import CliRunner
 
     res = CliRunner().invoke(app, ["explain", "--cluster", str(cluster_file)])
     assert res.output.strip() == "every decision is local: 12 partitions read in-rack"
-    res = CliRunner().invoke(app, ["apply", "--cluster", str(cluster_file), "--dry-run",
+    res = CliRunner().invoke(app, ["apply", "--cluster", str(cluster_file), "--render",
                                    "-n", "ml"])
     docs = list(yaml.safe_load_all(res.output))
     assert res.exit_code == 0 and {d["metadata"]["namespace"] for d in docs} == {"ml"}
@@ -122,9 +124,9 @@ def test_cli_errors_are_one_line_with_a_non_zero_exit(
     assert err.count("\n") == 1 and "cluster file not found" in err
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "no-kubeconfig"))
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    assert main(["topology", "apply", "--cluster", str(cluster_file)]) == 1
+    assert main(["topology", "apply", "--cluster", str(cluster_file)]) == 2  # configuration
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "no reachable Kubernetes cluster" in err
+    assert err.count("\n") == 1 and "no Kubernetes configuration" in err
 
 
 APPLIED = ("rbac.yaml", "scorers.yaml", "keda.yaml", "servicemonitor.yaml")
@@ -145,13 +147,15 @@ def test_dry_run_apply_is_the_chart_rendered_with_the_plan_values(
 
     data = yaml.safe_load(cluster_file.read_text())
     data["trainer"] = {"workers": 2}
-    data["deploy"] = {"image": "reg.example:5000/ml/headrace:1.2", "kafkaSecret": "corp-kafka"}
+    data["deploy"] = {"image": "reg.example:5000/ml/headrace:1.2",
+                      "gpuImage": "reg.example:5000/ml/headrace:1.2-gpu",
+                      "kafkaSecret": "corp-kafka", "dfsClaim": "shared-cephfs"}
     cluster_file.write_text(yaml.safe_dump(data))
     values_file = tmp_path / "v.yaml"
     plan = CliRunner().invoke(app, ["plan", "--cluster", str(cluster_file),
                                     "--values-out", str(values_file)])
     assert plan.exit_code == 0, plan.output
-    applied = CliRunner().invoke(app, ["apply", "--cluster", str(cluster_file), "--dry-run",
+    applied = CliRunner().invoke(app, ["apply", "--cluster", str(cluster_file), "--render",
                                        "-n", "ml"])
     assert applied.exit_code == 0, applied.output
     docs = [d for d in yaml.safe_load_all(applied.output) if d]
@@ -165,7 +169,8 @@ def test_dry_run_apply_is_the_chart_rendered_with_the_plan_values(
             for d in yaml.safe_load_all(text):
                 if d:
                     d["metadata"]["namespace"] = "ml"
-                    expected.append(d)
+                    # apply labels its objects as members of its ApplySet, not Helm's
+                    expected.append(ApplySet(namespace="ml").member(d))
 
     assert sorted(docs, key=_kind_name) == sorted(expected, key=_kind_name)
     assert sorted({d["kind"] for d in docs}) == [
@@ -175,56 +180,23 @@ def test_dry_run_apply_is_the_chart_rendered_with_the_plan_values(
     # leave the training pods Pending)
     assert "scheduling.volcano.sh" not in str(role["rules"])
     pod = next(d for d in docs if d["kind"] == "StatefulSet")["spec"]["template"]["spec"]
-    assert pod["containers"][0]["image"] == "reg.example:5000/ml/headrace:1.2"
-
-
-class FakeApiServer:
-    """The transport under the real kubernetes client: it records each request and keeps the
-    objects by URL, answering as an API server would (201, 409 on an existing name, 200 on a
-    patch, 415 for a whole object sent as a JSON Patch)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, Any] = {}
-        self.requests: list[tuple[str, str, str | None]] = []
-
-    def request(self, method: str, url: str, headers: dict[str, str] | None = None,
-                body: Any = None, **_: Any) -> Any:
-        import urllib3
-        from kubernetes.client import rest
-
-        path = urllib3.util.parse_url(url).path or ""
-        ctype = (headers or {}).get("Content-Type")
-        self.requests.append((method, path, ctype))
-        if method == "POST":
-            path = f"{path}/{body['metadata']['name']}"
-            status = 409 if path in self.objects else 201
-        elif ctype == "application/json-patch+json" and not isinstance(body, list):
-            status = 415
-        else:
-            status = 200 if path in self.objects else 404
-        if status in (200, 201):
-            self.objects[path] = body
-        resp = urllib3.HTTPResponse(body=json.dumps(body if status < 300 else {}).encode(),
-                                    status=status, headers={"Content-Type": "application/json"},
-                                    preload_content=True)
-        return rest.RESTResponse(resp)
+    assert pod["containers"][0]["image"] == "reg.example:5000/ml/headrace:1.2-gpu"
 
 
 def test_apply_creates_then_patches_every_object_through_the_kubernetes_client(
     cluster_file: Path,
 ) -> None:
-    from kubernetes.client import ApiClient
-
     from headrace.topology import commands
 
     server = FakeApiServer()
-    api = ApiClient()
-    api.rest_client = server
-    _, dry = commands.run_apply(cluster_path=cluster_file, namespace="ml", dry_run=True)
+    api = fake_client(server)
+    _, dry = commands.run_apply(cluster_path=cluster_file, namespace="ml", render=True)
     manifests = [d for d in yaml.safe_load_all(dry[0]) if d]
     _, first = commands.run_apply(cluster_path=cluster_file, namespace="ml", api_client=api)
     assert first == [f"created {m['kind']}/{m['metadata']['name']}" for m in manifests]
+    parent = server.objects.pop("/api/v1/namespaces/ml/configmaps/headrace-topology")
     assert sorted(server.objects.values(), key=_kind_name) == sorted(manifests, key=_kind_name)
+    server.objects["/api/v1/namespaces/ml/configmaps/headrace-topology"] = parent
     assert "/apis/apps/v1/namespaces/ml/statefulsets/headrace-clicks-r1" in server.objects
     assert "/apis/rbac.authorization.k8s.io/v1/namespaces/ml/roles/headrace-control" in (
         server.objects)
@@ -232,17 +204,15 @@ def test_apply_creates_then_patches_every_object_through_the_kubernetes_client(
     assert again == [f"patched {m['kind']}/{m['metadata']['name']}" for m in manifests]
     patches = {ctype for method, _, ctype in server.requests if method == "PATCH"}
     assert patches == {"application/strategic-merge-patch+json"}
+    assert not any(method == "DELETE" for method, _, _ in server.requests)
 
 
 def test_keda_objects_are_applied_through_the_custom_objects_api(cluster_file: Path) -> None:
-    from kubernetes.client import ApiClient
-
     from headrace.topology import commands
     from headrace.topology.values import ScorerOptions
 
     server = FakeApiServer()
-    api = ApiClient()
-    api.rest_client = server
+    api = fake_client(server)
     opts = ScorerOptions(mode="consumer-group", keda=True, service_monitor=True)
     for _ in range(2):
         commands.run_apply(cluster_path=cluster_file, namespace="ml", api_client=api,
@@ -261,7 +231,7 @@ def test_apply_without_the_chart_is_a_one_line_error(
 ) -> None:
     from headrace.cli import main
 
-    code = main(["topology", "apply", "--cluster", str(cluster_file), "--dry-run",
+    code = main(["topology", "apply", "--cluster", str(cluster_file), "--render",
                  "--chart", str(tmp_path / "nowhere")])
     err = capsys.readouterr().err
     assert code != 0 and err.count("\n") == 1 and "Helm chart not found" in err

@@ -59,7 +59,7 @@ def test_static_scorer_objects_validate_and_carry_the_plan(planned: Any) -> None
     assert env["HEADRACE_CLIENT_RACK"] == "r1" and env["HEADRACE_SCORER_DEVICE"] == "gpu:0"
     assert env["HEADRACE_SCORER_DECODE_PROCESSES"] == str(cluster.deploy.decode_processes)
     assert pod["terminationGracePeriodSeconds"] > int(env["HEADRACE_SCORER_GRACE_S"])
-    assert c["image"] == cluster.deploy.image
+    assert c["image"] == cluster.deploy.gpu_image  # a GPU group: the CUDA image
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert c["resources"]["requests"]["nvidia.com/gpu"] == "1"
     assert c["livenessProbe"]["httpGet"]["path"] == "/livez"
@@ -83,11 +83,12 @@ def test_deploy_settings_in_the_cluster_file_reach_the_objects(make_cluster: Any
                                                                 three_racks: Any) -> None:
     cluster = make_cluster(**three_racks, deploy={
         "namespace": "ml", "image": "reg.example:5000/ml/headrace@sha256:" + "a" * 64,
-        "dfsClaim": "shared-cephfs", "kafkaSecret": "corp-kafka", "graceSeconds": 45})
+        "gpuImage": "reg.example:5000/ml/headrace:1.2-gpu", "dfsClaim": "shared-cephfs",
+        "kafkaSecret": "corp-kafka", "graceSeconds": 45})
     objs = build_objects(cluster=cluster, plan=plan_placement(cluster=cluster))
     pod = by_kind(objs, "StatefulSet")[0]["spec"]["template"]["spec"]
     c = pod["containers"][0]
-    assert c["image"] == cluster.deploy.image
+    assert c["image"] == "reg.example:5000/ml/headrace:1.2-gpu"  # the planned groups use GPUs
     assert pod["terminationGracePeriodSeconds"] == 55
     assert {"name": "dfs", "persistentVolumeClaim": {"claimName": "shared-cephfs"}} in pod[
         "volumes"]

@@ -23,6 +23,7 @@ from urllib.parse import parse_qs, urlsplit
 from headrace.core.errors import HeadraceError, ValidationFailed
 from headrace.core.naming import check_name
 from headrace.core.ports import bind
+from headrace.ops.dashboard import records
 from headrace.ops.dashboard import state as st
 from headrace.store.versions import VersionNotFound
 
@@ -120,7 +121,7 @@ def static_files() -> dict[str, tuple[bytes, str]]:
     return out
 
 
-JOB_STATUSES = ("queued", "running", "retrying", "succeeded", "failed", "duplicate")
+JOB_STATUSES = ("queued", "running", "retrying", "succeeded", "failed", "duplicate", "unknown")
 
 
 class Api:
@@ -151,45 +152,36 @@ class Api:
 
     def overview(self) -> dict[str, Any]:
         s = self.state.settings
-        return {"streams": list(s.streams), "dfs_root": str(s.dfs_root),
+        streams = self.state.streams()
+        return {"streams": [x["name"] for x in streams], "stream_details": streams,
+                "configured_streams": list(s.streams), "dfs_root": str(s.dfs_root),
                 "kafka": self.state.conn.bootstrap if self.state.conn else None,
                 "kafka_error": self.state.kafka_error, "job_events": self.state.jobs.events}
 
     def jobs(self, *, limit: int, status: str | None) -> dict[str, Any]:
-        listed = self.state.jobs.list(limit=limit, status=status)
-        seen = {j["job_id"] for j in listed}
-        on_dfs = st.dfs_jobs(self.state.root, limit=limit)
-        for job_id, info in on_dfs.items():
-            if job_id in seen or len(listed) >= limit:
-                continue
-            js = info.get("status") or {}
-            state = js.get("state") or "unknown"
-            if status is None or state == status:
-                listed.append({"job_id": job_id, "status": state, "source": "dfs",
-                               "model_name": (info.get("request") or {}).get("model_name"),
-                               "progress": 1.0 if state == "succeeded" else None,
-                               "attempt": js.get("attempts"), "metrics": js.get("metrics") or {},
-                               "last_ts": js.get("updated_at")})
-        return {"jobs": listed}
+        return {"jobs": self.state.job_rows(limit=limit, status=status)}
 
     def job(self, job_id: str, *, logs: int) -> dict[str, Any]:
         job_id = _name(job_id, "job id")
         view = self.state.jobs.get(job_id, logs=logs)
-        dfs = st.dfs_jobs(self.state.root, limit=10_000).get(job_id)
+        dfs = records.dfs_jobs(self.state.root, limit=10_000).get(job_id)
         if view is None and dfs is None:
             raise ApiError(HTTPStatus.NOT_FOUND, f"no job {job_id}")
         out = view or {"job_id": job_id, "status": "unknown", "logs": []}
         out["dfs"] = dfs
-        out["log_file"] = st.job_log_file(self.state.root, job_id, lines=logs) if logs else []
+        detail = records.job_detail(self.state.root, job_id) if dfs else {"history": None}
+        # The DFS's word wins, but an unknown there keeps what the job's events said.
+        out.update({k: v for k, v in detail.items() if v is not None or k not in out})
+        out["log_file"] = records.job_log_file(self.state.root, job_id, lines=logs) if logs else []
         return out
 
     def models(self) -> dict[str, Any]:
-        return {"models": st.models(self.state.root)}
+        return {"models": records.models(self.state.root)}
 
     def model_version(self, name: str, version: str) -> dict[str, Any]:
         name = _name(name, "model name")
         try:
-            return st.model_version(self.state.root, name, _version(version))
+            return records.model_version(self.state.root, name, _version(version))
         except VersionNotFound as exc:
             raise ApiError(HTTPStatus.NOT_FOUND, str(exc)) from None
 

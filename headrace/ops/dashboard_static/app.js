@@ -1,7 +1,9 @@
 "use strict";
-// Polls the JSON API and renders four panels. Text goes through textContent only (no HTML
-// injection from topic data); the confusion matrix is drawn on a canvas.
-const state = { streams: [], selectedModel: null, selectedJob: null };
+// Polls the JSON API and renders the panels. Text goes through textContent only (no HTML
+// injection from topic data); the confusion matrix is drawn on a canvas, training curves are
+// inline SVG built element by element.
+const state = { streams: [], details: [], selectedModel: null, selectedJob: null, scorers: [] };
+const SVG = "http://www.w3.org/2000/svg";
 
 async function api(path) {
   const r = await fetch(path, { cache: "no-store" });
@@ -14,50 +16,198 @@ function el(tag, attrs = {}, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (k === "class") e.className = v; else if (k === "onclick") e.onclick = v;
-    else e.setAttribute(k, v);
+    else if (v !== undefined && v !== null) e.setAttribute(k, v);
   }
   for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(c ?? ""));
   return e;
 }
 
+function svg(tag, attrs = {}, text) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, String(v));
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// "what to run next": text parts, commands given as ["cmd", "..."] become <code>.
+function hint(...parts) {
+  return el("span", { class: "empty" }, ...parts.map((p) => Array.isArray(p) ? el("code", {}, p[1]) : p));
+}
+
+function emptyRow(colspan, ...parts) {
+  return el("tr", {}, el("td", { colspan }, hint(...parts)));
+}
+
 const fmt = (x, d = 1) => x === null || x === undefined ? "–" : Number(x).toFixed(d);
-const ms = (s) => s === null || s === undefined ? "–" : (s * 1000).toFixed(1) + " ms";
-const metricsText = (m) => Object.entries(m || {}).slice(0, 4)
-  .map(([k, v]) => `${k}=${typeof v === "number" ? v.toFixed(3) : v}`).join(" ");
+
+// Seconds as ms / s / min; `above`: the quantile is past the histogram's last bound.
+function dur(s, above) {
+  if (s === null || s === undefined) return "–";
+  const p = above ? "> " : "";
+  if (s < 0.01) return `${p}${(s * 1000).toFixed(2)} ms`;
+  if (s < 1) return `${p}${(s * 1000).toFixed(1)} ms`;
+  if (s < 120) return `${p}${s.toFixed(1)} s`;
+  return `${p}${(s / 60).toFixed(1)} min`;
+}
+
+const PREFERRED = ["accuracy", "val_accuracy", "macro_f1", "loss", "val_loss", "rmse", "mae", "r2"];
+function metricsText(m, n = 3) {
+  const keys = Object.keys(m || {}).filter((k) => !k.includes("."));
+  keys.sort((a, b) => (PREFERRED.indexOf(a) + 1 || 99) - (PREFERRED.indexOf(b) + 1 || 99));
+  return keys.slice(0, n).map((k) => {
+    const v = m[k];
+    return `${k} ${typeof v === "number" ? v.toFixed(3) : v}`;
+  }).join(" · ");
+}
+
+function outcomeBadge(o) {
+  if (!o || !o.result) return el("span", { class: "badge", title: "unknown: an older job" }, "–");
+  return el("span", { class: `badge ${o.result}`, "data-outcome": o.result }, o.result);
+}
+
+function clip(text, n) {
+  return text && text.length > n ? text.slice(0, n - 1) + "…" : text || "";
+}
 
 async function loadOverview() {
   const o = await api("/api/overview");
   state.streams = o.streams;
+  state.details = o.stream_details || [];
+  const streams = o.streams.length ? o.streams.join(", ") : "none yet";
   document.getElementById("overview").textContent =
-    `Kafka ${o.kafka || "not configured"} · DFS ${o.dfs_root} · streams ${o.streams.join(", ")}` +
+    `Kafka ${o.kafka || "not configured"} · DFS ${o.dfs_root} · streams ${streams}` +
     (o.kafka_error ? ` · ${o.kafka_error}` : "");
+}
+
+// --- jobs ---------------------------------------------------------------------------------
+
+function progressCell(j) {
+  if (j.status === "succeeded" || j.status === "failed") {
+    const t = j.training;
+    if (!t) return el("td", { class: "muted small nowrap" }, j.status === "failed" ? "" : "done");
+    const best = t.best_epoch ? `, best ${t.best_epoch}` : "";
+    const why = t.stopped_because ? ` (${t.stopped_because.replace(/_/g, " ")})` : "";
+    return el("td", { class: "muted small" }, `${t.epochs_run ?? t.epochs} epochs${best}${why}`);
+  }
+  const bar = el("div", { class: "bar" }, el("div"));
+  bar.firstChild.style.width = `${Math.round((j.progress ?? 0) * 100)}%`;
+  return el("td", { class: "nowrap" }, bar, el("span", { class: "muted small" },
+    j.epoch ? ` epoch ${j.epoch}` : ""));
+}
+
+function gateCell(j) {
+  if (j.status === "failed")
+    return el("td", { class: "small error wrap", title: j.reason || "" }, clip(j.reason, 110));
+  if (j.status !== "succeeded") return el("td", {}, "");
+  const o = j.outcome || {};
+  return el("td", { class: "small wrap", title: o.reason || "" }, outcomeBadge(j.outcome),
+    el("span", { class: `reason ${o.result || ""}` }, clip(o.reason, 110)));
 }
 
 async function loadJobs() {
   const { jobs } = await api("/api/jobs?limit=50");
   const body = document.querySelector("#jobs tbody");
-  body.replaceChildren(...jobs.map((j) => {
-    const bar = el("div", { class: "bar" }, el("div"));
-    bar.firstChild.style.width = `${Math.round((j.progress ?? 0) * 100)}%`;
-    return el("tr", { class: "clickable", onclick: () => showJob(j.job_id) },
-      el("td", {}, j.job_id), el("td", {}, j.model_name || ""),
-      el("td", {}, el("span", { class: `badge ${j.status}` }, j.status)),
-      el("td", {}, bar), el("td", {}, String(j.attempt ?? "")),
-      el("td", { class: "small" }, metricsText(j.metrics)),
-      el("td", { class: "muted small" }, (j.last_ts || "").slice(11, 19)));
-  }));
-  if (!jobs.length) body.append(el("tr", {}, el("td", { colspan: 7, class: "muted" }, "no jobs yet")));
+  body.replaceChildren(...jobs.map((j) => el("tr", {
+    class: "clickable" + (state.selectedJob === j.job_id ? " selected" : ""),
+    onclick: () => showJob(j.job_id), "data-job": j.job_id },
+  el("td", { class: "nowrap" }, j.job_id), el("td", { class: "wrap" }, j.model_name || ""),
+  el("td", {}, el("span", { class: `badge ${j.status}` }, j.status)),
+  gateCell(j), progressCell(j), el("td", { class: "num" }, String(j.attempt ?? "")),
+  el("td", { class: "small" }, metricsText(j.metrics)),
+  el("td", { class: "muted small nowrap" }, (j.last_ts || "").slice(11, 19)))));
+  if (!jobs.length) body.append(emptyRow(8, "no jobs yet: train one with ",
+    ["cmd", "headrace train NAME -f tensorflow -d datasets/demo.parquet"], " (",
+    ["cmd", "headrace datasets make-demo"], " makes that dataset), or run ", ["cmd", "headrace demo"]));
   if (state.selectedJob) await showJob(state.selectedJob, false);
 }
 
 async function showJob(id, toggle = true) {
-  const pre = document.getElementById("job-logs");
-  if (toggle && state.selectedJob === id && !pre.hidden) { pre.hidden = true; state.selectedJob = null; return; }
+  const box = document.getElementById("job-detail");
+  if (toggle && state.selectedJob === id && !box.hidden) {
+    box.hidden = true; state.selectedJob = null; return;
+  }
   state.selectedJob = id;
   const j = await api(`/api/jobs/${encodeURIComponent(id)}?logs=200`);
-  pre.textContent = [...(j.logs || []), ...(j.log_file || [])].join("\n") || "(no log lines)";
-  pre.hidden = false;
+  document.getElementById("job-title").textContent = `${id}${j.model_name ? " · " + j.model_name : ""}`;
+  const o = j.outcome;
+  const line = document.getElementById("job-outcome");
+  line.className = `reason ${o ? o.result : ""}`;
+  line.textContent = o ? (o.reason ? `${o.result}: ${o.reason}` : o.result) +
+    (o.held_by && o.held_by.length ? ` (held by ${o.held_by.join(", ")})` : "") : "";
+  drawCurves(document.getElementById("job-curves"), j.history);
+  document.getElementById("job-logs").textContent =
+    [...(j.logs || []), ...(j.log_file || [])].join("\n") || "(no log lines)";
+  box.hidden = false;
+  for (const tr of document.querySelectorAll("#jobs tbody tr"))
+    tr.classList.toggle("selected", tr.dataset.job === id);
 }
+
+// --- training curves ------------------------------------------------------------------------
+
+// One chart per metric family (loss, then accuracy or the regressor's metric), train solid
+// and validation dashed, the best epoch marked.
+function drawCurves(box, h) {
+  if (!h || h.error || !h.epochs || !h.epochs.length) {
+    box.replaceChildren(hint(h && h.error ? h.error : "no training curves: its job kept no " +
+      "per-epoch history (jobs/ID/history.json; older trainers did not write one)"));
+    return;
+  }
+  const bases = [];
+  for (const k of Object.keys(h.series)) {
+    const b = k.replace(/^val_/, "");
+    if (b !== "learning_rate" && !bases.includes(b)) bases.push(b);
+  }
+  bases.sort((a, b) => (a === "loss" ? -1 : b === "loss" ? 1 : 0));
+  const charts = bases.slice(0, 3).map((b) => chart(b, h.epochs, h.series[b], h.series["val_" + b],
+    h.best_epoch));
+  const stop = h.stopped_because ? `, stopped: ${h.stopped_because.replace(/_/g, " ")}` : "";
+  const caption = el("div", { class: "muted small", style: "flex-basis: 100%" },
+    `${h.epochs_run ?? h.epochs.length} epochs run` +
+    (h.best_epoch ? `, best epoch ${h.best_epoch}` : "") + stop);
+  box.replaceChildren(...charts, caption);
+}
+
+function chart(name, epochs, train, val, best) {
+  const W = 280, H = 170, L = 44, R = 8, T = 18, B = 26;
+  const s = svg("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img",
+    "aria-label": `${name} per epoch`, class: "curve", "data-metric": name });
+  const all = [...(train || []), ...(val || [])].filter((v) => v !== null && Number.isFinite(v));
+  if (!all.length) return s;
+  let lo = Math.min(...all), hi = Math.max(...all);
+  if (hi === lo) { hi += 0.5; lo -= 0.5; }
+  const e0 = epochs[0], e1 = epochs[epochs.length - 1];
+  const x = (e) => L + (e1 === e0 ? 0.5 : (e - e0) / (e1 - e0)) * (W - L - R);
+  const y = (v) => T + (1 - (v - lo) / (hi - lo)) * (H - T - B);
+  s.append(svg("text", { x: L, y: 12, "font-size": 12, "font-weight": 600, fill: "#1d2330" }, name));
+  s.append(svg("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#9ca3af" }));
+  s.append(svg("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#9ca3af" }));
+  for (const v of [lo, hi]) {
+    s.append(svg("text", { x: L - 4, y: y(v) + 4, "font-size": 10, "text-anchor": "end",
+      fill: "#6b7280" }, Math.abs(v) >= 100 ? v.toFixed(0) : v.toPrecision(3)));
+  }
+  for (const e of [e0, e1]) {
+    s.append(svg("text", { x: x(e), y: H - B + 14, "font-size": 10, "text-anchor": "middle",
+      fill: "#6b7280" }, String(e)));
+  }
+  if (best && best >= e0 && best <= e1) {
+    s.append(svg("line", { x1: x(best), y1: T, x2: x(best), y2: H - B, stroke: "#1b8a4a",
+      "stroke-dasharray": "2 3" }));
+  }
+  const line = (vals, color, dash, label, k) => {
+    if (!vals) return;
+    const pts = epochs.map((e, i) => [e, vals[i]]).filter(([, v]) => v !== null && Number.isFinite(v));
+    if (!pts.length) return;
+    s.append(svg("polyline", { points: pts.map(([e, v]) => `${x(e).toFixed(1)},${y(v).toFixed(1)}`).join(" "),
+      fill: "none", stroke: color, "stroke-width": 1.8, "stroke-dasharray": dash, class: `series ${label}` }));
+    s.append(svg("text", { x: W - R - 4 - k * 48, y: 12, "font-size": 10, "text-anchor": "end",
+      fill: color }, label));
+  };
+  line(train, "#2456d6", "", "train", 1);
+  line(val, "#d97706", "5 3", "val", 0);
+  return s;
+}
+
+// --- models ---------------------------------------------------------------------------------
 
 async function loadModels() {
   const { models } = await api("/api/models");
@@ -65,19 +215,29 @@ async function loadModels() {
   const rows = [];
   for (const m of models) {
     for (const v of m.versions) {
-      rows.push(el("tr", { class: "clickable", onclick: () => showModel(m.name, v.version) },
-        el("td", {}, m.name), el("td", {}, String(v.version)), el("td", {}, v.framework || ""),
-        el("td", {}, v.production ? el("span", { class: "badge production" }, "production") : ""),
-        el("td", { class: "small" }, metricsText(v.metrics)),
-        el("td", { class: "muted small" }, (v.created_at || "").slice(0, 19))));
+      const sel = state.selectedModel && state.selectedModel[0] === m.name &&
+        state.selectedModel[1] === v.version;
+      const o = v.outcome || {};
+      rows.push(el("tr", { class: (v.version ? "clickable" : "") + (sel ? " selected" : ""),
+        onclick: v.version ? () => showModel(m.name, v.version) : null },
+      el("td", { class: "wrap" }, m.name),
+      el("td", { class: "num" }, v.version === null ? "–" : String(v.version)),
+      el("td", { class: "small wrap", title: o.reason || "" }, outcomeBadge(v.outcome),
+        v.production ? el("span", { class: "badge production" }, "production") : "",
+        el("span", { class: `reason ${o.result || ""}` }, clip(o.reason, 90))),
+      el("td", { class: "small" }, metricsText(v.metrics, 2)),
+      el("td", { class: "muted small nowrap" }, (v.created_at || "").slice(5, 16).replace("T", " "))));
     }
   }
-  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["model", "version", "framework",
-    "alias", "metrics", "created"].map((h) => el("th", {}, h)))), el("tbody", {}, ...rows));
-  box.replaceChildren(rows.length ? table : el("p", { class: "muted" }, "no models published yet"));
+  const table = el("table", {}, el("thead", {}, el("tr", {}, ...["model", "v", "gate", "metrics",
+    "created"].map((h) => el("th", {}, h)))), el("tbody", {}, ...rows));
+  box.replaceChildren(rows.length ? table : hint("no models yet: ",
+    ["cmd", "headrace train NAME -f tensorflow -d datasets/demo.parquet"],
+    " publishes a version here (or ", ["cmd", "headrace demo"], ")"));
   if (!state.selectedModel && models.length) {
     const m = models[0];
-    const v = m.production ?? m.versions[m.versions.length - 1]?.version;
+    const stored = m.versions.filter((v) => v.version);
+    const v = m.production ?? stored[stored.length - 1]?.version;
     if (v) state.selectedModel = [m.name, v];
   }
   if (state.selectedModel) await showModel(...state.selectedModel);
@@ -87,12 +247,18 @@ async function showModel(name, version) {
   state.selectedModel = [name, version];
   const m = await api(`/api/models/${encodeURIComponent(name)}/${version}`);
   document.getElementById("model-detail").hidden = false;
+  document.getElementById("model-empty").hidden = true;
   document.getElementById("model-title").textContent =
     `${m.name}:${m.version} (${m.framework}, ${m.task})${m.production ? " — production" : ""}`;
+  const o = m.outcome;
+  const line = document.getElementById("model-outcome");
+  line.className = `reason ${o ? o.result : ""}`;
+  line.replaceChildren(outcomeBadge(o), o && o.reason ? o.reason : "");
   const tbody = document.querySelector("#model-metrics tbody");
   tbody.replaceChildren(...Object.entries(m.metrics).map(([k, v]) =>
-    el("tr", {}, el("th", {}, k), el("td", {}, typeof v === "number" ? v.toFixed(4) : String(v)))));
+    el("tr", {}, el("th", {}, k), el("td", { class: "num" }, typeof v === "number" ? v.toFixed(4) : String(v)))));
   drawHeatmap(document.getElementById("heatmap"), m.confusion_matrix, m.classes);
+  drawCurves(document.getElementById("model-curves"), m.training);
 }
 
 function drawHeatmap(canvas, matrix, classes) {
@@ -100,10 +266,10 @@ function drawHeatmap(canvas, matrix, classes) {
   ctx.fillStyle = "#ffffff";
   ctx.fillRect(0, 0, canvas.width, canvas.height);
   if (!matrix || !matrix.length) {
-    ctx.fillStyle = "#6b7280"; ctx.font = "13px sans-serif";
-    ctx.fillText("no confusion matrix", 20, 30); return;
+    ctx.fillStyle = "#6b7280"; ctx.font = "13px sans-serif"; ctx.textAlign = "left";
+    ctx.fillText("no confusion matrix (a regressor?)", 20, 30); return;
   }
-  const n = matrix.length, pad = 60, size = Math.min(canvas.width, canvas.height) - pad - 10;
+  const n = matrix.length, pad = 56, size = Math.min(canvas.width, canvas.height) - pad - 8;
   const cell = size / n;
   const max = Math.max(1, ...matrix.flat());
   ctx.font = `${Math.max(9, Math.min(14, cell / 3))}px sans-serif`;
@@ -127,38 +293,82 @@ function drawHeatmap(canvas, matrix, classes) {
   }
 }
 
-async function loadScorers() {
-  const { scorers } = await api("/api/scorers");
-  const body = document.querySelector("#scorers tbody");
-  body.replaceChildren(...scorers.map((s) => el("tr", {},
-    el("td", { class: "small" }, s.url), el("td", {}, s.model || ""),
-    el("td", {}, fmt(s.rows_per_s, 0)), el("td", {}, fmt(s.rows_total, 0)),
-    el("td", {}, ms(s.latency_p50_s)), el("td", {}, ms(s.latency_p99_s)),
-    el("td", {}, fmt(s.lag, 0)),
-    s.error ? el("td", { class: "error small" }, s.error) : el("td", {}, fmt(s.dead_letters_total, 0)))));
-  if (!scorers.length) body.append(el("tr", {}, el("td", { colspan: 8, class: "muted" }, "no scorers registered")));
+// --- scorers --------------------------------------------------------------------------------
+
+function quantiles(h) {
+  if (!h) return [el("td", { class: "num muted" }, "–"), el("td", { class: "num muted" }, "–")];
+  const above = h.above_last_bound || [];
+  return [el("td", { class: "num" }, dur(h.p50_s, above.includes("p50_s"))),
+    el("td", { class: "num" }, dur(h.p99_s, above.includes("p99_s")))];
 }
 
-async function loadDlq() {
+async function loadScorers() {
+  const { scorers } = await api("/api/scorers");
+  state.scorers = scorers;
+  const body = document.querySelector("#scorers tbody");
+  body.replaceChildren(...scorers.map((s) => el("tr", {},
+    el("td", { class: "wrap" }, el("div", {}, s.stream || "?"), el("div", { class: "muted small" }, s.url)),
+    el("td", { class: "nowrap" }, s.model || ""),
+    el("td", { class: "num" }, fmt(s.rows_per_s, 0)), el("td", { class: "num" }, fmt(s.rows_total, 0)),
+    ...quantiles(s.latency), ...quantiles(s.waiting), ...quantiles(s.scoring),
+    el("td", { class: "num" }, fmt(s.lag, 0)),
+    s.error ? el("td", { class: "error small wrap" }, s.error) : el("td", { class: "num" }, fmt(s.dead_letters_total, 0)))));
+  if (!scorers.length) body.append(emptyRow(12, "no scorers registered: ",
+    ["cmd", "headrace up"], " runs one per stream, or pass each scorer's metrics address with ",
+    ["cmd", "headrace dashboard --scorer http://HOST:PORT/metrics"], " (", ["cmd", "headrace score STREAM"],
+    " prints it)"));
+  const basis = scorers.map((s) => s.latency && s.latency.basis).find(Boolean);
+  document.getElementById("scorers-note").textContent = scorers.length ?
+    `Quantiles ${basis === "since start" ? "since each scorer started" : "over the " + (basis || "scrapes")}, ` +
+    "interpolated inside histogram buckets. " +
+    "Waiting in topic: record CreateTime to the scorer receiving it (a backlog, or a scorer " +
+    "that was not running); scoring: received to prediction acknowledged." : "";
+}
+
+// --- streams and dead letters ----------------------------------------------------------------
+
+// Counts come with the overview (read in the background); groups are fetched only for the
+// streams that have dead letters, so many streams cost the page nothing.
+const MAX_DLQ_DETAILS = 10;
+async function loadStreams() {
+  const body = document.querySelector("#streams tbody");
   const box = document.getElementById("dlq");
-  const parts = [];
-  for (const s of state.streams) {
-    const d = await api(`/api/dlq?stream=${encodeURIComponent(s)}&max=5`);
-    parts.push(el("h3", {}, `${s}: ${d.count ?? 0} dead letters`));
-    if (d.error) { parts.push(el("p", { class: "muted" }, d.error)); continue; }
-    if (d.groups.length) {
-      parts.push(el("table", {}, el("thead", {}, el("tr", {}, ...["error class", "stage", "count",
-        "redriven", "message"].map((h) => el("th", {}, h)))),
-        el("tbody", {}, ...d.groups.map((g) => el("tr", {}, el("td", {}, g.error_class),
-          el("td", {}, g.stage), el("td", {}, String(g.count)), el("td", {}, String(g.redriven)),
-          el("td", { class: "small" }, g.sample_message))))));
-    }
+  const rows = [], parts = [];
+  for (const s of state.details) {
+    const scorer = state.scorers.filter((x) => (x.stream || "").split(", ").includes(s.name));
+    const err = s.dead_letters_error;
+    rows.push(el("tr", { "data-stream": s.name }, el("td", { class: "wrap" }, s.name),
+      el("td", { class: "small muted" }, s.seen_in.join(", ")),
+      el("td", { class: "small" }, scorer.length ? scorer.map((x) => x.model || x.url).join(", ") : "none"),
+      err ? el("td", { class: "small muted wrap", title: err },
+        /no dead-letter topic/.test(err) ? "no dead-letter topic" :
+          /no Kafka/.test(err) ? "no Kafka given" : clip(err, 80))
+        : el("td", { class: "num" }, s.dead_letters === null || s.dead_letters === undefined ? "…" : String(s.dead_letters))));
   }
+  const withLetters = state.details.filter((s) => s.dead_letters > 0);
+  for (const s of withLetters.slice(0, MAX_DLQ_DETAILS)) {
+    let d;
+    try { d = await api(`/api/dlq?stream=${encodeURIComponent(s.name)}&max=5`); } catch (e) { continue; }
+    if (!d.groups || !d.groups.length) continue;
+    parts.push(el("h3", {}, `${s.name}: ${d.count} dead letters`));
+    parts.push(el("table", {}, el("thead", {}, el("tr", {}, ...["error class", "stage", "count",
+      "redriven", "message"].map((h) => el("th", {}, h)))),
+    el("tbody", {}, ...d.groups.map((g) => el("tr", {}, el("td", { class: "nowrap" }, g.error_class),
+      el("td", {}, g.stage), el("td", { class: "num" }, String(g.count)), el("td", { class: "num" }, String(g.redriven)),
+      el("td", { class: "small wrap" }, g.sample_message))))));
+  }
+  if (withLetters.length > MAX_DLQ_DETAILS) parts.push(hint(`and ${withLetters.length - MAX_DLQ_DETAILS} ` +
+    "more streams with dead letters: ", ["cmd", "headrace dlq list STREAM"], " shows one"));
+  body.replaceChildren(...rows);
+  if (!rows.length) body.append(emptyRow(4, "no streams yet: ",
+    ["cmd", "headrace send STREAM FILE"], " publishes records to data.STREAM (",
+    ["cmd", "headrace topics --create --stream STREAM"], " makes its topics)"));
+  if (rows.length && !parts.length) parts.push(hint("no dead letters on any stream"));
   box.replaceChildren(...parts);
 }
 
 async function tick() {
-  for (const f of [loadOverview, loadJobs, loadModels, loadScorers, loadDlq]) {
+  for (const f of [loadOverview, loadJobs, loadModels, loadScorers, loadStreams]) {
     try { await f(); } catch (e) { console.error(f.name, e); }
   }
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;

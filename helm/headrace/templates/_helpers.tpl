@@ -1,9 +1,19 @@
-{{/* Release-scoped name, short enough to prefix scorer group names (<= 52 chars in all). */}}
+{{/* The release's base name: <release>-headrace, or the release alone if it says headrace. */}}
 {{- define "headrace.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 21 | trimSuffix "-" -}}
+{{- ternary .Release.Name (printf "%s-%s" .Release.Name .Chart.Name) (contains .Chart.Name .Release.Name) -}}
+{{- end -}}
+
+{{/* An object name, (dict "root" $ "suffix" "control") -> <fullname>-control, at most 52
+     characters (a StatefulSet's pods carry <name>-<10-char hash> as a 63-char label; CronJobs
+     allow 52). A base too long for the suffix is cut and followed by 8 hex of its sha256, so
+     two long release names in one namespace never share a name and the suffix stays readable. */}}
+{{- define "headrace.name" -}}
+{{- $base := include "headrace.fullname" .root -}}
+{{- $budget := sub 51 (len .suffix) | int -}}
+{{- if le (len $base) $budget -}}
+{{- printf "%s-%s" $base .suffix -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 21 | trimSuffix "-" -}}
+{{- printf "%s-%s-%s" ($base | trunc (sub $budget 9 | int) | trimSuffix "-") (sha256sum $base | trunc 8) .suffix -}}
 {{- end -}}
 {{- end -}}
 
@@ -21,32 +31,99 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
-{{- define "headrace.image" -}}
-{{- if .Values.image.digest -}}
-{{ printf "%s@%s" .Values.image.repository .Values.image.digest | quote }}
+{{/* An image reference from an {repository, tag, digest} block; the digest wins. */}}
+{{- define "headrace.imageRef" -}}
+{{- if .digest -}}
+{{ printf "%s@%s" .repository .digest | quote }}
 {{- else -}}
-{{ printf "%s:%s" .Values.image.repository .Values.image.tag | quote }}
+{{ printf "%s:%s" .repository .tag | quote }}
 {{- end -}}
+{{- end -}}
+
+{{/* The CPU image (control plane, CPU scorers, schedule runs, CPU training pods). */}}
+{{- define "headrace.image" -}}
+{{- include "headrace.imageRef" .Values.image -}}
+{{- end -}}
+
+{{/* The CUDA image (Containerfile.gpu) for pods that request GPUs. */}}
+{{- define "headrace.gpuImage" -}}
+{{- include "headrace.imageRef" .Values.gpuImage -}}
+{{- end -}}
+
+{{/* A scorer group's image: its own `image` block if set, else the GPU image for a group
+     that requests GPUs and the CPU image otherwise. (dict "root" $ "group" $g) */}}
+{{- define "headrace.groupImage" -}}
+{{- $v := .root.Values -}}
+{{- $base := ternary $v.gpuImage $v.image (gt (.group.gpu | default 0 | int) 0) -}}
+{{- include "headrace.imageRef" (merge (deepCopy (.group.image | default dict)) $base) -}}
+{{- end -}}
+
+{{- define "headrace.pullPolicy" -}}
+{{- .Values.image.pullPolicy -}}
+{{- end -}}
+
+{{/* imagePullSecrets of every pod (a list of names or {name: ...}). */}}
+{{- define "headrace.imagePullSecrets" -}}
+{{- range .Values.imagePullSecrets }}
+- name: {{ if kindIs "string" . }}{{ . }}{{ else }}{{ .name }}{{ end }}
+{{- end -}}
+{{- end -}}
+
+{{/* A role's ServiceAccount: serviceAccount.name (or the fullname) + "-" + role.
+     (dict "root" $ "role" "control|trainer|scorer") */}}
+{{- define "headrace.serviceAccountName" -}}
+{{- with .root.Values.serviceAccount.name -}}
+{{- printf "%s-%s" . $.role -}}
+{{- else -}}
+{{- include "headrace.name" (dict "root" .root "suffix" .role) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A ServiceAccount the chart creates: annotations (IRSA, Workload Identity) from
+     serviceAccount.annotations merged with the role's own; the pull secrets too, so the
+     training pods the executor creates under it inherit them. */}}
+{{- define "headrace.serviceAccount" -}}
+{{- $v := .root.Values -}}
+{{- if $v.serviceAccount.create }}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: {{ include "headrace.serviceAccountName" . }}
+  labels:
+    {{- include "headrace.labels" .root | nindent 4 }}
+    app.kubernetes.io/component: {{ .component }}
+  {{- $ann := merge (deepCopy (index $v.serviceAccount.roleAnnotations .role | default dict)) $v.serviceAccount.annotations }}
+  {{- with $ann }}
+  annotations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+automountServiceAccountToken: false
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- include "headrace.imagePullSecrets" $.root | nindent 2 }}
+{{- end }}
+{{- end }}
 {{- end -}}
 
 {{- define "headrace.kafkaSecret" -}}
-{{- .Values.kafka.existingSecret | default (printf "%s-kafka" (include "headrace.fullname" .)) -}}
+{{- .Values.kafka.existingSecret | default (include "headrace.name" (dict "root" . "suffix" "kafka")) -}}
 {{- end -}}
 
 {{- define "headrace.dfsClaim" -}}
-{{- .Values.dfs.existingClaim | default (printf "%s-dfs" (include "headrace.fullname" .)) -}}
+{{- .Values.dfs.existingClaim | default (include "headrace.name" (dict "root" . "suffix" "dfs")) -}}
 {{- end -}}
 
 {{- define "headrace.controlSA" -}}
-{{- printf "%s-control" (include "headrace.fullname" .) -}}
+{{- include "headrace.serviceAccountName" (dict "root" . "role" "control") -}}
 {{- end -}}
 
 {{- define "headrace.trainerSA" -}}
-{{- printf "%s-trainer" (include "headrace.fullname" .) -}}
+{{- include "headrace.serviceAccountName" (dict "root" . "role" "trainer") -}}
 {{- end -}}
 
 {{- define "headrace.scorerSA" -}}
-{{- printf "%s-scorer" (include "headrace.fullname" .) -}}
+{{- include "headrace.serviceAccountName" (dict "root" . "role" "scorer") -}}
 {{- end -}}
 
 {{- define "headrace.passwordFile" -}}
@@ -139,6 +216,11 @@ headrace.io/credentials-revision: {{ .Values.kafka.credentialsRevision | quote }
   mountPath: /etc/headrace/kafka-tls
   readOnly: true
 {{- end }}
+{{- if $v.kafka.tls.clientCertSecret }}
+- name: kafka-client-cert
+  mountPath: /etc/headrace/kafka-client
+  readOnly: true
+{{- end }}
 {{- end -}}
 
 {{- define "headrace.volumes" -}}
@@ -163,6 +245,18 @@ headrace.io/credentials-revision: {{ .Values.kafka.credentialsRevision | quote }
     secretName: {{ .Values.kafka.tls.caSecret }}
     defaultMode: 0444
 {{- end }}
+{{- with .Values.kafka.tls.clientCertSecret }}
+{{- /* mTLS (e.g. a Strimzi KafkaUser's Secret): only the certificate and its key. */}}
+- name: kafka-client-cert
+  secret:
+    secretName: {{ . }}
+    defaultMode: 0440
+    items:
+      - key: {{ $.Values.kafka.tls.certKey }}
+        path: user.crt
+      - key: {{ $.Values.kafka.tls.keyKey }}
+        path: user.key
+{{- end }}
 {{- end -}}
 
 {{/* librdkafka settings assembled from kafka.config + tls + sasl. The password is not in
@@ -175,6 +269,10 @@ headrace.io/credentials-revision: {{ .Values.kafka.credentialsRevision | quote }
 {{- else if $tls }}{{ $_ := set $cfg "security.protocol" "SSL" }}
 {{- else if $sasl }}{{ $_ := set $cfg "security.protocol" "SASL_PLAINTEXT" }}{{ end -}}
 {{- if and $tls .Values.kafka.tls.caSecret }}{{ $_ := set $cfg "ssl.ca.location" "/etc/headrace/kafka-tls/ca.crt" }}{{ end -}}
+{{- if and $tls .Values.kafka.tls.clientCertSecret }}
+{{- $_ := set $cfg "ssl.certificate.location" "/etc/headrace/kafka-client/user.crt" -}}
+{{- $_ := set $cfg "ssl.key.location" "/etc/headrace/kafka-client/user.key" -}}
+{{- end -}}
 {{- if $sasl }}
 {{- $_ := set $cfg "sasl.mechanism" .Values.kafka.sasl.mechanism -}}
 {{- $_ := set $cfg "sasl.username" .Values.kafka.sasl.username -}}
@@ -213,4 +311,54 @@ headrace.io/credentials-revision: {{ .Values.kafka.credentialsRevision | quote }
 - name: {{ $var }}
   value: {{ $v | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* The brokers' TCP ports (JSON list): networkPolicy.kafka.ports if set, else the port of
+     each kafka.bootstrap entry (9092 when none is written) plus networkPolicy.kafka.extraPorts
+     (brokers that advertise other ports than the bootstrap's). */}}
+{{- define "headrace.kafkaPorts" -}}
+{{- $np := .Values.networkPolicy.kafka -}}
+{{- $ports := list -}}
+{{- if $np.ports -}}
+{{- range $np.ports }}{{ $ports = append $ports (int .) }}{{ end -}}
+{{- else -}}
+{{- range $entry := splitList "," .Values.kafka.bootstrap -}}
+{{- $hp := regexReplaceAll "^[A-Za-z_]+://" (trim $entry) "" -}}
+{{- if $hp -}}
+{{- $ports = append $ports (ternary (regexFind "[0-9]+$" $hp) "9092" (regexMatch ":[0-9]+$" $hp) | int) -}}
+{{- end -}}
+{{- end -}}
+{{- range $np.extraPorts }}{{ $ports = append $ports (int .) }}{{ end -}}
+{{- end -}}
+{{- if not $ports -}}
+{{- fail "networkPolicy.kafka.ports: no Kafka port can be read from kafka.bootstrap (empty: kafka.existingSecret holds it); list the brokers' ports" -}}
+{{- end -}}
+{{- toJson (uniq $ports) -}}
+{{- end -}}
+
+{{/* The DNS egress rule: the preset's peers and ports, plus networkPolicy.dns.to and .cidrs.
+     kube-dns: CoreDNS/kube-dns pods in kube-system, port 53. nodelocal: those + NodeLocal
+     DNSCache's link-local address. openshift: the openshift-dns pods, which listen on 5353
+     (the policy sees the port after the Service's translation). none: only to/cidrs. */}}
+{{- define "headrace.dnsRule" -}}
+{{- $d := .Values.networkPolicy.dns -}}
+{{- $kubeDns := dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" "kube-system")) "podSelector" (dict "matchLabels" (dict "k8s-app" "kube-dns")) -}}
+{{- $to := list -}}
+{{- $ports := list 53 -}}
+{{- if eq $d.preset "kube-dns" -}}
+{{- $to = list $kubeDns -}}
+{{- else if eq $d.preset "nodelocal" -}}
+{{- $to = list $kubeDns (dict "ipBlock" (dict "cidr" (printf "%s/32" $d.nodeLocalAddress))) -}}
+{{- else if eq $d.preset "openshift" -}}
+{{- $to = list (dict "namespaceSelector" (dict "matchLabels" (dict "kubernetes.io/metadata.name" "openshift-dns")) "podSelector" (dict "matchLabels" (dict "dns.operator.openshift.io/daemonset-dns" "default"))) -}}
+{{- $ports = list 5353 -}}
+{{- end -}}
+{{- $to = concat $to ($d.to | default list) -}}
+{{- range $d.cidrs }}{{ $to = append $to (dict "ipBlock" (dict "cidr" .)) }}{{ end -}}
+{{- with $d.ports }}{{ $ports = . }}{{ end -}}
+{{- $rulePorts := list -}}
+{{- range $ports }}{{ $rulePorts = concat $rulePorts (list (dict "port" (int .) "protocol" "UDP") (dict "port" (int .) "protocol" "TCP")) }}{{ end -}}
+{{- $rule := dict "ports" $rulePorts -}}
+{{- if $to }}{{ $_ := set $rule "to" $to }}{{ end -}}
+{{- toJson $rule -}}
 {{- end -}}
