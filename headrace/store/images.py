@@ -93,11 +93,16 @@ class Batch:
 
 def header(data: bytes) -> tuple[str, int, int, str]:
     """(format, width, height, mode) from the header alone; nothing is decoded."""
+    im = _open(data)
+    return str(im.format), int(im.width), int(im.height), str(im.mode)
+
+
+def _open(data: bytes) -> Image.Image:
+    """The image, opened lazily (its header read, no pixel yet)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            im = Image.open(io.BytesIO(data), formats=FORMATS)
-            return str(im.format), int(im.width), int(im.height), str(im.mode)
+            return Image.open(io.BytesIO(data), formats=FORMATS)
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError,
             Image.DecompressionBombError) as exc:
         raise ImageRefused(f"undecodable image ({_short(exc)})") from None
@@ -110,7 +115,8 @@ def natural_channels(mode: str) -> int:
 
 def decode_one(data: bytes, spec: ImageSpec) -> Decoded:
     """One image by the module's rules, at the spec's size and channels."""
-    fmt, w, h, _ = header(data)
+    im: Image.Image = _open(data)  # opened once: header checks, then the decode
+    fmt, w, h = str(im.format), int(im.width), int(im.height)
     if w * h > spec.max_pixels:
         raise ImageRefused(f"image of {w}x{h} pixels is over the limit of {spec.max_pixels}")
     target = MODES.get(spec.channels)
@@ -119,7 +125,6 @@ def decode_one(data: bytes, spec: ImageSpec) -> Decoded:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            im: Image.Image = Image.open(io.BytesIO(data), formats=FORMATS)
             im = _upright(im)
             im = _eight_bit(im)
             conversion = None if im.mode == target else f"{im.mode}->{target}"
