@@ -15,7 +15,7 @@ Contenders, side by side in one run on one embedded broker, each in its own subp
   headrace Arrow  the real scorer, Arrow IPC messages of ARROW_ROWS rows, a binary image column
   model alone     the loaded model (headrace.scorers.models.load_model, its inputs_fn) on
                   in-memory batches; "decoded" = float32 arrays ready (decode excluded),
-                  "+decode" = the same PNG bytes decoded by headrace.scorers.images first
+                  "+decode" = the same PNG bytes decoded by headrace.store.images first
   mlserver        Seldon MLServer in its Kafka mode with a custom runtime serving the same
                   Keras file, if its venv exists (see bench/mlserver_peer.py for how to make it)
 
@@ -191,8 +191,8 @@ def contender_model(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def contender_model_decode(a: argparse.Namespace) -> dict[str, Any]:
-    """Decode included: the same encoded bytes through headrace.scorers.images, then the model."""
-    from headrace.scorers.images import ImageSpec, decode_batch
+    """Decode included: the same encoded bytes through headrace.store.images, then the model."""
+    from headrace.store.images import ImageSpec, decode_batch
 
     model = _loaded(a)
     fn = model.inputs_fn
@@ -202,7 +202,7 @@ def contender_model_decode(a: argparse.Namespace) -> dict[str, Any]:
     imgs = images(a.batch_size, "JPEG" if a.jpeg else "PNG")
 
     def call() -> int:
-        x, _ = decode_batch(imgs, spec)
+        x = decode_batch(imgs, spec).pixels
         fn({"image": x})
         return len(x)
 

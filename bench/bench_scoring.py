@@ -335,10 +335,9 @@ def contender_model(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def contender_pipeline(a: argparse.Namespace) -> dict[str, Any]:
-    """The scorer's own work without Kafka: decode + score + encode (Worker.build)."""
-    from headrace.scorers.buffers import Scratch
+    """The scorer's own work without Kafka: decode + score + encode (the scoring core)."""
+    from headrace.scorers.core import ScoringCore
     from headrace.scorers.models import load_model
-    from headrace.scorers.worker import Worker
     from headrace.streams import headers as hdr
     from headrace.streams.consuming import RawBatch
 
@@ -352,12 +351,11 @@ def contender_pipeline(a: argparse.Namespace) -> dict[str, Any]:
                      np.zeros(n, np.int32), np.arange(n, dtype=np.int64),
                      np.full(n, int(time.time() * 1000), np.int64),
                      [[("content-type", ct.encode())]] * n)
-    worker = Worker.__new__(Worker)  # only build() is used: no Kafka
-    worker._scratch = Scratch()
-    worker.build(batch, model)
+    core = ScoringCore()
+    core.score(batch, model)
     rows, t0 = 0, time.perf_counter()
     while rows < a.rows:
-        rows += worker.build(batch, model).scored_rows
+        rows += core.score(batch, model).scored_rows
     return {"rows": rows, "seconds": time.perf_counter() - t0}
 
 

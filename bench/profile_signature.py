@@ -1,4 +1,4 @@
-"""Profile the scorer's own work on signature models, without Kafka: Worker.build_inputs on one
+"""Profile the scorer's own work on signature models, without Kafka: ScoringCore.score on one
 batch (decode into the signature, score, predictions), under cProfile; prints the time split
 against the model alone on the same, already decoded batch.
 
@@ -26,9 +26,8 @@ import bench_text
 
 
 def main() -> None:
-    from headrace.scorers.buffers import Scratch
+    from headrace.scorers.core import ScoringCore
     from headrace.scorers.models import load_model
-    from headrace.scorers.worker import InputLimits, Worker
     from headrace.streams import headers as hdr
     from headrace.streams.consuming import RawBatch
 
@@ -54,14 +53,11 @@ def main() -> None:
                      np.zeros(n, np.int32), np.arange(n, dtype=np.int64),
                      np.full(n, int(time.time() * 1000), np.int64),
                      [[("content-type", ct.encode())]] * n)
-    worker = Worker.__new__(Worker)  # only build_inputs() is used: no Kafka
-    worker._scratch = Scratch()
-    worker.limits = InputLimits()
-    worker.top_k = None
-    worker.build_inputs(batch, model)
+    core = ScoringCore()
+    core.score(batch, model)
     from headrace.scorers.inputs import decode_inputs
 
-    arrays = decode_inputs(batch, model.signature, worker.limits).arrays
+    arrays = decode_inputs(batch, model.signature, core.limits).arrays
     assert model.inputs_fn is not None
     t0 = time.perf_counter()
     for _ in range(reps):
@@ -69,23 +65,23 @@ def main() -> None:
     alone = (time.perf_counter() - t0) / reps
     t0 = time.perf_counter()
     for _ in range(reps):
-        worker.build_inputs(batch, model)
+        core.score(batch, model)
     plain = (time.perf_counter() - t0) / reps
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
     for _ in range(reps):
-        worker.build_inputs(batch, model)
+        core.score(batch, model)
     prof.disable()
     whole = (time.perf_counter() - t0) / reps
-    print(f"{what}: {rows} rows a batch; Worker.build_inputs {whole * 1e3:.1f} ms "
+    print(f"{what}: {rows} rows a batch; ScoringCore.score {whole * 1e3:.1f} ms "
           f"(profiled), {plain * 1e3:.1f} ms (not profiled), model alone {alone * 1e3:.1f} ms, "
           f"model share {alone / plain:.2f}")
     pstats.Stats(prof).sort_stats("tottime").print_stats(18)
-    _overlap(worker, batch, model, reps)
+    _overlap(core, batch, model, reps)
 
 
-def _overlap(worker: Any, batch: Any, model: Any, reps: int) -> None:
+def _overlap(core: Any, batch: Any, model: Any, reps: int) -> None:
     """``reps`` batches back to back as the scorer runs them: decoded inline (as before the
     signature decode-ahead), then decoded ahead in a thread while the batch before is scored."""
     from concurrent.futures import ThreadPoolExecutor
@@ -94,16 +90,16 @@ def _overlap(worker: Any, batch: Any, model: Any, reps: int) -> None:
 
     t0 = time.perf_counter()
     for _ in range(reps):
-        worker.build_inputs(batch, model)
+        core.score(batch, model)
     inline = time.perf_counter() - t0
     with ThreadPoolExecutor(1) as pool:
         t0 = time.perf_counter()
-        job = pool.submit(decode_inputs, batch, model.signature, worker.limits)
+        job = pool.submit(decode_inputs, batch, model.signature, core.limits)
         for k in range(reps):
             decoded = job.result()
             if k + 1 < reps:
-                job = pool.submit(decode_inputs, batch, model.signature, worker.limits)
-            worker.build_inputs(batch, model, decoded)
+                job = pool.submit(decode_inputs, batch, model.signature, core.limits)
+            core.score(batch, model, decoded)
         ahead = time.perf_counter() - t0
     print(f"{reps} batches back to back: decoded inline {inline / reps * 1e3:.1f} ms a batch, "
           f"decoded ahead {ahead / reps * 1e3:.1f} ms a batch ({inline / ahead:.2f}x)")

@@ -77,8 +77,8 @@ def _register_optional() -> None:
     # Areas register themselves if present; each module is a thin shell over its package.
     import importlib
 
-    for mod in ("trainers_cmd", "code_cmd", "scorers_cmd", "ops_cmd", "topology_cmd",
-                "tune_cmd"):
+    for mod in ("trainers_cmd", "code_cmd", "scorers_cmd", "predict_cmd", "ops_cmd",
+                "topology_cmd", "tune_cmd"):
         try:
             module = importlib.import_module(f"headrace.cli.{mod}")
         except ModuleNotFoundError as exc:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from headrace.cli import _context
@@ -34,12 +35,12 @@ def _print(info: dataset_files.DatasetInfo) -> None:
                   f"fingerprint {info.fingerprint}")
     table = Table("column", "kind", "type")
     for c, kind in info.kinds.items():
-        table.add_row(c, kind, info.types.get(c, ""))
+        table.add_row(escape(c), kind, escape(info.types.get(c, "")))
     console.print(table)
     if info.label_counts:
         counts = Table(f"{info.label} (label)", "rows")
         for v, n in info.label_counts.items():
-            counts.add_row(v, str(n))
+            counts.add_row(escape(v), str(n))
         console.print(counts)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -158,12 +159,13 @@ def dlq_show(
         return
     for lt in letters:
         d = lt.to_json()
-        out.print(f"[bold]{d['ref']}[/] {d['error_class']} at {d['stage']}: {d['error_message']}")
+        out.print(f"[bold]{escape(str(d['ref']))}[/] {escape(str(d['error_class']))} at "
+                  f"{escape(str(d['stage']))}: {escape(str(d['error_message']))}")
         out.print(f"  source {d['source_topic']}[{d['source_partition']}]@{d['source_offset']}"
-                  f"  key={d['key']!r}  {d['bytes']} bytes")
+                  f"  key={d['key']!r}  {d['bytes']} bytes", markup=False)
         for k, v in d["headers"].items():
-            out.print(f"  {k}: {v}")
-        out.print(f"  payload: {d['preview']!r}{' ...' if d['truncated'] else ''}")
+            out.print(f"  {k}: {v}", markup=False)
+        out.print(f"  payload: {d['preview']!r}{' ...' if d['truncated'] else ''}", markup=False)
     if not letters:
         out.print(f"no dead letters in {stream}")
 

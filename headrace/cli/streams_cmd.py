@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from headrace.cli import _context
@@ -210,7 +211,8 @@ def _print(msg: TailedMessage, as_json: bool) -> None:
             "value": value}, default=str), indent=None)
         return
     head = " ".join(f"{k}={v}" for k, v in msg.headers.items())
-    out.print(f"[dim]{msg.topic}[{msg.partition}]@{msg.offset} key={msg.key} {head}[/]")
+    out.print(f"[dim]{msg.topic}\\[{msg.partition}]@{msg.offset} key={escape(str(msg.key))} "
+              f"{escape(head)}[/]")
     out.print(json.dumps(value, default=str) if not isinstance(value, str) else value,
               markup=False)
 

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -121,9 +122,9 @@ def train(
     final = _follow(conn=conn, job_id=job_id, topics=topics, since_ms=since, epochs=epochs,
                     timeout_s=timeout)
     if final.kind == JobEventKind.FAILED:
-        console.print(f"[red]job {job_id} failed:[/red] {final.reason}")
+        console.print(f"[red]job {job_id} failed:[/red] {escape(final.reason or '')}")
         raise typer.Exit(1)
-    console.print(f"[green]job {job_id} succeeded:[/green] {final.message}")
+    console.print(f"[green]job {job_id} succeeded:[/green] {escape(final.message or '')}")
 
 
 def _follow(*, conn: object, job_id: str, topics: ControlTopics, since_ms: int, epochs: int,
@@ -164,7 +165,7 @@ def jobs_list(ctx: typer.Context) -> None:
     for st in api.list_jobs(root=root):
         table.add_row(st.job_id, st.model_name, _FW.get(st.framework, st.framework),
                       st.state.value, str(st.attempts), st.created_at[5:16].replace("T", " "),
-                      _reason(root, st))
+                      escape(_reason(root, st)))
     console.print(table)
 
 
@@ -195,7 +196,7 @@ def jobs_show(ctx: typer.Context, job_id: str) -> None:
             ("promoted", "" if st.promoted is None else str(st.promoted)),
             ("gate", "; ".join(st.gate_reasons) or ("passed" if st.version else ""))]
     for k, v in rows:
-        table.add_row(k, v)
+        table.add_row(k, escape(v))  # user text (reasons, names) verbatim, never markup
     console.print(table)
     if st.state.value == "failed":
         raise typer.Exit(1)
@@ -245,7 +246,7 @@ def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
     gate = m.extra.get("gate") or {}
     if gate:
         console.print("gate: " + ("passed" if gate.get("passed") else
-                                  "failed: " + "; ".join(gate.get("reasons", []))))
+                                  "failed: " + escape("; ".join(gate.get("reasons", [])))))
     png = mv.path / "confusion_matrix.png"
     if png.exists():
         console.print(f"confusion matrix image: {png}")

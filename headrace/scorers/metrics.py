@@ -121,6 +121,11 @@ class ScorerMetrics:
             "Records decoded ahead of scoring (JSON in the decode helpers; inputs of signature "
             "models in a thread).",
             ["stream"], registry=r).labels(**lab)
+        self.image_conversions = Counter(
+            "headrace_scorer_image_conversions",
+            "Images whose channels were converted to the model's (e.g. L->RGB: a grey image "
+            "into a colour model), by conversion; often a silent loss of quality.",
+            ["stream", "conversion"], registry=r)
         self.retries = Counter("headrace_scorer_retries", "Transient failures retried.",
                                ["stream", "what"], registry=r)
         self.ready = Gauge("headrace_scorer_ready", "1 when /readyz is OK.", ["stream"],

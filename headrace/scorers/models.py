@@ -15,7 +15,7 @@ from headrace.core.errors import PermanentError, RetriableError
 from headrace.scorers import sizing
 from headrace.scorers.adapters import InputsFn, ModelFn, adapter_for, buckets
 from headrace.scorers.inputs import Signature, signature_bytes
-from headrace.scorers.inputs.columns import empty
+from headrace.scorers.inputs.codecs import codec
 from headrace.store.manifest import Manifest
 from headrace.store.signature import InputKind, ModelOutput
 from headrace.store.versions import resolve
@@ -78,10 +78,18 @@ def load_model(*, root: Path, name: str, alias: str, device: str, max_batch: int
     Raises ``IntegrityError``/``VersionNotFound`` (refuse: keep serving the current model) or
     ``RetriableError`` (DFS trouble: try again later).
     """
+    return load_ref(root=root, ref=f"{name}@{alias}", device=device, max_batch=max_batch,
+                    sizes=sizes)
+
+
+def load_ref(*, root: Path, ref: str, device: str, max_batch: int,
+             sizes: Sizing | None = None) -> LoadedModel:
+    """``load_model`` for any reference ``versions.resolve`` takes (``NAME``, ``NAME:VERSION``,
+    ``NAME@ALIAS``)."""
     try:
-        mv = resolve(root, f"{name}@{alias}")
+        mv = resolve(root, ref)
     except OSError as exc:
-        raise RetriableError(f"reading {name}@{alias} from the DFS failed: {exc}") from exc
+        raise RetriableError(f"reading {ref} from the DFS failed: {exc}") from exc
     m = mv.manifest
     sizes = sizes or Sizing()
     if is_tabular(m):
@@ -150,7 +158,8 @@ def warm_inputs(model: LoadedModel, *, call_rows: int) -> None:
     assert model.inputs_fn is not None
     t0 = time.perf_counter()
     for size in buckets(min(call_rows, WARM_UP_LIMIT)):
-        ys = model.inputs_fn({inp.name: empty(inp, size) for inp in model.signature})
+        ys = model.inputs_fn({inp.name: codec(inp.kind).empty(inp, size)
+                              for inp in model.signature})
         want = [(size, o.width) for o in model.outputs]
         if [y.shape for y in ys] != want:
             raise PermanentError(f"{model.ref}: output shapes {[y.shape[1:] for y in ys]} do "

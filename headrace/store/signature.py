@@ -27,11 +27,20 @@ from headrace.core.types import Task
 
 
 class InputKind(StrEnum):
+    """The one enum of kinds: of a model's inputs and of a dataset's columns (``datasets put``
+    records them; ``trainers.columns.ColumnKind`` is this enum)."""
+
     NUMERIC = "numeric"
     CATEGORY = "category"
     TENSOR = "tensor"
     IMAGE = "image"
     TEXT = "text"
+    LABEL = "label"  # a dataset's label column: never a model input
+
+    @classmethod
+    def inputs(cls) -> tuple[InputKind, ...]:
+        """The kinds a model input can have."""
+        return tuple(k for k in cls if k != cls.LABEL)
 
 
 class OutputKind(StrEnum):
@@ -63,6 +72,8 @@ class ModelInput(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelInput:
+        if self.kind == InputKind.LABEL:
+            raise ValueError(f"input {self.name!r}: the label is not a model input")
         if self.kind == InputKind.NUMERIC:
             if not self.columns:
                 raise ValueError(f"numeric input {self.name!r} names no columns")

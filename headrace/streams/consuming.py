@@ -106,6 +106,11 @@ class RawBatch:
 _second = operator.itemgetter(1)
 
 
+def from_messages(msgs: list[Any]) -> RawBatch:
+    """Consumed ``Message`` objects (read by any consumer) as a ``RawBatch``."""
+    return _columns(msgs)
+
+
 def _columns(msgs: list[Any]) -> RawBatch:  # Message objects, typed loosely for speed
     """The good messages as columns; partition EOFs skipped, fatal errors raised."""
     errors = list(map(Message.error, msgs))

@@ -7,25 +7,20 @@ without them (any Parquet file) has them inferred the same way at training time.
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from headrace.core.errors import PermanentError
+from headrace.store.signature import InputKind
 
 KINDS_KEY = b"headrace.kinds"
 TEXT_MIN_WORDS = 3.0  # a string column averaging this many words a row is text, else category
 
 
-class ColumnKind(StrEnum):
-    NUMERIC = "numeric"
-    CATEGORY = "category"
-    TENSOR = "tensor"
-    IMAGE = "image"
-    TEXT = "text"
-    LABEL = "label"
+# One enum of kinds for dataset columns and model inputs (LABEL is a column's kind only).
+ColumnKind = InputKind
 
 
 class ColumnError(PermanentError):

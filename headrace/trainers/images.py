@@ -1,17 +1,18 @@
-"""Image decoding for the input pipeline: encoded JPEG/PNG bytes to float32 NHWC 0..255.
-
-One Pillow decode + resize per image (C code; never a Python loop over pixels), a batch at a
-time, so a dataset of encoded images is decoded only as its batches are drawn.
+"""The trainer's side of the one image decode (``headrace.store.images``): the same rules as
+the scorer, so a model is trained on exactly the pixels it will be scored on. A bad image fails
+the job (permanent: the dataset must change), and channel conversions are logged once a batch.
 """
 
 from __future__ import annotations
 
-import io
+import logging
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
 
 from headrace.core.errors import PermanentError
+from headrace.store import images
+
+log = logging.getLogger(__name__)
 
 
 class ImageError(PermanentError):
@@ -21,25 +22,20 @@ class ImageError(PermanentError):
 def probe(blob: bytes) -> tuple[int, int, int]:
     """(height, width, channels) of an encoded image: grey images have 1 channel, others 3."""
     try:
-        with Image.open(io.BytesIO(blob)) as im:
-            w, h = im.size
-            return h, w, 1 if im.mode in ("1", "L", "I", "I;16", "F", "LA") else 3
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        _, w, h, mode = images.header(blob)
+    except images.ImageRefused as exc:
         raise ImageError(f"not a decodable image: {exc}") from None
+    return h, w, images.natural_channels(mode)
 
 
 def decode(blobs: np.ndarray | list[bytes], *, height: int, width: int, channels: int
            ) -> np.ndarray:
     """Decode and resize (bilinear) every image: ``float32 (n, height, width, channels)``."""
-    out = np.empty((len(blobs), height, width, channels), dtype=np.uint8)
-    mode = "L" if channels == 1 else "RGB"
-    for i, blob in enumerate(blobs):
-        try:
-            with Image.open(io.BytesIO(blob)) as im:
-                img = im.convert(mode)
-                if img.size != (width, height):
-                    img = img.resize((width, height), Image.Resampling.BILINEAR)
-                out[i] = np.asarray(img).reshape(height, width, channels)
-        except (UnidentifiedImageError, OSError, ValueError, TypeError) as exc:
-            raise ImageError(f"image {i} of the batch is not decodable: {exc}") from None
-    return out.astype(np.float32)
+    batch = images.decode_batch(list(blobs), images.ImageSpec(height, width, channels))
+    if batch.errors:
+        i = min(batch.errors)
+        raise ImageError(f"image {i} of the batch is not decodable: {batch.errors[i]}")
+    if batch.conversions:
+        log.warning("images converted to the model's %d channel(s): %s", channels,
+                    dict(batch.conversions))
+    return batch.pixels

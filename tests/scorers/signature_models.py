@@ -70,6 +70,20 @@ def tf_digits(root: Path, name: str, *, seed: int = 0, alias: bool = True
     return _publish(root, m, lambda d: model.save(d / "model.keras"), alias), model
 
 
+def tf_rgb_digits(root: Path, name: str) -> tuple[ModelVersion, Any]:
+    """A tiny untrained Keras model taking 8x8 RGB images (for grey-into-colour inputs)."""
+    import keras
+
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((8, 8, 3), name="image")
+    out = keras.layers.Dense(10, activation="softmax")(keras.layers.Flatten()(inp))
+    model = keras.Model(inp, out)
+    image = ModelInput(name="image", kind=InputKind.IMAGE, height=8, width=8, channels=3)
+    outputs = (ModelOutput(name="digit", kind=OutputKind.CLASSES, classes=DIGITS),)
+    m = _manifest(name, "tensorflow", (image,), outputs)
+    return _publish(root, m, lambda d: model.save(d / "model.keras"), True), model
+
+
 def seeded_mxnet(seed: int) -> Any:
     """``mxnet``, imported after setting the NumPy alias MXNet 1.9 needs, its RNG seeded."""
     import numpy
@@ -118,6 +132,26 @@ def tf_tensor(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVersio
     outputs = (ModelOutput(name="scores", kind=OutputKind.CLASSES, classes=("no", "yes")),)
     m = _manifest(name, "tensorflow", (GRID,), outputs, family="mlp")
     return _publish(root, m, lambda d: model.save(d / "model.keras"), alias), model
+
+
+def mx_tensor(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVersion, Any]:
+    mx = seeded_mxnet(5)
+
+    class Net(mx.gluon.nn.HybridBlock):
+        def __init__(self) -> None:
+            super().__init__()
+            self.out = mx.gluon.nn.Dense(2)
+
+        def hybrid_forward(self, F: Any, x: Any) -> Any:
+            return F.softmax(self.out(F.flatten(x)))
+
+    net = Net()
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    net(mx.nd.zeros((1, 4, 3)))
+    outputs = (ModelOutput(name="scores", kind=OutputKind.CLASSES, classes=("no", "yes")),)
+    m = _manifest(name, "mxnet", (GRID,), outputs, family="mlp")
+    return _publish(root, m, lambda d: net.export(str(d / "model"), epoch=0), alias), net
 
 
 VOCAB = ("good", "bad", "great", "awful", "fine", "movie", "plot", "the")

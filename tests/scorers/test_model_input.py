@@ -14,9 +14,9 @@ import pytest
 
 from headrace.core import heap
 from headrace.scorers.buffers import ALIGN, Scratch, is_aligned
+from headrace.scorers.core import score_rows
 from headrace.scorers.decoding import decode
 from headrace.scorers.models import load_model
-from headrace.scorers.worker import score_rows
 from headrace.streams.codecs import encode_json
 from headrace.streams.consuming import RawBatch
 from tests.scorers.conftest import publish_tf, rows

@@ -78,7 +78,7 @@ def test_an_image_batch_decoded_ahead_gives_the_inline_predictions_and_dead_lett
         batch = _whole_batch(w)
         model = w.holder.current
         assert model is not None and not model.tabular
-        inline = w.build(batch, model)  # what decoding on the scorer thread gives
+        inline = w.core.score(batch, model)  # what decoding on the scorer thread gives
         assert w._decode_ahead(batch) and w._ahead is not None
         assert w._ahead.inputs is not None  # in the decode thread, not the helpers
         w._finish_ahead(RawBatch.empty())

@@ -71,10 +71,10 @@ def test_each_bad_image_gets_its_own_reason_naming_the_input() -> None:
               json.dumps({"image": "not base64!"}).encode()]
     dec = decode_inputs(batch(values), (IMAGE,), InputLimits(max_image_pixels=1000))
     why = reasons(dec)
-    assert dec.message.tolist() == [0]
+    # A colour image into a grey model is converted (luma) and counted, not refused.
+    assert dec.message.tolist() == [0, 3] and dec.conversions == {"RGB->L": 1}
     assert "undecodable" in why[1] and "'image'" in why[1]
     assert "64x64 pixels is over the limit of 1000" in why[2]
-    assert "colour" in why[3]
     assert why[4] == "input 'image' is missing"
     assert "not base64" in why[5]
     np.testing.assert_array_equal(dec.arrays["image"][0], decoded(good))
@@ -195,8 +195,8 @@ def test_tokens_map_text_to_ids_padded_and_cut() -> None:
 
 
 def test_two_models_with_one_signature_score_one_decoded_batch(tmp_path: Path) -> None:
+    from headrace.scorers.core import score_inputs
     from headrace.scorers.models import load_model
-    from headrace.scorers.worker import score_inputs
 
     sm.tf_digits(tmp_path, "a", seed=1)
     sm.tf_digits(tmp_path, "b", seed=2)
@@ -217,7 +217,7 @@ def test_two_models_with_one_signature_score_one_decoded_batch(tmp_path: Path) -
 
 
 def test_an_undecodable_image_gets_the_same_reason_every_time() -> None:
-    from headrace.scorers.images import _short
+    from headrace.store.images import _short
 
     def reason() -> str:
         try:

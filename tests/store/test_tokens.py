@@ -29,3 +29,46 @@ def test_token_ids_match_keras_text_vectorization() -> None:
                                            split="whitespace")
     expected = np.asarray(layer(np.array(TEXTS, dtype=object)))
     np.testing.assert_array_equal(tokens.encode_text(TEXTS, vocab, max_length=6), expected)
+
+
+# Every kind of text a user may send: ASCII and Unicode spaces (NBSP, em space, ideographic
+# space, line and paragraph separators, NEL), the ASCII whitespace Keras splits on (\t \n \v \f
+# \r), full-width forms, combining marks, upper case outside ASCII, emoji (with ZWJ and skin
+# tone), right-to-left scripts, unpaired-looking punctuation, empty and whitespace-only strings.
+# "FULL-width text!" in full-width forms (U+FF01..U+FF5E and the ideographic space).
+FULL_WIDTH = "".join(chr(0xFEE0 + ord(c)) if c != " " else "\u3000" for c in "FULL-width text!")
+UNICODE = [
+    "check\u00a0my\u00a0balance", "check\u2003my\u2003balance", "check\u3000my\u3000balance",
+    "check\u2028my\u2029balance\u0085now", "check\u2009my\u202fbalance\u205fnow",
+    "tab\there\nnew\x0bvt\x0cff\rcr", "\x1cfile\x1dgroup\x1erecord\x1funit",
+    FULL_WIDTH,
+    "Cafe\u0301 cafe\u0301 CAFÉ café", "ÀÉÎÕÜ straße ΣΊΣΥΦΟΣ",
+    "I ❤️ 🍕 and 👩‍👩‍👧 👍🏽 ok", "שלום עולם, מה שלומך?", "مرحبا بالعالم! كيف الحال؟",
+    "mixed עברית and English.", "", " ", "\t\n ", "\u00a0", "\u3000\u3000",
+    "it's a dog's-life; 100% [sure] {yes} <no> ~ok~ `tick`",
+    "«guillemets» \u201cquotes\u201d \u2018single\u2019",
+    "zero\u200bwidth\u200cjoin\u200dmark\ufeffbom", "a" * 40 + " " + "b" * 3,
+    "HELLO hello HeLLo", "check my balance", "MY BALANCE, please!",
+]
+
+
+def test_token_ids_match_keras_byte_for_byte_on_a_unicode_corpus() -> None:
+    import keras
+
+    vocab = tokens.learn_vocabulary(UNICODE, max_tokens=200)
+    layer = keras.layers.TextVectorization(vocabulary=vocab, output_sequence_length=12,
+                                           standardize="lower_and_strip_punctuation",
+                                           split="whitespace")
+    expected = np.asarray(layer(np.array(UNICODE, dtype=object)))
+    got = tokens.encode_text(UNICODE, vocab, max_length=12)
+    for text, want, ids in zip(UNICODE, expected, got, strict=True):
+        assert ids.tolist() == want.tolist(), repr(text)
+    # The tokens themselves, not only their ids: Keras' own vocabulary of the corpus.
+    adapted = keras.layers.TextVectorization(standardize="lower_and_strip_punctuation",
+                                             split="whitespace")
+    adapted.adapt(np.array(UNICODE, dtype=object))
+    assert set(adapted.get_vocabulary()[2:]) == set(vocab)
+    assert tokens.token_counts(UNICODE).tolist() == [
+        int(np.count_nonzero(r)) for r in np.asarray(
+            keras.layers.TextVectorization(vocabulary=vocab, output_sequence_length=64)(
+                np.array(UNICODE, dtype=object)))]

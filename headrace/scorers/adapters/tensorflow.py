@@ -27,8 +27,9 @@ from headrace.scorers.adapters import (
     rows_of,
 )
 from headrace.scorers.buffers import is_aligned
+from headrace.scorers.inputs.codecs import codec
 from headrace.store.manifest import Manifest
-from headrace.store.signature import InputKind, ModelInput
+from headrace.store.signature import ModelInput
 
 MODEL_FILE = "model.keras"
 
@@ -71,16 +72,13 @@ def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int)
     return bucketed(call, max_batch) if "GPU" in dev else chunked(call, max_batch)
 
 
-_TF_DTYPES = {"float32": tf.float32, "float64": tf.float64, "int64": tf.int64,
-              "int32": tf.int32, "uint8": tf.uint8}
-
-
 def _spec(inp: ModelInput) -> tf.TensorSpec:
-    if inp.kind in (InputKind.TEXT, InputKind.CATEGORY):
+    """What the kind's codec decodes to (strings, or its numeric dtype), as a tensor."""
+    c = codec(inp.kind)
+    if c.strings:
         return tf.TensorSpec([None], tf.string, name=inp.name)
-    dtype = tf.float32 if inp.kind in (InputKind.NUMERIC, InputKind.IMAGE) else _TF_DTYPES.get(
-        inp.dtype, tf.float32)
-    return tf.TensorSpec([None, *inp.row_shape], dtype, name=inp.name)
+    return tf.TensorSpec([None, *inp.row_shape], tf.as_dtype(np.dtype(c.dtype(inp))),
+                         name=inp.name)
 
 
 def _to_tensor(x: np.ndarray, spec: tf.TensorSpec) -> tf.Tensor:

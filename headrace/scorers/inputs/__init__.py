@@ -18,8 +18,8 @@ whose reasons name the input; the rest of the batch is scored.
 
 from __future__ import annotations
 
-import binascii
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +32,9 @@ from headrace.core.limits import MAX_RECORD_BYTES
 from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES, check_size
 from headrace.scorers.budget import MessageCaps, check_message
 from headrace.scorers.decoding import BadInput, is_arrow_mask
-from headrace.scorers.inputs import columns
-from headrace.scorers.inputs.columns import Limits, Reasons
-from headrace.store.signature import InputKind, ModelInput
+from headrace.scorers.inputs import codecs, json_columns
+from headrace.scorers.inputs.columns import Getter, Limits, Reasons
+from headrace.store.signature import ModelInput
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import decode_arrow
 from headrace.streams.consuming import RawBatch
@@ -63,6 +63,8 @@ class Decoded:
     is_arrow: np.ndarray  # bool, one per message
     arrow_tables: dict[int, pa.Table] = field(default_factory=dict)
     bad: list[BadInput] = field(default_factory=list)
+    # Images converted to the model's channels, by conversion ("L->RGB"): counted and logged.
+    conversions: Counter[str] = field(default_factory=Counter)
 
     @property
     def num_rows(self) -> int:
@@ -71,11 +73,14 @@ class Decoded:
     def take(self, keep: np.ndarray) -> Decoded:
         return Decoded(self.signature, {k: v[keep] for k, v in self.arrays.items()},
                        self.message[keep], self.row[keep], self.is_arrow, self.arrow_tables,
-                       self.bad)
+                       self.bad, self.conversions)
 
 
-def single_image(signature: Signature) -> ModelInput | None:
-    return signature[0] if len(signature) == 1 and signature[0].kind == InputKind.IMAGE else None
+def single_raw(signature: Signature) -> ModelInput | None:
+    """The one input a raw (non-JSON, non-Arrow) message can be, if the signature has one."""
+    if len(signature) == 1 and codecs.codec(signature[0].kind).raw_types:
+        return signature[0]
+    return None
 
 
 def decode_inputs(batch: RawBatch, signature: Signature,
@@ -85,20 +90,31 @@ def decode_inputs(batch: RawBatch, signature: Signature,
     bad: list[BadInput] = []
     parts: list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]] = []
     tables: dict[int, pa.Table] = {}
+    conversions: Counter[str] = Counter()
 
-    records: list[dict[str, Any]] = []
-    rec_msgs: list[int] = []
-    image = single_image(signature)
-    for i in np.flatnonzero(~arrow).tolist():
-        value = batch.values[i]
-        rec = _record(batch, i, value, image, bad)
-        if rec is not None:
-            records.append(rec)
-            rec_msgs.append(i)
-    if records:
-        arrays, reasons = _records_group(records, signature, limits)
-        msgs = np.asarray(rec_msgs, np.int64)
-        parts.append(_keep(arrays, reasons, msgs, np.zeros(len(msgs), np.int32), bad, False))
+    json_msgs = np.flatnonzero(~arrow)
+    columnar = json_columns.read(batch.values if len(json_msgs) == len(batch) else
+                                 [batch.values[i] for i in json_msgs.tolist()], signature)
+    if columnar is not None:
+        arrays, reasons = _columns_group(columnar, len(json_msgs), signature, limits,
+                                         conversions)
+        parts.append(_keep(arrays, reasons, json_msgs.astype(np.int64),
+                           np.zeros(len(json_msgs), np.int32), bad, False))
+    else:
+        records: list[dict[str, Any]] = []
+        rec_msgs: list[int] = []
+        raw = single_raw(signature)
+        for i in json_msgs.tolist():
+            value = batch.values[i]
+            rec = _record(batch, i, value, raw, bad)
+            if rec is not None:
+                records.append(rec)
+                rec_msgs.append(i)
+        if records:
+            arrays, reasons = _records_group(records, signature, limits, conversions)
+            msgs = np.asarray(rec_msgs, np.int64)
+            parts.append(_keep(arrays, reasons, msgs, np.zeros(len(msgs), np.int32), bad,
+                               False))
 
     for i in np.flatnonzero(arrow).tolist():
         try:
@@ -116,7 +132,7 @@ def decode_inputs(batch: RawBatch, signature: Signature,
         def get(name: str, t: pa.Table = table, names: set[str] = names) -> pa.Array | None:
             return t.column(name) if name in names else None
 
-        arrays, reasons = _group(get, n, signature, limits)
+        arrays, reasons = _group(get, n, signature, limits, conversions)
         parts.append(_keep(arrays, reasons, np.full(n, i, np.int64),
                            np.arange(n, dtype=np.int32), bad, True))
 
@@ -128,14 +144,14 @@ def decode_inputs(batch: RawBatch, signature: Signature,
         msg = np.concatenate([p[1] for p in parts])
         row = np.concatenate([p[2] for p in parts])
     else:
-        arrays = {inp.name: columns.empty(inp, 0) for inp in signature}
+        arrays = {inp.name: codecs.codec(inp.kind).empty(inp, 0) for inp in signature}
         msg, row = np.zeros(0, np.int64), np.zeros(0, np.int32)
     # Back in message order, so predictions follow their inputs.
     order = np.lexsort((row, msg))
     if len(order) and not (order[1:] > order[:-1]).all():
         arrays = {k: v[order] for k, v in arrays.items()}
         msg, row = msg[order], row[order]
-    return Decoded(signature, arrays, msg, row, arrow, tables, bad)
+    return Decoded(signature, arrays, msg, row, arrow, tables, bad, conversions)
 
 
 def _keep(arrays: dict[str, np.ndarray], reasons: Reasons, msgs: np.ndarray, rows: np.ndarray,
@@ -151,12 +167,12 @@ def _keep(arrays: dict[str, np.ndarray], reasons: Reasons, msgs: np.ndarray, row
     return {k: v[keep] for k, v in arrays.items()}, msgs[keep], rows[keep]
 
 
-def _group(get: columns.Getter, n: int, signature: Signature, limits: Limits
-           ) -> tuple[dict[str, np.ndarray], Reasons]:
+def _group(get: Getter, n: int, signature: Signature, limits: Limits,
+           conversions: Counter[str]) -> tuple[dict[str, np.ndarray], Reasons]:
     arrays: dict[str, np.ndarray] = {}
     reasons: Reasons = {}
     for inp in signature:
-        arrays[inp.name], why = columns.build(inp, get, n, limits)
+        arrays[inp.name], why = codecs.codec(inp.kind).build(inp, get, n, limits, conversions)
         for r, w in why.items():
             reasons.setdefault(r, w)
     return arrays, reasons
@@ -172,7 +188,7 @@ def _check_table(table: pa.Table) -> None:
 
 
 # -- JSON and raw messages ---------------------------------------------------------------
-def _record(batch: RawBatch, i: int, value: bytes, image: ModelInput | None,
+def _record(batch: RawBatch, i: int, value: bytes, raw: ModelInput | None,
             bad: list[BadInput]) -> dict[str, Any] | None:
     def refuse(why: str, stage: str = "decode") -> None:
         bad.append(BadInput(i, None, ValidationFailed(why, stage=stage), stage))
@@ -186,11 +202,11 @@ def _record(batch: RawBatch, i: int, value: bytes, image: ModelInput | None,
     if value[0] not in _JSONISH:
         ctype = (hdr.get(batch.headers_of(i), hdr.CONTENT_TYPE) or "").split(";")[0].strip()
         if ctype in IMAGE_TYPES:
-            if image is None:
+            if raw is None or ctype not in codecs.codec(raw.kind).raw_types:
                 refuse(f"a raw {ctype} message, but the model takes more than one image input "
                        f"or none", "validate")
                 return None
-            return {image.name: value}
+            return {raw.name: value}
         if ctype == hdr.ARROW:
             refuse("content-type says Arrow IPC but the payload is not an Arrow IPC stream "
                    "(no 0xFFFFFFFF continuation marker)")
@@ -206,127 +222,46 @@ def _record(batch: RawBatch, i: int, value: bytes, image: ModelInput | None,
     return rec
 
 
-def _records_group(records: list[dict[str, Any]], signature: Signature, limits: Limits
-                   ) -> tuple[dict[str, np.ndarray], Reasons]:
+def _records_group(records: list[dict[str, Any]], signature: Signature, limits: Limits,
+                   conversions: Counter[str]) -> tuple[dict[str, np.ndarray], Reasons]:
     """JSON records to one Arrow array per field the signature names, then the common path."""
     n = len(records)
     pre: Reasons = {}
     cols: dict[str, pa.Array] = {}
     for inp in signature:
-        if inp.kind == InputKind.NUMERIC:
-            for c in inp.columns:
-                vals = [r.get(c) for r in records]
-                for k, v in enumerate(vals):
-                    if v is None and c not in records[k]:
-                        pre.setdefault(k, f"input {inp.name!r}: field {c!r} is missing")
-                cols[c] = _numbers(vals, inp, c, pre)
-            continue
-        values = [r.get(inp.name) for r in records]
-        for k, v in enumerate(values):
-            if v is None:
-                pre.setdefault(k, f"input {inp.name!r} is missing")
-        if inp.kind == InputKind.IMAGE:
-            cols[inp.name] = _image_bytes(values, inp, pre)
-        elif inp.kind == InputKind.TENSOR:
-            cols[inp.name] = _nested(values, inp, pre)
-        else:
-            cols[inp.name] = _texts(values, inp, pre)
-    arrays, reasons = _group(cols.get, n, signature, limits)
+        c = codecs.codec(inp.kind)
+        for f in c.fields(inp):
+            values = [r.get(f) for r in records]
+            for k, v in enumerate(values):
+                if v is None and (not c.multi_field or f not in records[k]):
+                    pre.setdefault(k, f"input {inp.name!r}: field {f!r} is missing"
+                                   if c.multi_field else f"input {inp.name!r} is missing")
+            cols[f] = c.from_json(values, inp, f, pre)
+    arrays, reasons = _group(cols.get, n, signature, limits, conversions)
     for r, w in reasons.items():
         pre.setdefault(r, w)
     return arrays, pre
 
 
-def _numbers(values: list[Any], inp: ModelInput, col: str, pre: Reasons) -> pa.Array:
-    try:
-        if not any(v is True or v is False for v in values):
-            return pa.array(values, pa.float64())
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        pass
-
-    def number(v: Any) -> float:
-        if isinstance(v, int | float) and not isinstance(v, bool):
-            return float(v)
-        raise _Refused(f"input {inp.name!r}: field {col!r} is not a number")
-
-    return _each(values, pre, number, pa.float64())
-
-
-def _image_bytes(values: list[Any], inp: ModelInput, pre: Reasons) -> pa.Array:
-
-    def image(v: Any) -> bytes:
-        if isinstance(v, bytes):
-            return v  # a raw image message
-        if not isinstance(v, str):
-            raise _Refused(f"input {inp.name!r}: an image must be a base64 string")
-        try:
-            return binascii.a2b_base64(v, strict_mode=True)
-        except (binascii.Error, ValueError):
-            raise _Refused(f"input {inp.name!r}: not base64 of an encoded image") from None
-
-    return _each(values, pre, image, pa.binary())
-
-
-def _nested(values: list[Any], inp: ModelInput, pre: Reasons) -> pa.Array:
-    """Nested arrays as a list-of-lists array as deep as the tensor's shape; rows that do not
-    fit that type (strings, another depth) are found one by one, only when some do not."""
-    leaf = pa.int64() if np.issubdtype(columns.numpy_dtype(inp), np.integer) else pa.float64()
-    target: pa.DataType = leaf
-    for _ in inp.shape:
-        target = pa.list_(target)
-    try:
-        return pa.array(values, target)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-        pass
-    good: list[Any] = []
-    for k, v in enumerate(values):
-        try:
-            pa.array([v], target)
-            good.append(v)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
-            pre.setdefault(k, f"input {inp.name!r}: wrong tensor dtype or shape, the model takes "
-                              f"{inp.dtype} {tuple(inp.shape)}")
-            good.append(None)
-    return pa.array(good, target)
-
-
-def _texts(values: list[Any], inp: ModelInput, pre: Reasons) -> pa.Array:
-
-    def text(v: Any) -> str:
-        if isinstance(v, str):
-            return v
-        raise _Refused(f"input {inp.name!r}: expected a string")
-
-    return _each(values, pre, text, pa.string())
-
-
-class _Refused(Exception):
-    """A value ``_each``'s converter does not take; the message is the row's reason."""
-
-
-def _each(values: list[Any], pre: Reasons, convert: Callable[[Any], Any],
-          typ: pa.DataType) -> pa.Array:
-    """One value per row through ``convert``: a missing value stays None, a refused one is
-    None with its reason."""
-    out: list[Any] = []
-    for k, v in enumerate(values):
-        if v is None:
-            out.append(None)
-            continue
-        try:
-            out.append(convert(v))
-        except _Refused as e:
-            pre.setdefault(k, str(e))
-            out.append(None)
-    return pa.array(out, typ)
+def _columns_group(table: pa.Table, n: int, signature: Signature, limits: Limits,
+                   conversions: Counter[str]) -> tuple[dict[str, np.ndarray], Reasons]:
+    """JSON records parsed as one Arrow table (``json_columns``); a kind that asks for it
+    (images: base64 text to bytes) reads its values as the per-record path does."""
+    pre: Reasons = {}
+    cols: dict[str, pa.Array] = {}
+    names = set(table.column_names)
+    for inp in signature:
+        c = codecs.codec(inp.kind)
+        for f in c.fields(inp):
+            if f in names:
+                col = table.column(f).combine_chunks()
+                cols[f] = c.from_json(col.to_pylist(), inp, f, pre) if c.reparse else col
+    arrays, reasons = _group(cols.get, n, signature, limits, conversions)
+    for r, w in reasons.items():
+        pre.setdefault(r, w)
+    return arrays, pre
 
 
 def signature_bytes(signature: Sequence[ModelInput]) -> int:
     """Bytes one row's inputs take once decoded (strings: counted as 256)."""
-    total = 0
-    for inp in signature:
-        if inp.kind in (InputKind.TEXT, InputKind.CATEGORY):
-            total += 256
-        else:
-            total += int(np.prod(inp.row_shape)) * np.dtype(columns.numpy_dtype(inp)).itemsize
-    return total
+    return sum(codecs.codec(inp.kind).bytes_per_row(inp) for inp in signature)

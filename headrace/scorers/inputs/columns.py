@@ -7,6 +7,7 @@ element or token in Python; images are decoded one call per image (``images``).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,12 +16,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.scorers import images
-from headrace.store import tokens
-from headrace.store.signature import InputKind, ModelInput
+from headrace.store import images, tokens
+from headrace.store.signature import ModelInput
 
 Reasons = dict[int, str]
 Getter = Callable[[str], "pa.Array | None"]
+Builder = Callable[["ModelInput", Getter, int, "Limits", "Counter[str] | None"],
+                   tuple[np.ndarray, Reasons]]
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int32": np.int32,
           "uint8": np.uint8}
@@ -31,18 +33,8 @@ class Limits:
     max_image_pixels: int = images.DEFAULT_MAX_PIXELS
 
 
-def numpy_dtype(inp: ModelInput) -> type:
-    if inp.kind in (InputKind.TEXT, InputKind.CATEGORY):
-        return object
-    if inp.kind in (InputKind.NUMERIC, InputKind.IMAGE):
-        return np.float32
+def tensor_dtype(inp: ModelInput) -> type:
     return DTYPES.get(inp.dtype, np.float32)
-
-
-def empty(inp: ModelInput, n: int) -> np.ndarray:
-    if inp.kind in (InputKind.TEXT, InputKind.CATEGORY):
-        return np.full(n, "", object)
-    return np.zeros((n, *inp.row_shape), numpy_dtype(inp))
 
 
 def _note(reasons: Reasons, rows: Any, why: str) -> None:
@@ -50,22 +42,25 @@ def _note(reasons: Reasons, rows: Any, why: str) -> None:
         reasons.setdefault(int(r), why)
 
 
-def build(inp: ModelInput, get: Getter, n: int, limits: Limits) -> tuple[np.ndarray, Reasons]:
-    if inp.kind == InputKind.NUMERIC:
-        return _numeric(inp, get, n)
-    arr = get(inp.name)
-    if arr is None:
-        return empty(inp, n), dict.fromkeys(range(n), f"input {inp.name!r} is missing")
-    if isinstance(arr, pa.ChunkedArray):
-        arr = arr.combine_chunks()
-    if inp.kind == InputKind.TENSOR:
-        return _tensor(inp, arr)
-    if inp.kind == InputKind.IMAGE:
-        return _image(inp, arr, limits)
-    return _strings(inp, arr)
+def present(fn: Callable[[ModelInput, pa.Array, Limits, Counter[str] | None],
+                          tuple[np.ndarray, Reasons]],
+            empty: Callable[[ModelInput, int], np.ndarray]) -> Builder:
+    """A builder of a one-field kind: the field missing from the batch is a reason per row."""
+
+    def build(inp: ModelInput, get: Getter, n: int, limits: Limits,
+              conversions: Counter[str] | None) -> tuple[np.ndarray, Reasons]:
+        arr = get(inp.name)
+        if arr is None:
+            return empty(inp, n), dict.fromkeys(range(n), f"input {inp.name!r} is missing")
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        return fn(inp, arr, limits, conversions)
+
+    return build
 
 
-def _numeric(inp: ModelInput, get: Getter, n: int) -> tuple[np.ndarray, Reasons]:
+def numeric(inp: ModelInput, get: Getter, n: int, limits: Limits,
+            conversions: Counter[str] | None) -> tuple[np.ndarray, Reasons]:
     out = np.zeros((n, len(inp.columns)), np.float32)
     reasons: Reasons = {}
     for j, col in enumerate(inp.columns):
@@ -90,11 +85,12 @@ def _numeric(inp: ModelInput, get: Getter, n: int) -> tuple[np.ndarray, Reasons]
     return out, reasons
 
 
-def _tensor(inp: ModelInput, arr: pa.Array) -> tuple[np.ndarray, Reasons]:
+def tensor(inp: ModelInput, arr: pa.Array, limits: Limits,
+           conversions: Counter[str] | None) -> tuple[np.ndarray, Reasons]:
     n = len(arr)
     shape = inp.shape
     size = int(np.prod(shape))
-    dtype = numpy_dtype(inp)
+    dtype = tensor_dtype(inp)
     out: np.ndarray = np.zeros((n, *shape), dtype)
     reasons: Reasons = {}
     if isinstance(arr.type, pa.FixedShapeTensorType):
@@ -166,7 +162,8 @@ def _tensor(inp: ModelInput, arr: pa.Array) -> tuple[np.ndarray, Reasons]:
     return out, reasons
 
 
-def _image(inp: ModelInput, arr: pa.Array, limits: Limits) -> tuple[np.ndarray, Reasons]:
+def image(inp: ModelInput, arr: pa.Array, limits: Limits,
+          conversions: Counter[str] | None) -> tuple[np.ndarray, Reasons]:
     assert inp.height and inp.width and inp.channels
     n = len(arr)
     spec = images.ImageSpec(inp.height, inp.width, inp.channels, limits.max_image_pixels)
@@ -182,7 +179,10 @@ def _image(inp: ModelInput, arr: pa.Array, limits: Limits) -> tuple[np.ndarray, 
         _note(reasons, np.flatnonzero(np.asarray(arr.is_null(), bool)),
               f"input {inp.name!r} is missing")
     data = arr.take(pa.array(present)).to_pylist() if len(present) < n else arr.to_pylist()
-    decoded, errors = images.decode_batch(data, spec)
+    batch = images.decode_batch(data, spec)
+    decoded, errors = batch.pixels, batch.errors
+    if conversions is not None:
+        conversions.update(batch.conversions)
     out = decoded if len(present) == n else np.zeros((n, *inp.row_shape), np.float32)
     if len(present) < n:
         out[present] = decoded
@@ -191,7 +191,8 @@ def _image(inp: ModelInput, arr: pa.Array, limits: Limits) -> tuple[np.ndarray, 
     return out, reasons
 
 
-def _strings(inp: ModelInput, arr: pa.Array) -> tuple[np.ndarray, Reasons]:
+def strings(inp: ModelInput, arr: pa.Array, limits: Limits,
+            conversions: Counter[str] | None) -> tuple[np.ndarray, Reasons]:
     n = len(arr)
     reasons: Reasons = {}
     if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
@@ -201,12 +202,19 @@ def _strings(inp: ModelInput, arr: pa.Array) -> tuple[np.ndarray, Reasons]:
     nulls = np.asarray(arr.is_null(), bool)
     if nulls.any():
         _note(reasons, np.flatnonzero(nulls), f"input {inp.name!r} is missing")
-    if inp.kind == InputKind.TEXT and inp.max_length:
+    out = np.asarray(arr.cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False), object)
+    return out, reasons
+
+
+def text(inp: ModelInput, arr: pa.Array, limits: Limits,
+         conversions: Counter[str] | None) -> tuple[np.ndarray, Reasons]:
+    """``strings``, and a text of more tokens than the model reads is refused."""
+    out, reasons = strings(inp, arr, limits, conversions)
+    if inp.max_length and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
         counts = tokens.token_counts(arr)
         over = counts > inp.max_length
         if over.any():
             for r in np.flatnonzero(over).tolist():
                 reasons.setdefault(r, f"input {inp.name!r}: text of {int(counts[r])} tokens is "
                                       f"over the model's {inp.max_length}")
-    out = np.asarray(arr.cast(pa.string()).fill_null("").to_numpy(zero_copy_only=False), object)
     return out, reasons
