@@ -11,7 +11,6 @@ import pyarrow as pa
 import typer
 
 from headrace.cli import _context
-from headrace.scorers.offline import load, read_path
 
 
 def predict(
@@ -28,6 +27,8 @@ def predict(
         min=0, max=1000)] = None,
 ) -> None:
     """Predict offline, exactly as the stream would: same decode, same model call."""
+    from headrace.scorers.offline import load, read_path  # the scorer extra's (Pillow): lazily
+
     settings = _context.base_settings(ctx)
     records, keys = read_path(path)
     m = load(settings.dfs_root, model, top_k=top_k)
