@@ -33,7 +33,9 @@ PrefixOpt = Annotated[str, typer.Option("--topic-prefix", hidden=True,
                                         help="Namespace for the control-plane topics.")]
 
 
-def _hidden(value: str) -> tuple[int, ...]:
+def _hidden(value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
     try:
         sizes = tuple(int(v) for v in value.split(",") if v.strip())
     except ValueError:
@@ -50,7 +52,7 @@ def _params(values: list[str]) -> dict[str, object]:
         key, sep, raw = v.partition("=")
         if not sep or not key:
             raise typer.BadParameter(f"{v!r} is not KEY=VALUE", param_hint="--param")
-        out[key] = raw.split(",") if "," in raw else raw
+        out[key] = raw  # typed by the family table (api.build_request)
     return out
 
 
@@ -63,8 +65,16 @@ def train(
                                          help="Parquet URI relative to the DFS root.")],
     task: Annotated[str, typer.Option(help="classifier or regressor.")] = "classifier",
     label: Annotated[str, typer.Option(help="Label column.")] = "label",
-    epochs: Annotated[int, typer.Option(min=1)] = 5,
-    hidden: Annotated[str, typer.Option(help="Hidden layer sizes.")] = "64,64",
+    epochs: Annotated[int | None, typer.Option(
+        min=1, help="The most epochs (default 100): training stops earlier when validation "
+                    "loss stops improving.")] = None,
+    batch_size: Annotated[int | None, typer.Option(
+        "--batch-size", min=1, help="Rows per step (default: chosen from the dataset size).")]
+        = None,
+    learning_rate: Annotated[float | None, typer.Option(
+        "--learning-rate", min=0.0, help="Starting learning rate (default 0.001).")] = None,
+    hidden: Annotated[str | None, typer.Option(help="Hidden layer sizes (default 64,64).")]
+        = None,
     code: Annotated[str | None, typer.Option(
         help="Your model code, NAME@HEX from `headrace code push`.")] = None,
     entrypoint: Annotated[str, typer.Option(
@@ -75,8 +85,9 @@ def train(
     init_weights: Annotated[str | None, typer.Option(
         help="Initial weights on the DFS (models/... or datasets/...).")] = None,
     param: Annotated[list[str] | None, typer.Option(
-        "--param", "-p", help="A family hyperparameter KEY=VALUE (repeatable), e.g. "
-                              "filters=32,64 image_size=32,32 embedding_dim=64.")] = None,
+        "--param", "-p", help="A hyperparameter KEY=VALUE (repeatable): the family's (e.g. "
+                              "filters=32,64 image_size=32,32 embedding_dim=64), or any key "
+                              "for --code (its build receives them).")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait",
                                        help="Follow the job until it ends.")] = True,
     idempotency_key: Annotated[str | None, typer.Option(
@@ -94,6 +105,7 @@ def train(
     failure, with the reason)."""
     request = api.build_request(model_name=name, framework=framework, dataset_uri=dataset,
                                 task=task, label=label, epochs=epochs, hidden=_hidden(hidden),
+                                batch_size=batch_size, learning_rate=learning_rate,
                                 idempotency_key=idempotency_key, code=code,
                                 entrypoint=entrypoint, workers=workers, servers=servers,
                                 strategy=strategy, model=model,
@@ -111,7 +123,8 @@ def train(
     console.print(f"requested {name} ({framework}) as job [bold]{job_id}[/bold]")
     if not wait:
         return
-    final = _follow(conn=conn, job_id=job_id, topics=topics, since_ms=since, epochs=epochs,
+    final = _follow(conn=conn, job_id=job_id, topics=topics, since_ms=since,
+                    epochs=request.spec.epochs,
                     timeout_s=timeout)
     if final.kind == JobEventKind.FAILED:
         console.print(f"[red]job {job_id} failed:[/red] {final.reason}")

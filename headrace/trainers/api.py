@@ -37,6 +37,7 @@ from headrace.trainers import jobs, promotion
 from headrace.trainers.admission import admit
 from headrace.trainers.control.triggers import Triggers, find_schedule, schedule_request
 from headrace.trainers.distributed.plan import plan_of
+from headrace.trainers.hyperparameters import split_params
 from headrace.trainers.limits import RequestCaps
 
 TERMINAL = (JobEventKind.SUCCEEDED, JobEventKind.FAILED)
@@ -45,9 +46,9 @@ Durability = tuple[int, dict[str, str]] | None
 
 
 def build_request(*, model_name: str, framework: str, dataset_uri: str,
-                  task: str = "classifier", label: str = "label", epochs: int = 5,
-                  hidden: tuple[int, ...] = (64, 64), batch_size: int = 256,
-                  learning_rate: float = 1e-3, idempotency_key: str | None = None,
+                  task: str = "classifier", label: str = "label", epochs: int | None = None,
+                  hidden: tuple[int, ...] | None = None, batch_size: int | None = None,
+                  learning_rate: float | None = None, idempotency_key: str | None = None,
                   source: str = "cli", code: str | None = None,
                   entrypoint: str = "model:build", workers: int = 1, servers: int = 0,
                   strategy: str = "auto", model: str = "mlp",
@@ -56,19 +57,21 @@ def build_request(*, model_name: str, framework: str, dataset_uri: str,
     """A validated TrainRequested (raises ValidationFailed with one line, also for a
     distributed strategy the framework cannot run). ``code``: a package from ``headrace code
     push`` (NAME@HEX) built by ``entrypoint`` (instead of the family ``model``). ``params``:
-    family hyperparameters of ModelSpec (``filters``, ``image_size``, ``embedding_dim``, ...)."""
-    spec: dict[str, Any] = {**(params or {}), "task": task, "label": label, "epochs": epochs,
-                            "hidden": list(hidden), "batch_size": batch_size,
-                            "learning_rate": learning_rate, "strategy": strategy,
+    the family's hyperparameters (ModelSpec fields: ``filters``, ``image_size``, ...; an
+    unknown one is refused), or for ``code`` any key (its ``hyperparameters``). Options left
+    None take the spec's defaults (``epochs`` a maximum, ``batch_size`` from the rows)."""
+    options = {"epochs": epochs, "hidden": list(hidden) if hidden else None,
+               "batch_size": batch_size, "learning_rate": learning_rate,
+               "init_weights": init_weights}
+    fields, hyper = split_params(None if code is not None else model, params or {}, options)
+    spec: dict[str, Any] = {**fields, "task": task, "label": label, "strategy": strategy,
                             "model": model}
-    if init_weights:
-        spec["init_weights"] = init_weights
     if code is not None:
         spec["model"] = {"code": code, "entrypoint": entrypoint}
     data = {
         "idempotency_key": idempotency_key or f"manual:{model_name}:{time.time_ns()}",
         "model_name": model_name, "framework": framework, "dataset_uri": dataset_uri,
-        "spec": spec,
+        "spec": spec, "hyperparameters": hyper,
         "resources": {"workers": workers, "servers": servers},
         "trigger": Trigger(kind=TriggerKind.MANUAL, source=source).model_dump(),
     }
