@@ -129,6 +129,9 @@ class GluonModel:
         return (np.concatenate(outs).astype(np.float32) if outs
                 else np.zeros((0, 1), np.float32))
 
+    def set_learning_rate(self, rate: float) -> None:
+        self.trainer.set_learning_rate(rate)
+
     def parameter_count(self) -> int:
         return int(sum(p.data().size for p in self.net.collect_params().values()
                        if p.grad_req != "null"))

@@ -84,6 +84,9 @@ class KerasModel:
     def export(self, path: Path) -> None:
         self.model.save(path / MODEL_FILE)
 
+    def set_learning_rate(self, rate: float) -> None:
+        self.model.optimizer.learning_rate.assign(rate)
+
 
 def _compile(model: keras.Model, spec: ModelSpec) -> None:
     loss = "sparse_categorical_crossentropy" if spec.task == Task.CLASSIFIER else "mse"
