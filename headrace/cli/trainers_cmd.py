@@ -12,9 +12,10 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from headrace.cli import _context
-from headrace.contracts import JobEvent, JobEventKind
+from headrace.contracts import JobEvent, JobEventKind, TrainRequested
 from headrace.core.errors import ConfigError, PermanentError
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import api
@@ -179,7 +180,8 @@ _FW = {"tensorflow": "tf", "mxnet": "mx"}
 @jobs_app.command("show")
 def jobs_show(ctx: typer.Context, job_id: str) -> None:
     """A job's state, timestamps, reason, progress and result."""
-    st, req = api.show_job(root=_context.base_settings(ctx).dfs_root, job_id=job_id)
+    root = _context.base_settings(ctx).dfs_root
+    st, req = api.show_job(root=root, job_id=job_id)
     table = Table(show_header=False)
     rows = [("job", st.job_id), ("model", st.model_name), ("framework", st.framework),
             ("state", st.state.value), ("reason", st.reason or ""),
@@ -190,12 +192,33 @@ def jobs_show(ctx: typer.Context, job_id: str) -> None:
             ("version", str(st.version or "")),
             ("distributed", _gang_line(api.gang_of(req))),
             ("promoted", "" if st.promoted is None else str(st.promoted)),
-            ("gate", "; ".join(st.gate_reasons) or ("passed" if st.version else ""))]
+            ("result", st.result or ""),
+            ("gate", "; ".join(st.gate_reasons) or ("passed" if st.version else "")),
+            ("spec", _spec_line(req)),
+            ("hyperparameters", " ".join(f"{k}={v}" for k, v in req.hyperparameters.items()))]
+    hist = api.training_history(root=root, job_id=job_id)
+    if hist.epochs:
+        rows.append(("training", f"{len(hist.epochs)} epochs, best {hist.best_epoch}, stopped: "
+                                 f"{hist.stopped_because or 'running'}"))
+        rows.append(("curve", hist.curve()))
     for k, v in rows:
-        table.add_row(k, v)
+        table.add_row(k, Text(v))  # user text verbatim (no markup)
     console.print(table)
     if st.state.value == "failed":
         raise typer.Exit(1)
+
+
+def _spec_line(req: TrainRequested) -> str:
+    """The spec the job runs with, as given (``batch_size=auto``: chosen from the rows)."""
+    data = req.spec.model_dump(mode="json", exclude_none=False)
+    data["batch_size"] = data["batch_size"] or "auto"
+    keys = ("model", "epochs", "batch_size", "learning_rate", "lr_schedule", "patience",
+            "hidden", "filters", "embedding_dim", "max_tokens", "max_length", "image_size",
+            "dropout", "validation_split", "seed")
+
+    def text(v: object) -> str:
+        return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+    return " ".join(f"{k}={text(data[k])}" for k in keys if data.get(k) is not None)
 
 
 def _gang_line(g: dict[str, object]) -> str:
@@ -216,9 +239,12 @@ def jobs_logs(ctx: typer.Context, job_id: str,
 
 @models_app.command("list")
 def models_list(ctx: typer.Context) -> None:
-    table = Table("model", "versions", "production")
+    """Models, their versions, production, and the versions the gate refused (with why)."""
+    table = Table("model", "versions", "production", "refused by the gate")
     for m in api.list_models(root=_context.base_settings(ctx).dfs_root):
-        table.add_row(m.name, ",".join(map(str, m.versions)), str(m.production or "-"))
+        refused = "\n".join(f"{v}: {why}" for v, why in sorted(m.refused.items()))
+        table.add_row(m.name, ",".join(map(str, m.versions)), str(m.production or "-"),
+                      Text(refused or "-"))
     console.print(table)
 
 

@@ -27,16 +27,23 @@ from headrace.contracts import (
     TriggerKind,
     parse,
 )
-from headrace.core.errors import ConfigError, PermanentError, RetriableError, ValidationFailed
+from headrace.core.errors import (
+    ConfigError,
+    HeadraceError,
+    PermanentError,
+    RetriableError,
+    ValidationFailed,
+)
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import EventSink, send_events
 from headrace.streams.reading import iter_records
 from headrace.streams.topics import ControlTopics
-from headrace.trainers import jobs, promotion
+from headrace.trainers import history, jobs, promotion
 from headrace.trainers.admission import admit
 from headrace.trainers.control.triggers import Triggers, find_schedule, schedule_request
 from headrace.trainers.distributed.plan import plan_of
+from headrace.trainers.history import History
 from headrace.trainers.hyperparameters import split_params
 from headrace.trainers.limits import RequestCaps
 
@@ -200,15 +207,35 @@ class ModelSummary:
     name: str
     versions: list[int]
     production: int | None
+    refused: dict[int, str] = dataclasses.field(default_factory=dict)  # version -> gate reasons
 
 
 def list_models(*, root: Path) -> list[ModelSummary]:
+    """Every model with its versions, production, and the versions the gate refused."""
     out = []
     for name in versions.list_models(root):
         ptr = versions.read_alias(root, name)
-        out.append(ModelSummary(name, versions.list_versions(root, name),
-                                ptr.version if ptr else None))
+        vs = versions.list_versions(root, name)
+        out.append(ModelSummary(name, vs, ptr.version if ptr else None,
+                                _refused(root, name, vs)))
     return out
+
+
+def _refused(root: Path, name: str, vs: list[int]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for v in vs:
+        try:
+            gate = versions.load_version(root, name, v, verify=False).manifest.extra.get("gate")
+        except (HeadraceError, OSError):
+            continue
+        if isinstance(gate, dict) and gate.get("passed") is False:
+            out[v] = "; ".join(gate.get("reasons", [])) or "refused"
+    return out
+
+
+def training_history(*, root: Path, job_id: str) -> History:
+    """The job's per-epoch curve (history.json; empty before its first epoch)."""
+    return history.read(root, job_id)
 
 
 def show_model(*, root: Path, ref: str) -> versions.ModelVersion:

@@ -506,10 +506,13 @@ def _finish(ctx: JobContext, mv: versions.ModelVersion, result: GateResult, t0: 
         log.info("gate passed; promotion is off for this model (promote: false)")
     msg = (f"{mv.name}:{mv.version} " + ("promoted" if promoted else "kept, not promoted: "
            + ("; ".join(result.reasons) or "promotion off")))
+    refused = not result.passed
     ctx.status(state=JobState.SUCCEEDED, finished_at=jobs.now_iso(), version=mv.version,
                promoted=promoted, gate_reasons=list(result.reasons),
-               metrics={k: float(v) for k, v in mv.manifest.metrics.items()}, reason=None,
-               exit_code=0)
+               result="promoted" if promoted else "refused" if refused else "kept",
+               held_by=list(result.held_by),
+               metrics={k: float(v) for k, v in mv.manifest.metrics.items()},
+               reason="; ".join(result.reasons) if refused else None, exit_code=0)
     ctx.event(JobEventKind.SUCCEEDED, message=msg,
               metrics={k: float(v) for k, v in mv.manifest.metrics.items() if "." not in k},
               reason=None if promoted else "; ".join(result.reasons) or "promotion off")

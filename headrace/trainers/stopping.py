@@ -47,7 +47,9 @@ def rules_for(request: TrainRequested) -> list[StopRule]:
 
 def better(loss: float, best: float) -> bool:
     """An improvement worth waiting for (a relative 1e-4, so noise in the last digits is not)."""
-    return math.isfinite(loss) and loss < best - 1e-4 * max(1.0, abs(best))
+    if not math.isfinite(loss):
+        return False
+    return not math.isfinite(best) or loss < best - 1e-4 * max(1.0, abs(best))
 
 
 class EarlyStopping:
