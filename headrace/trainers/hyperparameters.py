@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from headrace.contracts import family
-from headrace.contracts.families import TRAINING_HYPERPARAMETERS
+from headrace.contracts.families import TABLE, TRAINING_HYPERPARAMETERS
 from headrace.core.errors import ValidationFailed
 
 Scalar = float | int | str | bool
@@ -30,7 +29,9 @@ def split_params(model: str | None, params: Mapping[str, object],
         hyper = {k: _scalar(v) for k, v in params.items()}
         spec = {k: _spec_value(k, v) for k, v in params.items() if k in TRAINING_HYPERPARAMETERS}
         return {**spec, **given}, hyper
-    valid = family(model).valid_hyperparameters()
+    if model not in TABLE:  # ModelSpec refuses it, naming the families
+        return {**{k: _spec_value(k, v) for k, v in params.items()}, **given}, {}
+    valid = TABLE[model].valid_hyperparameters()
     for key in params:
         if key not in valid:
             raise ValidationFailed(f"-p {key}: not a hyperparameter of model {model}; valid: "

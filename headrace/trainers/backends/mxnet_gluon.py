@@ -197,7 +197,7 @@ def _load_initial(body: gluon.HybridBlock, path: Path, ctx: Any) -> None:
 def _from_code(spec: ModelSpec, n_outputs: int) -> gluon.HybridBlock:
     """The user's ``build`` (raw scores; softmax is added at export for a classifier)."""
     code = resolve_builder(spec)
-    block = code.build(code.spec_for(spec, n_outputs), code.inputs)
+    block = code.call("build()", code.build, code.spec_for(spec, n_outputs), code.inputs)
     if not isinstance(block, gluon.HybridBlock):
         raise CodeLoadError(f"entrypoint {code.ref.entrypoint} returned "
                             f"{type(block).__name__}, not a gluon.HybridBlock")
