@@ -9,8 +9,9 @@ epochs run / best, batch size, gate result, seconds).
     PYTHONPATH=. .venv/bin/python bench/bench_model_quality.py \
         [--datasets tables,moons,intents,shapes48,digits32,digits64] [--frameworks tensorflow,mxnet]
 
-The datasets use seeds 1000+ (the tests use 0-100); the defaults (early stopping, plateau
-schedule, batch size from the rows) were fixed before any of these was generated.
+Dataset seeds: ``--seed`` (default 2000, the reported table); 1000 was the development run on
+which the defaults' patience was chosen (the tests use 0-100). The digits are scikit-learn's
+(the split's seed is the spec's default).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from headrace.trainers import history, jobs
 from headrace.trainers.dataset_files import put_dataset
 from headrace.trainers.job_process import run_job
 
-SEED = 1000
+SEED = 2000  # --seed
 
 
 def noisy_table(out: Path) -> Path:
@@ -199,7 +200,10 @@ def main() -> None:
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--frameworks", default="tensorflow,mxnet")
     ap.add_argument("--root", type=Path, default=None, help="scratch DFS (default: a temp dir)")
+    ap.add_argument("--seed", type=int, default=SEED, help="dataset seed (1000: development)")
     args = ap.parse_args()
+    global SEED
+    SEED = args.seed
     root = args.root or Path(tempfile.mkdtemp(prefix="quality-"))
     root.mkdir(parents=True, exist_ok=True)
     rows = []

@@ -101,8 +101,8 @@ class ModelSpec(BaseModel):
     learning_rate: float = Field(default=1e-3, gt=0, le=10)  # the starting rate
     validation_split: float = Field(default=0.2, gt=0, lt=1)
     # Early stopping: epochs without a better validation loss before training stops.
-    patience: int = Field(default=8, ge=1, le=10_000)
-    # plateau: halve the rate after patience/2 epochs without a better validation loss.
+    patience: int = Field(default=10, ge=1, le=10_000)
+    # plateau: halve the rate after patience // 2 epochs without a better validation loss.
     lr_schedule: Literal["plateau", "constant"] = "plateau"
     seed: int = 0
     checkpoint_every_steps: int | None = Field(default=None, ge=1)

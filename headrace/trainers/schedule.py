@@ -25,7 +25,7 @@ def batch_size(spec: ModelSpec, rows: int, workers: int = 1) -> int:
 
 
 class LearningRate:
-    """``plateau``: halve the rate after ``max(1, (patience + 1) // 3)`` epochs without a
+    """``plateau``: halve the rate after ``max(1, patience // 2)`` epochs without a
     better validation loss (down to 1/1000 of the start); ``constant``: never change it.
     Deterministic from the validation losses, so a resumed job and every worker of a gang
     agree on it."""
@@ -33,7 +33,7 @@ class LearningRate:
     def __init__(self, spec: ModelSpec) -> None:
         self.start = self.rate = spec.learning_rate
         self.on = spec.lr_schedule == "plateau"
-        self.wait = max(1, (spec.patience + 1) // 3)
+        self.wait = max(1, spec.patience // 2)
         self.best = math.inf
         self.waited = 0
 
