@@ -196,13 +196,13 @@ def run_one(root: Path, uri: str, family: str, framework: str) -> dict[str, obje
 
 
 def main() -> None:
+    global SEED
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", default=",".join(DATASETS))
     ap.add_argument("--frameworks", default="tensorflow,mxnet")
     ap.add_argument("--root", type=Path, default=None, help="scratch DFS (default: a temp dir)")
     ap.add_argument("--seed", type=int, default=SEED, help="dataset seed (1000: development)")
     args = ap.parse_args()
-    global SEED
     SEED = args.seed
     root = args.root or Path(tempfile.mkdtemp(prefix="quality-"))
     root.mkdir(parents=True, exist_ok=True)
