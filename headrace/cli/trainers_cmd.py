@@ -199,7 +199,8 @@ def jobs_show(ctx: typer.Context, job_id: str) -> None:
     hist = api.training_history(root=root, job_id=job_id)
     if hist.epochs:
         rows.append(("training", f"{len(hist.epochs)} epochs, best {hist.best_epoch}, stopped: "
-                                 f"{hist.stopped_because or 'running'}"))
+                                 f"{hist.stopped_because or 'running'}, batch size "
+                                 f"{hist.batch_size or '?'}"))
         rows.append(("curve", hist.curve()))
     for k, v in rows:
         table.add_row(k, Text(v))  # user text verbatim (no markup)

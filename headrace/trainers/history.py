@@ -34,6 +34,7 @@ class History:
     best_epoch: int = 0
     stopped_because: str | None = None
     best_loss: float = math.inf
+    batch_size: int | None = None  # what the job trained with (chosen from the rows if not given)
 
     def add(self, row: dict[str, float]) -> bool:
         """Append an epoch; True when it is the best so far (lowest validation loss)."""
@@ -45,8 +46,12 @@ class History:
         return False
 
     def record(self) -> dict[str, Any]:
-        return {"epochs": self.epochs, "epochs_run": len(self.epochs),
-                "best_epoch": self.best_epoch, "stopped_because": self.stopped_because}
+        out: dict[str, Any] = {"epochs": self.epochs, "epochs_run": len(self.epochs),
+                               "best_epoch": self.best_epoch,
+                               "stopped_because": self.stopped_because}
+        if self.batch_size is not None:
+            out["batch_size"] = self.batch_size
+        return out
 
     def curve(self) -> str:
         """One compact line per epoch (``jobs show``)."""
@@ -75,14 +80,7 @@ def read(root: Path, job_id: str, *, upto: int | None = None) -> History:
             h.add({k: float(v) for k, v in row.items()})
     if upto is None:
         h.stopped_because = data.get("stopped_because")
-    return h
-
-
-def parse(data: dict[str, Any]) -> History:
-    h = History()
-    for row in data.get("epochs", []):
-        h.add({k: float(v) for k, v in row.items()})
-    h.stopped_because = data.get("stopped_because")
+    h.batch_size = data.get("batch_size")
     return h
 
 

@@ -319,6 +319,7 @@ def _train(ctx: JobContext, model: Model, sp: Split) -> History:
     bs = schedule.batch_size(spec, n, ctx.member.workers)
     n_batches = (n + bs - 1) // bs
     hist = history.read(ctx.root, ctx.job_id, upto=epoch0)
+    hist.batch_size = bs
     rules = stopping.rules_for(req)
     lr = schedule.LearningRate(spec)
     for rule in rules:  # a resumed job catches up on the epochs it ran

@@ -62,7 +62,7 @@ def test_early_stopping_publishes_the_best_epoch_and_the_cli_shows_curve_and_ref
 
     assert main(["--dfs-root", str(dfs), "jobs", "show", jid]) == 0
     out = capsys.readouterr().out
-    assert f"{run} epochs, best {h.best_epoch}, stopped: early_stopping" in out
+    assert f"{run} epochs, best {h.best_epoch}, stopped: early_stopping, batch size 16" in out
     assert f"{h.best_epoch:>3} loss=" in out and "*best" in out
     assert "batch_size=16" in out and "learning_rate=0.01" in out
     assert main(["--dfs-root", str(dfs), "models", "list"]) == 0
@@ -97,6 +97,7 @@ def test_a_registered_stop_rule_stops_the_job_with_its_reason(
     assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.OK
     h = history.read(dfs, jid)
     assert (h.stopped_because, len(h.epochs)) == ("pruned", 2) and rules[0].seen == [1, 2]
+    assert h.batch_size == 16  # none given: 240 training rows give 16 (32 steps or more)
     other = stopping.rules_for(TrainRequested(idempotency_key="k", model_name="other",
                                               framework="mxnet", dataset_uri="d"))
     assert [type(r).__name__ for r in other] == ["EarlyStopping"]
