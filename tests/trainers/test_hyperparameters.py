@@ -14,6 +14,9 @@ from headrace.cli import main
 from headrace.contracts import ModelSpec, TrainRequested
 from headrace.core.errors import ValidationFailed
 from headrace.store import versions
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.api import build_request
 from headrace.trainers.executors.base import ExitCode
@@ -74,3 +77,16 @@ def test_the_manifest_and_request_json_hold_the_spec_actually_used(dfs: Path, de
     spec = ModelSpec.model_validate(versions.load_version(dfs, "m", st.version)
                                     .manifest.extra["spec"])
     assert spec == req.spec
+
+
+def test_headrace_train_publishes_the_options_and_params_unchanged(
+        broker: str, conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics) -> None:
+    code = main(["--bootstrap", broker, "--dfs-root", str(dfs), "train", "m", "-f", "mxnet",
+                 "-d", demo, "-m", "cnn", "--batch-size", "48", "--learning-rate", "0.003",
+                 "-p", "filters=16,32", "-p", "image_size=40,40", "-p", "patience=4",
+                 "--no-wait", "--topic-prefix", topics.prefix])
+    assert code == 0
+    [req] = read_events(conn, topics.train_requests, TrainRequested)
+    s = req.spec
+    assert (s.model, s.batch_size, s.learning_rate, s.filters, s.image_size, s.patience,
+            s.epochs) == ("cnn", 48, 0.003, (16, 32), (40, 40), 4, 100)
