@@ -53,10 +53,15 @@ class History:
             out["batch_size"] = self.batch_size
         return out
 
-    def curve(self) -> str:
-        """One compact line per epoch (``jobs show``)."""
-        return "\n".join(format_row(r, best=int(r["epoch"]) == self.best_epoch)
-                         for r in self.epochs)
+    def curve(self, max_lines: int = 20) -> str:
+        """One compact line an epoch (``jobs show``); a long run shows evenly spaced epochs
+        plus the best and the last, at most about ``max_lines``."""
+        n = len(self.epochs)
+        keep = set(range(n)) if n <= max_lines else {
+            round(i * (n - 1) / (max_lines - 3)) for i in range(max_lines - 2)}
+        keep |= {n - 1, self.best_epoch - 1} & set(range(n))
+        return "\n".join(format_row(self.epochs[i], best=i + 1 == self.best_epoch)
+                         for i in sorted(keep))
 
 
 def format_row(row: dict[str, float], *, best: bool = False) -> str:

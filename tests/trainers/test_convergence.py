@@ -149,3 +149,14 @@ def test_a_classifiers_validation_split_keeps_every_class_share(dfs: Path) -> No
     assert np.bincount(sp.y_train.astype(int)).tolist() == [160, 40, 8]
     again = split(ds, validation_split=0.2, seed=3)
     assert np.array_equal(again.y_val, sp.y_val)  # deterministic by seed
+
+
+def test_a_long_curve_prints_compactly_with_the_best_and_last_epochs() -> None:
+    h = history.History()
+    for e in range(1, 101):
+        h.add({"epoch": float(e), "loss": 1 / e, "val_loss": abs(e - 37) / 100 + 0.1,
+               "val_accuracy": 0.5, "learning_rate": 0.001})
+    lines = h.curve().splitlines()
+    assert len(lines) <= 20 and lines[0].startswith("  1 loss=1.0000 val_loss=0.4600")
+    assert " 37 loss=0.0270 val_loss=0.1000 val_accuracy=0.5000 lr=0.001 *best" in lines
+    assert lines[-1].startswith("100 ")
