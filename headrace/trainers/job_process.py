@@ -332,7 +332,12 @@ def _train(ctx: JobContext, model: Model, sp: Split) -> History:
              spec.epochs, bs, n_batches, rate, spec.lr_schedule, spec.patience)
     loss = float("nan")
     stopped = stopping.MAX_EPOCHS
-    for epoch in range(epoch0, spec.epochs):
+    done = history.read(ctx.root, ctx.job_id)
+    end = spec.epochs
+    if done.stopped_because and batch0 == 0 and len(done.epochs) == epoch0 == len(hist.epochs):
+        # A retry after training ended (a crash before publishing): no more epochs.
+        stopped, end = done.stopped_because, epoch0
+    for epoch in range(epoch0, end):
         _set_learning_rate(model, rate)
         order = np.random.default_rng(spec.seed * 100_003 + epoch).permutation(n)
         losses: list[float] = []

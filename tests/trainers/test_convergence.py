@@ -160,3 +160,25 @@ def test_a_long_curve_prints_compactly_with_the_best_and_last_epochs() -> None:
     assert len(lines) <= 20 and lines[0].startswith("  1 loss=1.0000 val_loss=0.4600")
     assert " 37 loss=0.0270 val_loss=0.1000 val_accuracy=0.5000 lr=0.001 *best" in lines
     assert lines[-1].startswith("100 ")
+
+
+def test_a_retry_after_early_stopping_trains_no_more_epochs(
+        dfs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from headrace.trainers import job_process
+
+    spec = ModelSpec(epochs=60, hidden=(64, 64), batch_size=16, learning_rate=0.01, patience=3)
+    jid = _job(dfs, _shuffled(dfs), spec)
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise OSError("the DFS went away while publishing")
+
+    monkeypatch.setattr(job_process, "_publish", crash)
+    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.RETRIABLE
+    first = history.read(dfs, jid)
+    assert first.stopped_because == "early_stopping"
+    monkeypatch.undo()
+    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.OK
+    again = history.read(dfs, jid)
+    assert again.record() == first.record()  # the same epochs, the same best: nothing re-run
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.version == 1
