@@ -165,6 +165,30 @@ def shapes(out: Path, per_class: int = 250, size: int = 48) -> Path:
     return folder
 
 
+def letters(out: Path, per_class: int = 120, size: int = 32) -> Path:
+    """Ten capital letters (A-J) in the default TrueType font: random size (14-24 px),
+    position, rotation (+-20 degrees), grey levels and pixel noise; grey PNGs."""
+    from PIL import ImageFont
+
+    rng = np.random.default_rng(SEED + 4)
+    folder = out / "letters32"
+    for letter in "ABCDEFGHIJ":
+        (folder / letter).mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            font = ImageFont.load_default(size=int(rng.integers(14, 25)))
+            img = Image.new("L", (size, size), int(rng.integers(0, 90)))
+            glyph = Image.new("L", (size, size), 0)
+            ImageDraw.Draw(glyph).text((size / 2, size / 2), letter, fill=255, font=font,
+                                       anchor="mm")
+            glyph = glyph.rotate(float(rng.uniform(-20, 20)), resample=Image.BILINEAR,
+                                 translate=(int(rng.integers(-5, 6)), int(rng.integers(-5, 6))))
+            img.paste(int(rng.integers(150, 256)), mask=glyph)
+            noisy = np.asarray(img, np.float32) + rng.normal(0, 15, (size, size))
+            Image.fromarray(np.clip(noisy, 0, 255).astype(np.uint8)).save(
+                folder / letter / f"{i:04d}.png")
+    return folder
+
+
 DATASETS: dict[str, tuple[Callable[[Path], Path], str]] = {
     "tables": (noisy_table, "mlp"),
     "moons": (moons_table, "mlp"),
@@ -172,6 +196,7 @@ DATASETS: dict[str, tuple[Callable[[Path], Path], str]] = {
     "shapes48": (shapes, "cnn"),
     "digits32": (lambda out: digits(out, 32), "cnn"),
     "digits64": (lambda out: digits(out, 64), "cnn"),
+    "letters32": (letters, "cnn"),
 }
 
 
