@@ -200,9 +200,15 @@ DATASETS: dict[str, tuple[Callable[[Path], Path], str]] = {
 }
 
 
-def run_one(root: Path, uri: str, family: str, framework: str) -> dict[str, object]:
+# --grid: a small grid of hand-set values (the "tuned" column), best of the four.
+GRID = [{"learning_rate": lr, "batch_size": bs} for lr in (3e-3, 3e-4) for bs in (32, 128)]
+
+
+def run_one(root: Path, uri: str, family: str, framework: str,
+            params: dict[str, float] | None = None) -> dict[str, object]:
+    spec = ModelSpec.model_validate({"model": family, **(params or {})})
     req = TrainRequested(idempotency_key=uuid.uuid4().hex, model_name=f"q-{framework}",
-                         framework=framework, dataset_uri=uri, spec=ModelSpec(model=family))
+                         framework=framework, dataset_uri=uri, spec=spec)
     jid, _ = jobs.create_request(root, req)
     t0 = time.perf_counter()
     code = run_job(root=root, job_id=jid, conn=None)
@@ -227,6 +233,8 @@ def main() -> None:
     ap.add_argument("--frameworks", default="tensorflow,mxnet")
     ap.add_argument("--root", type=Path, default=None, help="scratch DFS (default: a temp dir)")
     ap.add_argument("--seed", type=int, default=SEED, help="dataset seed (1000: development)")
+    ap.add_argument("--grid", action="store_true",
+                    help="also run the 2x2 grid of learning rate x batch size; report its best")
     args = ap.parse_args()
     SEED = args.seed
     root = args.root or Path(tempfile.mkdtemp(prefix="quality-"))
@@ -240,6 +248,13 @@ def main() -> None:
         for fw in args.frameworks.split(","):
             out = {"dataset": name, "rows": info.rows, "family": family, "framework": fw,
                    **run_one(root, info.uri, family, fw)}
+            if args.grid:
+                tried = [{**p, **run_one(root, info.uri, family, fw, p)} for p in GRID]
+                ok = [t for t in tried if "accuracy" in t]
+                best = max(ok, key=lambda t: float(t["accuracy"]))  # type: ignore[arg-type]
+                out["grid_best"] = {k: best[k] for k in ("learning_rate", "batch_size",
+                                                         "accuracy", "seconds")}
+                out["grid_seconds"] = round(sum(float(t["seconds"]) for t in tried), 1)
             print(json.dumps(out), flush=True)
             rows.append(out)
     print("\n| dataset | rows | family | framework | val accuracy | epochs run / best | gate | "
@@ -249,8 +264,11 @@ def main() -> None:
             print(f"| {r['dataset']} | {r['rows']} | {r['family']} | {r['framework']} | "
                   f"failed: {r['error']} | | | {r['seconds']} |")
             continue
+        g = r.get("grid_best")
+        grid = (f" (grid best {g['accuracy']:.3f} at lr {g['learning_rate']}, batch "
+                f"{g['batch_size']})" if isinstance(g, dict) else "")
         print(f"| {r['dataset']} | {r['rows']} | {r['family']} | {r['framework']} | "
-              f"{r['accuracy']:.3f} | {r['epochs_run']} / {r['best_epoch']} "
+              f"{r['accuracy']:.3f}{grid} | {r['epochs_run']} / {r['best_epoch']} "
               f"({r['stopped_because']}) | {r['result']} | {r['seconds']} |")
 
 
