@@ -13,9 +13,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from headrace.cli import _context
-from headrace.contracts import JobEvent, JobEventKind
+from headrace.contracts import JobEvent, JobEventKind, TrainRequested
 from headrace.core.errors import ConfigError, PermanentError
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import api
@@ -41,7 +42,9 @@ def _topics(ctx: typer.Context, flag: str) -> ControlTopics:
     return ControlTopics.with_prefix(flag or _context.base_settings(ctx).topic_prefix)
 
 
-def _hidden(value: str) -> tuple[int, ...]:
+def _hidden(value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
     try:
         sizes = tuple(int(v) for v in value.split(",") if v.strip())
     except ValueError:
@@ -58,7 +61,7 @@ def _params(values: list[str]) -> dict[str, object]:
         key, sep, raw = v.partition("=")
         if not sep or not key:
             raise typer.BadParameter(f"{v!r} is not KEY=VALUE", param_hint="--param")
-        out[key] = raw.split(",") if "," in raw else raw
+        out[key] = raw  # typed by the family table (api.build_request)
     return out
 
 
@@ -71,8 +74,16 @@ def train(
                                          help="Parquet URI relative to the DFS root.")],
     task: Annotated[str, typer.Option(help="classifier or regressor.")] = "classifier",
     label: Annotated[str, typer.Option(help="Label column.")] = "label",
-    epochs: Annotated[int, typer.Option(min=1)] = 5,
-    hidden: Annotated[str, typer.Option(help="Hidden layer sizes.")] = "64,64",
+    epochs: Annotated[int | None, typer.Option(
+        min=1, help="The most epochs (default 100): training stops earlier when validation "
+                    "loss stops improving.")] = None,
+    batch_size: Annotated[int | None, typer.Option(
+        "--batch-size", min=1, help="Rows per step (default: chosen from the dataset size).")]
+        = None,
+    learning_rate: Annotated[float | None, typer.Option(
+        "--learning-rate", min=0.0, help="Starting learning rate (default 0.001).")] = None,
+    hidden: Annotated[str | None, typer.Option(help="Hidden layer sizes (default 64,64).")]
+        = None,
     code: Annotated[str | None, typer.Option(
         help="Your model code, NAME@HEX from `headrace code push`.")] = None,
     entrypoint: Annotated[str, typer.Option(
@@ -83,8 +94,9 @@ def train(
     init_weights: Annotated[str | None, typer.Option(
         help="Initial weights on the DFS (models/... or datasets/...).")] = None,
     param: Annotated[list[str] | None, typer.Option(
-        "--param", "-p", help="A family hyperparameter KEY=VALUE (repeatable), e.g. "
-                              "filters=32,64 image_size=32,32 embedding_dim=64.")] = None,
+        "--param", "-p", help="A hyperparameter KEY=VALUE (repeatable): the family's (e.g. "
+                              "filters=32,64 image_size=32,32 embedding_dim=64), or any key "
+                              "for --code (its build receives them).")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait",
                                        help="Follow the job until it ends.")] = True,
     idempotency_key: Annotated[str | None, typer.Option(
@@ -102,6 +114,7 @@ def train(
     failure, with the reason)."""
     request = api.build_request(model_name=name, framework=framework, dataset_uri=dataset,
                                 task=task, label=label, epochs=epochs, hidden=_hidden(hidden),
+                                batch_size=batch_size, learning_rate=learning_rate,
                                 idempotency_key=idempotency_key, code=code,
                                 entrypoint=entrypoint, workers=workers, servers=servers,
                                 strategy=strategy, model=model,
@@ -119,7 +132,8 @@ def train(
     console.print(f"requested {name} ({framework}) as job [bold]{job_id}[/bold]")
     if not wait:
         return
-    final = _follow(conn=conn, job_id=job_id, topics=topics, since_ms=since, epochs=epochs,
+    final = _follow(conn=conn, job_id=job_id, topics=topics, since_ms=since,
+                    epochs=request.spec.epochs,
                     timeout_s=timeout)
     if final.kind == JobEventKind.FAILED:
         console.print(f"[red]job {job_id} failed:[/red] {escape(final.reason or '')}")
@@ -183,7 +197,8 @@ _FW = {"tensorflow": "tf", "mxnet": "mx"}
 @jobs_app.command("show")
 def jobs_show(ctx: typer.Context, job_id: str) -> None:
     """A job's state, timestamps, reason, progress and result."""
-    st, req = api.show_job(root=_context.base_settings(ctx).dfs_root, job_id=job_id)
+    root = _context.base_settings(ctx).dfs_root
+    st, req = api.show_job(root=root, job_id=job_id)
     table = Table(show_header=False)
     rows = [("job", st.job_id), ("model", st.model_name), ("framework", st.framework),
             ("state", st.state.value), ("reason", st.reason or ""),
@@ -194,12 +209,34 @@ def jobs_show(ctx: typer.Context, job_id: str) -> None:
             ("version", str(st.version or "")),
             ("distributed", _gang_line(api.gang_of(req))),
             ("promoted", "" if st.promoted is None else str(st.promoted)),
-            ("gate", "; ".join(st.gate_reasons) or ("passed" if st.version else ""))]
+            ("result", st.result or ""),
+            ("gate", "; ".join(st.gate_reasons) or ("passed" if st.version else "")),
+            ("spec", _spec_line(req)),
+            ("hyperparameters", " ".join(f"{k}={v}" for k, v in req.hyperparameters.items()))]
+    hist = api.training_history(root=root, job_id=job_id)
+    if hist.epochs:
+        rows.append(("training", f"{len(hist.epochs)} epochs, best {hist.best_epoch}, stopped: "
+                                 f"{hist.stopped_because or 'running'}, batch size "
+                                 f"{hist.batch_size or '?'}"))
+        rows.append(("curve", hist.curve()))
     for k, v in rows:
-        table.add_row(k, escape(v))  # user text (reasons, names) verbatim, never markup
+        table.add_row(k, Text(v))  # user text verbatim (no markup)
     console.print(table)
     if st.state.value == "failed":
         raise typer.Exit(1)
+
+
+def _spec_line(req: TrainRequested) -> str:
+    """The spec the job runs with, as given (``batch_size=auto``: chosen from the rows)."""
+    data = req.spec.model_dump(mode="json", exclude_none=False)
+    data["batch_size"] = data["batch_size"] or "auto"
+    keys = ("model", "epochs", "batch_size", "learning_rate", "lr_schedule", "patience",
+            "hidden", "filters", "embedding_dim", "max_tokens", "max_length", "image_size",
+            "dropout", "validation_split", "seed")
+
+    def text(v: object) -> str:
+        return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+    return " ".join(f"{k}={text(data[k])}" for k in keys if data.get(k) is not None)
 
 
 def _gang_line(g: dict[str, object]) -> str:
@@ -220,9 +257,12 @@ def jobs_logs(ctx: typer.Context, job_id: str,
 
 @models_app.command("list")
 def models_list(ctx: typer.Context) -> None:
-    table = Table("model", "versions", "production")
+    """Models, their versions, production, and the versions the gate refused (with why)."""
+    table = Table("model", "versions", "production", "refused by the gate")
     for m in api.list_models(root=_context.base_settings(ctx).dfs_root):
-        table.add_row(m.name, ",".join(map(str, m.versions)), str(m.production or "-"))
+        refused = "\n".join(f"{v}: {why}" for v, why in sorted(m.refused.items()))
+        table.add_row(m.name, ",".join(map(str, m.versions)), str(m.production or "-"),
+                      Text(refused or "-"))
     console.print(table)
 
 

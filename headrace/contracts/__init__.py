@@ -9,11 +9,11 @@ from headrace.contracts.base import (
     parse,
     utcnow,
 )
+from headrace.contracts.families import FAMILIES, Family, family
 from headrace.contracts.jobs import JobEvent, JobEventKind, JobState
 from headrace.contracts.models import ModelAction, ModelPublished
 from headrace.contracts.predictions import OutputValue, Prediction, TopLabel
 from headrace.contracts.training import (
-    FAMILIES,
     OBJECT_STORE_SCHEMES,
     DatasetUri,
     ModelChoice,
@@ -38,8 +38,8 @@ CONTRACTS: dict[str, type[Contract]] = {
 
 __all__ = [
     "CODE_REF_PATTERN", "CONTRACTS", "ENTRYPOINT_PATTERN", "FAMILIES", "MAX_EVENT_BYTES",
-    "OBJECT_STORE_SCHEMES", "CodeRef", "Contract", "DatasetUri", "Framework", "JobEvent",
+    "OBJECT_STORE_SCHEMES", "CodeRef", "Contract", "DatasetUri", "Family", "Framework", "JobEvent",
     "JobEventKind", "JobState", "ModelAction", "ModelChoice", "ModelPublished", "ModelSpec",
     "OutputValue", "Prediction", "Resources", "SafeName", "Task", "TopLabel", "TrainRequested",
-    "Trigger", "TriggerKind", "describe_validation_error", "new_id", "parse", "utcnow",
+    "Trigger", "TriggerKind", "describe_validation_error", "family", "new_id", "parse", "utcnow",
 ]

@@ -7,9 +7,18 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    model_validator,
+)
 
 from headrace.contracts.base import Contract, new_id, utcnow
+from headrace.contracts.families import family, supports
 from headrace.core.types import CodeRef, Framework, SafeName, Task
 
 _SCHEME_RE = re.compile(r"^[a-z][a-z0-9+.-]*://")
@@ -47,13 +56,8 @@ class TriggerKind(StrEnum):
     TUNE = "tune"  # a trial of a hyperparameter study (headrace.trainers.tuning)
 
 
-# Built-in model families (headrace.trainers.backends build each in both frameworks).
-FAMILIES = ("mlp", "cnn", "text", "mobilenet_v2", "resnet50", "mobilenet", "vgg16")
-
-
 def _family(value: str) -> str:
-    if value not in FAMILIES:
-        raise ValueError(f"unknown model family {value!r}: use one of {', '.join(FAMILIES)}")
+    family(value)  # the one family table (contracts.families)
     return value
 
 
@@ -92,10 +96,15 @@ class ModelSpec(BaseModel):
     features: tuple[str, ...] | None = None  # None: every column but the label
     hidden: tuple[Annotated[int, Field(ge=1, le=16384)], ...] = (64, 64)
     activation: Literal["relu", "tanh", "sigmoid"] = "relu"
-    epochs: int = Field(default=5, ge=1, le=10_000)
-    batch_size: int = Field(default=256, ge=1, le=1_000_000)
-    learning_rate: float = Field(default=1e-3, gt=0, le=10)
+    # The most epochs: training stops earlier when validation loss stops improving.
+    epochs: int = Field(default=100, ge=1, le=10_000)
+    batch_size: int | None = Field(default=None, ge=1, le=1_000_000)  # None: from the rows
+    learning_rate: float = Field(default=1e-3, gt=0, le=10)  # the starting rate
     validation_split: float = Field(default=0.2, gt=0, lt=1)
+    # Early stopping: epochs without a better validation loss before training stops.
+    patience: int = Field(default=10, ge=1, le=10_000)
+    # plateau: halve the rate after patience // 2 epochs without a better validation loss.
+    lr_schedule: Literal["plateau", "constant"] = "plateau"
     seed: int = 0
     checkpoint_every_steps: int | None = Field(default=None, ge=1)
     # Distributed training (with resources.workers > 1 or resources.servers > 0): auto is
@@ -154,3 +163,11 @@ class TrainRequested(Contract):
     hyperparameters: dict[str, float | int | str | bool] = Field(default_factory=dict)
     resources: Resources = Field(default_factory=Resources)
     trigger: Trigger = Field(default_factory=Trigger)
+
+    @model_validator(mode="after")
+    def _family_runs_here(self) -> TrainRequested:
+        # Refused where the request enters, never inside a job (a missing builder).
+        m = self.spec.model
+        if isinstance(m, str) and not supports(m, self.framework.value):
+            raise ValueError(f"model family {m!r} has no {self.framework.value} builder")
+        return self

@@ -27,16 +27,24 @@ from headrace.contracts import (
     TriggerKind,
     parse,
 )
-from headrace.core.errors import ConfigError, PermanentError, RetriableError, ValidationFailed
+from headrace.core.errors import (
+    ConfigError,
+    HeadraceError,
+    PermanentError,
+    RetriableError,
+    ValidationFailed,
+)
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import EventSink, send_events
 from headrace.streams.reading import iter_records
 from headrace.streams.topics import ControlTopics
-from headrace.trainers import jobs, promotion
+from headrace.trainers import history, jobs, promotion
 from headrace.trainers.admission import admit
 from headrace.trainers.control.triggers import Triggers, find_schedule, schedule_request
 from headrace.trainers.distributed.plan import plan_of
+from headrace.trainers.history import History
+from headrace.trainers.hyperparameters import split_params
 from headrace.trainers.limits import RequestCaps
 
 TERMINAL = (JobEventKind.SUCCEEDED, JobEventKind.FAILED)
@@ -45,9 +53,9 @@ Durability = tuple[int, dict[str, str]] | None
 
 
 def build_request(*, model_name: str, framework: str, dataset_uri: str,
-                  task: str = "classifier", label: str = "label", epochs: int = 5,
-                  hidden: tuple[int, ...] = (64, 64), batch_size: int = 256,
-                  learning_rate: float = 1e-3, idempotency_key: str | None = None,
+                  task: str = "classifier", label: str = "label", epochs: int | None = None,
+                  hidden: tuple[int, ...] | None = None, batch_size: int | None = None,
+                  learning_rate: float | None = None, idempotency_key: str | None = None,
                   source: str = "cli", code: str | None = None,
                   entrypoint: str = "model:build", workers: int = 1, servers: int = 0,
                   strategy: str = "auto", model: str = "mlp",
@@ -56,19 +64,21 @@ def build_request(*, model_name: str, framework: str, dataset_uri: str,
     """A validated TrainRequested (raises ValidationFailed with one line, also for a
     distributed strategy the framework cannot run). ``code``: a package from ``headrace code
     push`` (NAME@HEX) built by ``entrypoint`` (instead of the family ``model``). ``params``:
-    family hyperparameters of ModelSpec (``filters``, ``image_size``, ``embedding_dim``, ...)."""
-    spec: dict[str, Any] = {**(params or {}), "task": task, "label": label, "epochs": epochs,
-                            "hidden": list(hidden), "batch_size": batch_size,
-                            "learning_rate": learning_rate, "strategy": strategy,
+    the family's hyperparameters (ModelSpec fields: ``filters``, ``image_size``, ...; an
+    unknown one is refused), or for ``code`` any key (its ``hyperparameters``). Options left
+    None take the spec's defaults (``epochs`` a maximum, ``batch_size`` from the rows)."""
+    options = {"epochs": epochs, "hidden": list(hidden) if hidden else None,
+               "batch_size": batch_size, "learning_rate": learning_rate,
+               "init_weights": init_weights}
+    fields, hyper = split_params(None if code is not None else model, params or {}, options)
+    spec: dict[str, Any] = {**fields, "task": task, "label": label, "strategy": strategy,
                             "model": model}
-    if init_weights:
-        spec["init_weights"] = init_weights
     if code is not None:
         spec["model"] = {"code": code, "entrypoint": entrypoint}
     data = {
         "idempotency_key": idempotency_key or f"manual:{model_name}:{time.time_ns()}",
         "model_name": model_name, "framework": framework, "dataset_uri": dataset_uri,
-        "spec": spec,
+        "spec": spec, "hyperparameters": hyper,
         "resources": {"workers": workers, "servers": servers},
         "trigger": Trigger(kind=TriggerKind.MANUAL, source=source).model_dump(),
     }
@@ -197,15 +207,35 @@ class ModelSummary:
     name: str
     versions: list[int]
     production: int | None
+    refused: dict[int, str] = dataclasses.field(default_factory=dict)  # version -> gate reasons
 
 
 def list_models(*, root: Path) -> list[ModelSummary]:
+    """Every model with its versions, production, and the versions the gate refused."""
     out = []
     for name in versions.list_models(root):
         ptr = versions.read_alias(root, name)
-        out.append(ModelSummary(name, versions.list_versions(root, name),
-                                ptr.version if ptr else None))
+        vs = versions.list_versions(root, name)
+        out.append(ModelSummary(name, vs, ptr.version if ptr else None,
+                                _refused(root, name, vs)))
     return out
+
+
+def _refused(root: Path, name: str, vs: list[int]) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for v in vs:
+        try:
+            gate = versions.load_version(root, name, v, verify=False).manifest.extra.get("gate")
+        except (HeadraceError, OSError):
+            continue
+        if isinstance(gate, dict) and gate.get("passed") is False:
+            out[v] = "; ".join(gate.get("reasons", [])) or "refused"
+    return out
+
+
+def training_history(*, root: Path, job_id: str) -> History:
+    """The job's per-epoch curve (history.json; empty before its first epoch)."""
+    return history.read(root, job_id)
 
 
 def show_model(*, root: Path, ref: str) -> versions.ModelVersion:

@@ -27,10 +27,12 @@ import atexit
 import importlib
 import importlib.machinery
 import importlib.util
+import logging
 import re
 import shutil
 import sys
 import tempfile
+import traceback
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -45,6 +47,31 @@ from headrace.store.signature import ModelInput
 
 class CodeLoadError(PermanentError):
     """The package could not be imported or its entrypoint is missing."""
+
+
+class UserCodeError(CodeLoadError):
+    """Your code raised (at import, in ``build`` or ``preprocess``): the same every attempt,
+    so never retried; its full traceback is in the job's log (``headrace jobs logs``)."""
+
+
+log = logging.getLogger("headrace.job")
+
+
+def user_error(ref: str, what: str, exc: BaseException, where: Path | None) -> UserCodeError:
+    """Log the traceback (package paths shown as ``<ref>/<file>``) and return the one-line
+    error naming the innermost line of your code that raised."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    if where is not None:
+        text = text.replace(str(where), ref)
+    log.error("your code raised %s:\n%s", what, text.rstrip())
+    mine = [f for f in frames if where is not None and f.filename.startswith(str(where))]
+    at = ""
+    if mine:
+        at = f" at {mine[-1].filename.replace(str(where), ref)}:{mine[-1].lineno}"
+    line = (str(exc).strip().splitlines() or [""])[0]
+    return UserCodeError(f"code {ref}: {what} raised {type(exc).__name__}: {line}{at} "
+                         f"(traceback in `headrace jobs logs`)")
 
 
 @dataclass(frozen=True)
@@ -66,6 +93,13 @@ class LoadedCode:
     preprocess: Callable[..., Any] | None
     inputs: tuple[ModelInput, ...]
     hyperparameters: dict[str, float | int | str | bool] = field(default_factory=dict)
+
+    def call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run your ``build``/``preprocess``; what it raises is a permanent UserCodeError."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            raise user_error(self.version.ref, what, exc, _where(self.version)) from None
 
     def spec_for(self, spec: ModelSpec, n_outputs: int) -> BuildSpec:
         return BuildSpec(task=spec.task, n_outputs=n_outputs, seed=spec.seed,
@@ -113,6 +147,13 @@ def namespace(version: code.CodeVersion) -> str:
     return f"_headrace_code_{re.sub(r'[^a-z0-9_]', '_', version.name)}_{version.digest[:12]}"
 
 
+def _where(version: code.CodeVersion) -> Path | None:
+    """The private directory the package was imported from."""
+    pkg = sys.modules.get(namespace(version))
+    paths = list(getattr(pkg, "__path__", []) or [])
+    return Path(paths[0]) if paths else None
+
+
 def _import(version: code.CodeVersion, files: dict[str, bytes], module: str) -> types.ModuleType:
     ns = namespace(version)
     pkg = sys.modules.get(ns)
@@ -131,9 +172,7 @@ def _import(version: code.CodeVersion, files: dict[str, bytes], module: str) -> 
     sys.dont_write_bytecode = True
     try:
         return importlib.import_module(f"{ns}.{module}")
-    except Exception as exc:  # user code: any error is the package's, reported in one line
-        line = (str(exc).strip().splitlines() or [""])[0]
-        raise CodeLoadError(f"code {version.ref}: importing {module} failed: "
-                            f"{type(exc).__name__}: {line}") from None
+    except Exception as exc:  # user code: any error is the package's (permanent)
+        raise user_error(version.ref, f"importing {module}", exc, _where(version)) from None
     finally:
         sys.dont_write_bytecode = before

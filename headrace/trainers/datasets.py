@@ -208,13 +208,35 @@ def _column_input(name: str, kind: ColumnKind | None, col: pa.ChunkedArray, spec
 
 
 def split(ds: Dataset, *, validation_split: float, seed: int) -> Split:
-    """A deterministic shuffled split: the same data and seed always give the same split."""
-    order = np.random.default_rng(seed).permutation(ds.rows)
+    """A deterministic shuffled split: the same data and seed always give the same split. A
+    classifier's split is stratified: each class (of two rows or more) gives the same share of
+    its rows to validation, so both splits hold the same class mix."""
+    rng = np.random.default_rng(seed)
     n_val = max(1, round(ds.rows * validation_split))
     if n_val >= ds.rows:
         raise DatasetError("validation split leaves no training rows")
-    val, train = order[:n_val], order[n_val:]
+    if not ds.classes:
+        order = rng.permutation(ds.rows)
+        val, train = order[:n_val], order[n_val:]
+    else:
+        val, train = _stratified(ds.y.astype(np.int64), validation_split, rng)
     return Split(ds.x[train], ds.y[train], ds.x[val], ds.y[val])
+
+
+def _stratified(y: np.ndarray, share: float, rng: np.random.Generator
+                ) -> tuple[np.ndarray, np.ndarray]:
+    val: list[np.ndarray] = []
+    train: list[np.ndarray] = []
+    for c in np.unique(y):
+        rows = rng.permutation(np.flatnonzero(y == c))
+        k = min(len(rows) - 1, max(1, round(len(rows) * share))) if len(rows) > 1 else 0
+        val.append(rows[:k])
+        train.append(rows[k:])
+    v, t = np.concatenate(val), np.concatenate(train)
+    if len(v) == 0 or len(t) == 0:
+        raise DatasetError("validation split leaves no training or no validation rows")
+    # Shuffled across classes: batches drawn from the front are mixed.
+    return rng.permutation(v), rng.permutation(t)
 
 
 def make_demo(*, out: Path, rows: int = 2000, features: int = 32, classes: int = 3,

@@ -23,6 +23,8 @@ class Evaluation:
     metrics: dict[str, float]
     confusion_matrix: list[list[int]] = field(default_factory=list)  # [true][predicted]
     classes: tuple[str, ...] = ()
+    # A regressor's squared error per validation row (the gate's paired test); not saved.
+    squared_errors: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_json(self) -> bytes:
         return json.dumps({"metrics": self.metrics, "confusion_matrix": self.confusion_matrix,
@@ -86,7 +88,7 @@ def _regressor(pred: np.ndarray, y: np.ndarray) -> Evaluation:
         "mae": float(np.mean(np.abs(err))) if len(y) else 0.0,
         "r2": float(1 - mse / var) if var > 0 else 0.0,
         "loss": mse,
-    })
+    }, squared_errors=err**2)
 
 
 def render_confusion_png(ev: Evaluation, path: Path, *, title: str) -> None:

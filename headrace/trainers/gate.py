@@ -20,15 +20,14 @@ Configuration: ``<dfs>/config/gates.yaml`` (one file for every model; snapshotte
 ``max_regression`` keys are metric names (direction known: loss/rmse/mae lower is better) or
 ``class_recall`` for every class's recall. No file: the default above.
 
-Every gate (with or without a file) also holds back a model that does not beat the trivial
-baseline on the validation rows, computed from the training split: for a classifier the
-training class frequencies (their argmax is the majority class), for a regressor the training
-mean. Margins: ``accuracy`` at least 0.05 (absolute) above the majority-class accuracy and a
-log ``loss`` no higher than the class frequencies' (``loss: 0.0``, a relative reduction; this
-catches a model at chance level when the classes are balanced, where the majority class can
-score below 1/k), ``rmse`` at least 5% below the mean predictor's. A gate entry may lower them
-explicitly (``baseline: {accuracy: 0.0, rmse: 0.0, loss: -0.5}``) or drop the rule
-(``baseline: null``). Each reason names its rule (``GateResult.held_by``).
+Every gate (with or without a file) also holds back a model that does not beat chance on the
+validation rows (``headrace.trainers.chance``): a classifier's accuracy above
+``max(validation majority rate, 1/k)`` by a one-sided exact binomial test at ``alpha`` 0.01,
+recall > 0 for every class with >= 10 validation rows, and a log loss below both the uniform
+and the class-frequency predictors'; a regressor's squared errors below the training mean's by
+a one-sided paired t-test at 0.01. A gate entry may change ``baseline: {alpha, accuracy,
+loss, rmse, min_class_rows}`` or drop the rule (``baseline: null``). Each reason names its
+rule (``GateResult.held_by``).
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from headrace.core.errors import ValidationFailed
+from headrace.trainers import chance
 from headrace.trainers.evaluation import Evaluation, lower_is_better
 
 GATES_FILE = Path("config") / "gates.yaml"
@@ -68,13 +68,15 @@ def _label(value: Any) -> Any:
 
 
 class BaselineMargin(BaseModel):
-    """How much better than the trivial baseline a model must be."""
+    """How much better than the trivial predictor a model must be (``chance``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    accuracy: float = Field(default=0.05, ge=-1, le=1)  # absolute, over majority-class accuracy
-    rmse: float = Field(default=0.05, ge=-1, lt=1)  # relative reduction of the mean's RMSE
-    loss: float = Field(default=0.0, ge=-1, lt=1)  # relative reduction of the priors' log loss
+    alpha: float = Field(default=0.01, gt=0, le=1)  # one-sided test level; 1: no test
+    accuracy: float = Field(default=0.0, ge=-1, le=1)  # absolute, added to the trivial rate
+    rmse: float = Field(default=0.0, ge=-1, lt=1)  # relative reduction of the mean's RMSE
+    loss: float = Field(default=0.0, ge=-1, lt=1)  # relative reduction of the trivial log loss
+    min_class_rows: int = Field(default=10, ge=1)  # classes this big need recall > 0
 
 
 class Gate(BaseModel):
@@ -196,25 +198,8 @@ def check(gate: Gate, new: Evaluation, production: Evaluation | None = None,
 
 
 def _baseline(margin: BaselineMargin, new: Evaluation, base: Evaluation) -> list[str]:
-    """The model must beat the trivial baseline on the same validation rows by the margin."""
-    m, b = new.metrics, base.metrics
-    out: list[str] = []
-    if "accuracy" in b and "accuracy" in m:
-        need = b["accuracy"] + margin.accuracy
-        if m["accuracy"] < need:
-            out.append(f"baseline: accuracy {m['accuracy']:.4f} does not beat the "
-                       f"majority-class baseline {b['accuracy']:.4f} by {margin.accuracy:.4f} "
-                       f"(needs >= {need:.4f})")
-        need = b.get("loss", float("inf")) * (1 - margin.loss)
-        if m.get("loss", 0.0) > need:
-            out.append(f"baseline: loss {m['loss']:.4f} is not below the class-frequency "
-                       f"baseline's {b['loss']:.4f} (needs <= {need:.4f})")
-    elif "rmse" in b and "rmse" in m:
-        need = b["rmse"] * (1 - margin.rmse)
-        if m["rmse"] > need:
-            out.append(f"baseline: rmse {m['rmse']:.4f} does not beat the mean predictor's "
-                       f"{b['rmse']:.4f} by {margin.rmse:.0%} (needs <= {need:.4f})")
-    return out
+    """The model must beat the trivial predictor on the same validation rows, with confidence."""
+    return chance.reasons(margin, new, base)
 
 
 def _regressions(gate: Gate, new: Evaluation, prod: Evaluation, version: int | None

@@ -47,7 +47,7 @@ from headrace.store.manifest import Manifest
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics
-from headrace.trainers import checkpoints, job_checks, jobs
+from headrace.trainers import checkpoints, history, job_checks, jobs, schedule, stopping
 from headrace.trainers.backends import distributed_runtime, get_backend
 from headrace.trainers.backends.base import Backend, DistributedRuntime, Model
 from headrace.trainers.datasets import Dataset, Split, load_dataset, split
@@ -58,9 +58,11 @@ from headrace.trainers.distributed.weights import LINE as CHECKSUM_LINE
 from headrace.trainers.evaluation import Evaluation, baseline, evaluate, render_confusion_png
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.gate import Gate, GateResult, check, load_gates
+from headrace.trainers.history import History
 from headrace.trainers.inputs import ModelPlan, export_signature, inputs_for, plan_for
 from headrace.trainers.limits import RequestCaps
 from headrace.trainers.promotion import promote
+from headrace.trainers.tuning import pruning  # noqa: F401  (registers the tune trials' stop rule)
 
 log = logging.getLogger("headrace.job")
 LOCK = ".lock"
@@ -233,12 +235,12 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
              ", ".join(f"{i.name} ({i.kind.value})" for i in model_plan.inputs),
              f"classes {list(ds.classes)}" if ds.classes else "regression", model_plan.family,
              model.device)
-    _train(ctx, model, sp)
+    hist = _train(ctx, model, sp)
     ev = evaluate(task=req.spec.task, outputs=model.predict(sp.x_val), y=sp.y_val,
                   classes=ds.classes)
     log.info("validation: %s", _fmt(ev.metrics))
     result = _gate(ctx, gate, ev, ds, sp)
-    mv = _publish(ctx, model, ds, ev, result, publish_hook, model_plan,
+    mv = _publish(ctx, model, ds, ev, result, publish_hook, model_plan, hist,
                   plan.record() if plan.distributed else None)
     _finish(ctx, mv, result, t0)
 
@@ -300,8 +302,11 @@ def _published_version(root: Path, name: str, job_id: str) -> versions.ModelVers
     return None
 
 
-def _train(ctx: JobContext, model: Model, sp: Split) -> None:
-    spec = ctx.request.spec
+def _train(ctx: JobContext, model: Model, sp: Split) -> History:
+    """Epochs until a stop rule says so (early stopping first) or ``spec.epochs``; the best
+    epoch's weights are restored at the end (chief: what is evaluated and published)."""
+    req = ctx.request
+    spec = req.spec
     chief = ctx.member.chief
     ckdir = jobs.checkpoints_dir(ctx.root, ctx.job_id)
     if chief:
@@ -314,11 +319,30 @@ def _train(ctx: JobContext, model: Model, sp: Split) -> None:
         step, epoch0, batch0 = state.step, state.epoch, state.batch
         log.info("resumed from checkpoint at step %d (epoch %d, batch %d)", step, epoch0, batch0)
     n = len(sp.x_train)
-    bs = min(spec.batch_size, n)
+    bs = schedule.batch_size(spec, n, ctx.member.workers)
     n_batches = (n + bs - 1) // bs
+    hist = history.read(ctx.root, ctx.job_id, upto=epoch0)
+    hist.batch_size = bs
+    rules = stopping.rules_for(req)
+    lr = schedule.LearningRate(spec)
+    for rule in rules:  # a resumed job catches up on the epochs it ran
+        replay = getattr(rule, "replay", None)
+        if replay is not None:
+            replay(hist.epochs)
+    rate = lr.replay(hist.epochs)
+    log.info("training up to %d epochs, batch size %d (%d steps per epoch), learning rate "
+             "%.2g (%s), early stopping after %d epochs without a better validation loss",
+             spec.epochs, bs, n_batches, rate, spec.lr_schedule, spec.patience)
     loss = float("nan")
     beat = Heartbeat(ctx.root, ctx.job_id, ctx.member.tag)  # the executor's watchdog reads it
-    for epoch in range(epoch0, spec.epochs):
+    stopped = stopping.MAX_EPOCHS
+    done = history.read(ctx.root, ctx.job_id)
+    end = spec.epochs
+    if done.stopped_because and batch0 == 0 and len(done.epochs) == epoch0 == len(hist.epochs):
+        # A retry after training ended (a crash before publishing): no more epochs.
+        stopped, end = done.stopped_because, epoch0
+    for epoch in range(epoch0, end):
+        _set_learning_rate(model, rate)
         order = np.random.default_rng(spec.seed * 100_003 + epoch).permutation(n)
         losses: list[float] = []
         for b in range(batch0 if epoch == epoch0 else 0, n_batches):
@@ -331,23 +355,62 @@ def _train(ctx: JobContext, model: Model, sp: Split) -> None:
             if chief and every and step % every == 0 and b + 1 < n_batches:
                 checkpoints.save(ckdir, checkpoints.CheckpointState(step, epoch, b + 1, loss),
                                  model.save_checkpoint)
-        # End of epoch: the checkpoint names the next epoch with no batch done.
-        if chief:
-            checkpoints.save(ckdir, checkpoints.CheckpointState(step, epoch + 1, 0, loss),
-                             model.save_checkpoint)
         val = evaluate(task=spec.task, outputs=model.predict(sp.x_val), y=sp.y_val,
                        classes=_classes_of(sp, spec.task, model))
         metrics = {"loss": float(np.mean(losses)) if losses else loss,
                    **{f"val_{k}": v for k, v in val.metrics.items() if "." not in k}}
+        row = {"epoch": float(epoch + 1), **metrics, "learning_rate": rate}
+        is_best = hist.add(row)
+        reason = next((r for r in (rule.after_epoch(epoch + 1, metrics) for rule in rules)
+                       if r is not None), None)
+        rate = lr.after_epoch(metrics)
+        if chief:
+            # Curve and best weights before the checkpoint: a resume re-runs this epoch.
+            history.write(ctx.root, ctx.job_id, hist)
+            if is_best:
+                history.save_best(ctx.root, ctx.job_id, epoch + 1, model.save_checkpoint)
+            # End of epoch: the checkpoint names the next epoch with no batch done.
+            checkpoints.save(ckdir, checkpoints.CheckpointState(step, epoch + 1, 0, loss),
+                             model.save_checkpoint)
         log.info("epoch %d/%d step %d: %s", epoch + 1, spec.epochs, step, _fmt(metrics))
         ctx.status(epoch=epoch + 1, step=step, metrics=metrics)
         if chief:
             ctx.event(JobEventKind.PROGRESS, epoch=epoch + 1, step=step, metrics=metrics,
                       message=f"epoch {epoch + 1}/{spec.epochs}")
+        if reason is not None:
+            stopped = reason
+            break
+    hist.stopped_because = stopped
     beat.done()
     if ctx.member.distributed:
         log.info("%s %s at step %d", CHECKSUM_LINE,
                  model.checksum(), step)  # type: ignore[attr-defined]
+    if chief:
+        _restore_best(ctx, model, hist)
+        history.write(ctx.root, ctx.job_id, hist)
+    return hist
+
+
+def _restore_best(ctx: JobContext, model: Model, hist: History) -> None:
+    last = int(hist.epochs[-1]["epoch"]) if hist.epochs else 0
+    log.info("stopped after %d epochs (%s); best epoch %d", len(hist.epochs),
+             hist.stopped_because, hist.best_epoch)
+    if not hist.best_epoch or hist.best_epoch == last:
+        return
+    best = history.best_path(ctx.root, ctx.job_id, hist.best_epoch)
+    if best is None:
+        log.warning("weights of best epoch %d are missing; publishing epoch %d",
+                    hist.best_epoch, last)
+        hist.best_epoch = last
+        return
+    model.load_checkpoint(best)
+    log.info("restored the weights of epoch %d", hist.best_epoch)
+
+
+def _set_learning_rate(model: Model, rate: float) -> None:
+    # A distributed wrapper trains its inner model's optimiser.
+    target: Any = getattr(model, "inner", model)
+    target.set_learning_rate(rate)
 
 
 def _classes_of(sp: Split, task: Task, model: Model) -> tuple[str, ...]:
@@ -404,7 +467,7 @@ def ctx_task(ds: Dataset) -> Task:
 
 
 def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result: GateResult,
-             hook: versions.PublishHook | None, model_plan: ModelPlan,
+             hook: versions.PublishHook | None, model_plan: ModelPlan, hist: History,
              gang: dict[str, object] | None = None) -> versions.ModelVersion:
     req = ctx.request
     manifest = Manifest(
@@ -416,6 +479,7 @@ def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result:
         trigger_event_id=req.event_id, job_id=ctx.job_id,
         extra={"gate": result.model_dump(), "spec": json.loads(req.spec.model_dump_json()),
                "trigger": json.loads(req.trigger.model_dump_json()),
+               "hyperparameters": dict(req.hyperparameters), "training": hist.record(),
                **job_checks.manifest_extra(req),
                **({"distributed": gang} if gang else {})},
         **job_checks.manifest_fields(req))
@@ -454,10 +518,13 @@ def _finish(ctx: JobContext, mv: versions.ModelVersion, result: GateResult, t0: 
         log.info("gate passed; promotion is off for this model (promote: false)")
     msg = (f"{mv.name}:{mv.version} " + ("promoted" if promoted else "kept, not promoted: "
            + ("; ".join(result.reasons) or "promotion off")))
+    refused = not result.passed
     ctx.status(state=JobState.SUCCEEDED, finished_at=jobs.now_iso(), version=mv.version,
                promoted=promoted, gate_reasons=list(result.reasons),
-               metrics={k: float(v) for k, v in mv.manifest.metrics.items()}, reason=None,
-               exit_code=0)
+               result="promoted" if promoted else "refused" if refused else "kept",
+               held_by=list(result.held_by),
+               metrics={k: float(v) for k, v in mv.manifest.metrics.items()},
+               reason="; ".join(result.reasons) if refused else None, exit_code=0)
     ctx.event(JobEventKind.SUCCEEDED, message=msg,
               metrics={k: float(v) for k, v in mv.manifest.metrics.items() if "." not in k},
               reason=None if promoted else "; ".join(result.reasons) or "promotion off")

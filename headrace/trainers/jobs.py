@@ -69,7 +69,8 @@ class JobStatus(BaseModel):
     version: int | None = None
     promoted: bool | None = None
     gate_reasons: list[str] = Field(default_factory=list)
-    # The gate's outcome (trainers.outcome): promoted / kept / refused; None in older jobs.
+    # promoted | kept (gate passed, not promoted) | refused (the gate held it back, with
+    # ``reason`` = the gate's reasons joined by "; " and the rules in ``held_by``); None: old.
     result: str | None = None
     held_by: list[str] = Field(default_factory=list)
 

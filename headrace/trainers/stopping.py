@@ -1,26 +1,28 @@
-"""Rules that end training early: after each epoch the job loop asks every rule; the first one
-to give a reason ("early_stopping", "pruned", ...) stops training.
+"""When training stops: rules asked after every epoch with that epoch's metrics.
 
-The seam agreed between helpers (seams.md): early stopping comes first, then every factory
-registered with :func:`register` (a tuning study's pruner, say). In a distributed gang every
-worker must reach the same decision, so a rule there must be deterministic over the metrics.
-
-This minimal version holds only the registry; the training loop's early stopping is added
-beside it by the training work.
+Early stopping on validation loss comes first; other rules (a tuner's pruning) register with
+:func:`register`. The job loop (both frameworks) calls every rule after each epoch with the
+keys of history.json (``loss``, ``val_loss``, ``val_accuracy``, ...), stops at the first
+reason, restores the best epoch's weights and records ``stopped_because``. In a distributed
+gang every worker asks the rules over the same metrics, so a rule must be deterministic there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from headrace.contracts import TrainRequested
 
+EARLY_STOPPING = "early_stopping"
+MAX_EPOCHS = "max_epochs"
+DIVERGED = "diverged"
+
 
 class StopRule(Protocol):
     def after_epoch(self, epoch: int, metrics: Mapping[str, float]) -> str | None:
-        """A stop reason, or None to go on."""
-        ...
+        """A stop reason ("early_stopping", "pruned", ...) or None to go on."""
 
 
 StopRuleFactory = Callable[[TrainRequested], StopRule | None]
@@ -28,12 +30,47 @@ _FACTORIES: list[StopRuleFactory] = []
 
 
 def register(factory: StopRuleFactory) -> StopRuleFactory:
-    """Decorator: ``factory`` is asked for a rule for every job (None: no rule for this one)."""
-    if factory not in _FACTORIES:
-        _FACTORIES.append(factory)
+    """Decorator: ``factory(request)`` gives a rule for that job (or None)."""
+    _FACTORIES.append(factory)
     return factory
 
 
 def rules_for(request: TrainRequested) -> list[StopRule]:
-    """The rules of one job, in order."""
-    return [rule for rule in (f(request) for f in _FACTORIES) if rule is not None]
+    """Early stopping first, then the registered rules, for one job."""
+    rules: list[StopRule] = [EarlyStopping(request.spec.patience)]
+    for factory in _FACTORIES:
+        rule = factory(request)
+        if rule is not None:
+            rules.append(rule)
+    return rules
+
+
+def better(loss: float, best: float) -> bool:
+    """An improvement worth waiting for (a relative 1e-4, so noise in the last digits is not)."""
+    if not math.isfinite(loss):
+        return False
+    return not math.isfinite(best) or loss < best - 1e-4 * max(1.0, abs(best))
+
+
+class EarlyStopping:
+    """Stop after ``patience`` epochs without a better ``val_loss``; at once on a NaN/inf loss."""
+
+    def __init__(self, patience: int) -> None:
+        self.patience = patience
+        self.best = math.inf
+        self.waited = 0
+
+    def after_epoch(self, epoch: int, metrics: Mapping[str, float]) -> str | None:
+        loss = metrics.get("val_loss", metrics.get("loss", math.nan))
+        if not math.isfinite(loss):
+            return DIVERGED
+        if better(loss, self.best):
+            self.best, self.waited = loss, 0
+            return None
+        self.waited += 1
+        return EARLY_STOPPING if self.waited >= self.patience else None
+
+    def replay(self, epochs: Sequence[Mapping[str, float]]) -> None:
+        """Catch up on the epochs a resumed job already ran (history.json)."""
+        for row in epochs:
+            self.after_epoch(int(row["epoch"]), row)

@@ -73,7 +73,8 @@ def test_a_full_filesystem_during_a_checkpoint_fails_the_job_with_a_reason_then_
 
 def test_a_job_killed_mid_checkpoint_write_resumes_from_the_last_complete_one(
         broker: str, conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics) -> None:
-    spec = ModelSpec(epochs=40, hidden=(16,), batch_size=8, checkpoint_every_steps=7)
+    spec = ModelSpec(epochs=40, hidden=(16,), batch_size=8, checkpoint_every_steps=7,
+                     patience=40)  # every epoch runs: the step count is checked
     jid, _ = jobs.create_request(dfs, request(demo, spec=spec))
     ckdir = jobs.checkpoints_dir(dfs, jid)
     proc = subprocess.Popen(

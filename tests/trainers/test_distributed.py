@@ -124,7 +124,7 @@ def test_two_workers_end_identical_publish_the_chiefs_model_and_average_the_grad
 def test_a_worker_killed_mid_epoch_restarts_the_gang_from_the_last_checkpoint(
         dfs: Path, demo: str, framework: str, servers: int) -> None:
     spec = SPEC.model_copy(update={"epochs": 30, "batch_size": 16,
-                                   "checkpoint_every_steps": 5})
+                                   "checkpoint_every_steps": 5, "patience": 30})
     jid, ex = _submit(dfs, demo, framework, workers=2, servers=servers, spec=spec,
                       max_attempts=3, backoff_s=0.1)
     ckdir = jobs.checkpoints_dir(dfs, jid)

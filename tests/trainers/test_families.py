@@ -187,7 +187,7 @@ def test_unknown_families_and_out_of_bounds_hyperparameters_are_refused() -> Non
         build_request(model_name="m", framework="mxnet", dataset_uri="d.parquet", model="gpt")
     with pytest.raises(ValidationFailed, match="filters"):
         build_request(model_name="m", framework="mxnet", dataset_uri="d.parquet",
-                      params={"filters": ["0"]})
+                      model="cnn", params={"filters": ["0"]})
     with pytest.raises(ValidationFailed, match="init_weights"):
         build_request(model_name="m", framework="mxnet", dataset_uri="d.parquet",
                       init_weights="/etc/passwd")

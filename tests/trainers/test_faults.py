@@ -26,7 +26,8 @@ from tests.trainers.conftest import REPO, TINY, job_env, request, wait_events
 def test_a_job_killed_mid_epoch_resumes_from_its_last_checkpoint_and_never_steps_back(
         broker: str, conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics
 ) -> None:
-    spec = ModelSpec(epochs=40, hidden=(16,), batch_size=8, checkpoint_every_steps=7)
+    spec = ModelSpec(epochs=40, hidden=(16,), batch_size=8, checkpoint_every_steps=7,
+                     patience=40)  # every epoch runs: the step count is checked
     jid, _ = jobs.create_request(dfs, request(demo, spec=spec))
     ckdir = jobs.checkpoints_dir(dfs, jid)
     cmd = [sys.executable, "-m", "headrace.trainers", "run", jid, "--topic-prefix",

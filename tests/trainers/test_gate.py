@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
-from headrace.contracts import JobEventKind, ModelPublished, ModelSpec
+from headrace.contracts import JobEventKind, ModelPublished, ModelSpec, Task
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
-from headrace.trainers.evaluation import Evaluation
+from headrace.trainers.evaluation import Evaluation, baseline, evaluate
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.gate import Gate, check, load_gates
 from headrace.trainers.job_process import run_job
@@ -96,10 +97,12 @@ def test_the_default_gate_holds_back_a_model_of_shuffled_labels_and_says_it_was_
     useless = _run(dfs, shuffled, conn, topics, GOOD)  # no gates file: the default gate
     st = jobs.read_status(dfs, useless)
     assert st is not None and st.version == 1 and st.promoted is False
-    # Balanced classes: the training majority scores only ~1/3 on these validation rows, so
-    # a chance-level model may pass the accuracy margin; its log loss gives it away.
+    # Balanced classes: chance is 1/3; the model is not above it with confidence, and its log
+    # loss does not beat the uniform or class-frequency predictors'.
     assert st.gate_reasons and all(r.startswith("baseline: ") for r in st.gate_reasons)
-    assert any("class-frequency baseline" in r for r in st.gate_reasons), st.gate_reasons
+    assert any("not above the trivial rate" in r or "class-frequency predictor" in r
+               for r in st.gate_reasons), st.gate_reasons
+    assert st.result == "refused" and st.reason == "; ".join(st.gate_reasons)
     reason = "; ".join(st.gate_reasons)
     gate = versions.load_version(dfs, "demo", 1).manifest.extra["gate"]
     assert gate["held_by"] == ["baseline"] and 0.25 < gate["baseline_metrics"]["accuracy"] < 0.4
@@ -115,22 +118,29 @@ def test_the_default_gate_holds_back_a_model_of_shuffled_labels_and_says_it_was_
     assert versions.read_alias(dfs, "demo").version == 2  # type: ignore[union-attr]
 
 
-def test_the_baseline_rule_for_regressors_and_a_gates_file_that_lowers_it(dfs: Path) -> None:
+def test_the_baseline_rule_for_regressors_and_a_gates_file_that_changes_it(dfs: Path) -> None:
     base = Evaluation({"rmse": 2.0, "r2": 0.0})
-    near = Evaluation({"rmse": 1.95, "r2": 0.05})  # 2.5% better: not the default 5%
-    result = check(Gate(), near, baseline=base)
-    assert result.reasons == ["baseline: rmse 1.9500 does not beat the mean predictor's "
-                              "2.0000 by 5% (needs <= 1.9000)"]
-    assert result.held_by == ["baseline"]
-    assert check(Gate(), Evaluation({"rmse": 1.8}), baseline=base).passed
+    near = Evaluation({"rmse": 1.95, "r2": 0.05})  # 2.5% better (no per-row errors: no test)
+    assert check(Gate(), near, baseline=base).passed
+    worse = check(Gate(), Evaluation({"rmse": 2.1}), baseline=base)
+    assert worse.reasons == ["baseline: rmse 2.1000 does not beat the mean predictor's "
+                             "2.0000 by 0% (needs <= 2.0000)"]
+    assert worse.held_by == ["baseline"]
     (dfs / "config").mkdir()
     (dfs / "config" / "gates.yaml").write_text(
-        "default:\n  baseline: {rmse: 0.01}\nmodels:\n  free:\n    baseline: null\n"
+        "default:\n  baseline: {rmse: 0.05}\nmodels:\n  free:\n    baseline: null\n"
         "  demo:\n    min: {accuracy: 0.5}\n")
-    assert check(load_gates(dfs, "other"), near, baseline=base).passed
+    assert check(load_gates(dfs, "other"), near, baseline=base).reasons == [
+        "baseline: rmse 1.9500 does not beat the mean predictor's 2.0000 by 5% "
+        "(needs <= 1.9000)"]
     assert check(load_gates(dfs, "free"), Evaluation({"rmse": 3.0}), baseline=base).passed
-    # An entry that does not mention the baseline keeps the default margin.
-    demo = check(load_gates(dfs, "demo"), Evaluation({"accuracy": 0.52}),
-                 baseline=Evaluation({"accuracy": 0.5}))
+    # An entry that does not mention the baseline keeps the default rule: 52 of 100 right on
+    # two balanced classes is not above 0.5 with confidence.
+    y = np.repeat([0, 1], 50)
+    pred = np.where(np.arange(100) < 52, y, 1 - y)
+    probs = np.eye(2, dtype=np.float32)[pred] * 0.5 + 0.25
+    ev = evaluate(task=Task.CLASSIFIER, outputs=probs, y=y, classes=("0", "1"))
+    demo = check(load_gates(dfs, "demo"), ev,
+                 baseline=baseline(task=Task.CLASSIFIER, y_train=y, y_val=y, classes=("0", "1")))
     assert demo.held_by == ["baseline"]
-    assert demo.reasons[0].endswith("by 0.0500 (needs >= 0.5500)")
+    assert "one-sided binomial" in demo.reasons[0]

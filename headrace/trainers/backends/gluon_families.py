@@ -132,8 +132,9 @@ def cnn(spec: ModelSpec, plan: ModelPlan) -> gluon.HybridBlock:
             if min(h, w) >= 2:
                 net.add(gluon.nn.MaxPool2D(2))
                 h, w = h // 2, w // 2
-        if h * w > 16:
-            net.add(gluon.nn.GlobalAvgPool2D())
+        while h * w > 16 and min(h, w) >= 2:  # coarse layout kept: pool to <= 4x4, flatten
+            net.add(gluon.nn.MaxPool2D(2))
+            h, w = h // 2, w // 2
         net.add(gluon.nn.Flatten())
         net.add(gluon.nn.Dense(spec.hidden[0], activation="relu"))
         if spec.dropout:

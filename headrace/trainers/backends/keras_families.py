@@ -128,8 +128,9 @@ def cnn(spec: ModelSpec, feats: dict[str, Any], plan: ModelPlan) -> Any:
         x = keras.layers.Conv2D(f, 3, padding="same", activation="relu")(x)
         if min(x.shape[1], x.shape[2]) >= 2:
             x = keras.layers.MaxPooling2D(2)(x)
-    small = x.shape[1] * x.shape[2] <= 16
-    x = keras.layers.Flatten()(x) if small else keras.layers.GlobalAveragePooling2D()(x)
+    while x.shape[1] * x.shape[2] > 16 and min(x.shape[1], x.shape[2]) >= 2:
+        x = keras.layers.MaxPooling2D(2)(x)  # coarse layout kept: pool to <= 4x4, flatten
+    x = keras.layers.Flatten()(x)
     x = keras.layers.Dense(spec.hidden[0], activation="relu")(x)
     return _head(spec, x, plan)
 

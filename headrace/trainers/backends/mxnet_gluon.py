@@ -133,6 +133,9 @@ class GluonModel:
         return (np.concatenate(outs).astype(np.float32) if outs
                 else np.zeros((0, 1), np.float32))
 
+    def set_learning_rate(self, rate: float) -> None:
+        self.trainer.set_learning_rate(rate)
+
     def parameter_count(self) -> int:
         return int(sum(p.data().size for p in self.net.collect_params().values()
                        if p.grad_req != "null"))
@@ -200,7 +203,7 @@ def _load_initial(body: gluon.HybridBlock, path: Path, ctx: Any) -> None:
 def _from_code(spec: ModelSpec, n_outputs: int) -> gluon.HybridBlock:
     """The user's ``build`` (raw scores; softmax is added at export for a classifier)."""
     code = resolve_builder(spec)
-    block = code.build(code.spec_for(spec, n_outputs), code.inputs)
+    block = code.call("build()", code.build, code.spec_for(spec, n_outputs), code.inputs)
     if not isinstance(block, gluon.HybridBlock):
         raise CodeLoadError(f"entrypoint {code.ref.entrypoint} returned "
                             f"{type(block).__name__}, not a gluon.HybridBlock")

@@ -84,6 +84,9 @@ class KerasModel:
     def export(self, path: Path) -> None:
         self.model.save(path / MODEL_FILE)
 
+    def set_learning_rate(self, rate: float) -> None:
+        self.model.optimizer.learning_rate.assign(rate)
+
 
 def _compile(model: keras.Model, spec: ModelSpec) -> None:
     loss = "sparse_categorical_crossentropy" if spec.task == Task.CLASSIFIER else "mse"
@@ -114,11 +117,12 @@ class KerasBackend:
         one model, so the export holds all of it, for any input kind."""
         code = resolve_builder(spec)
         bspec = code.spec_for(spec, plan.n_outputs)
-        user = code.build(bspec, code.inputs)
+        user = code.call("build()", code.build, bspec, code.inputs)
         if not isinstance(user, keras.Model):
             raise CodeLoadError(f"entrypoint {code.ref.entrypoint} returned "
                                 f"{type(user).__name__}, not a keras.Model")
-        pre = list(code.preprocess(bspec, code.inputs)) if code.preprocess else []
+        pre = (list(code.call("preprocess()", code.preprocess, bspec, code.inputs))
+               if code.preprocess else [])
         if pre and len(plan.inputs) != 1:
             raise CodeLoadError(f"code {code.ref.code}: preprocess layers need a model with "
                                 f"one input; this dataset has {len(plan.inputs)}")

@@ -1,0 +1,66 @@
+"""The one family table: every built-in model family, the builder of its body per framework,
+the input kinds it accepts and the hyperparameters (ModelSpec fields) it reads.
+
+Admission (``ModelSpec.model``, ``headrace train -p``) and the parity test
+(tests/trainers/test_family_table.py: each framework's registry holds exactly these builders)
+derive from this table, so a family missing in one framework is refused before any job starts
+instead of failing inside one. Builders are named ``module:function`` (no framework import).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+KERAS = "headrace.trainers.backends.keras_families"
+GLUON = "headrace.trainers.backends.gluon_families"
+
+# What every model reads, a family or your own code: the training loop's settings.
+TRAINING_HYPERPARAMETERS = ("epochs", "batch_size", "learning_rate", "validation_split", "seed",
+                            "checkpoint_every_steps", "patience", "lr_schedule", "dropout")
+IMAGE_INPUTS = frozenset({"image", "tensor"})
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    inputs: frozenset[str]  # input kinds (store.signature.InputKind values) it accepts
+    hyperparameters: tuple[str, ...]  # the family's own ModelSpec fields
+    builders: Mapping[str, str]  # framework value -> "module:REGISTRY[name]" owner
+
+    def valid_hyperparameters(self) -> tuple[str, ...]:
+        return tuple(sorted({*TRAINING_HYPERPARAMETERS, *self.hyperparameters}))
+
+
+def _both() -> Mapping[str, str]:
+    return MappingProxyType({"tensorflow": KERAS, "mxnet": GLUON})
+
+
+def _application(name: str) -> Family:
+    return Family(name, IMAGE_INPUTS, ("image_size", "init_weights"), _both())
+
+
+TABLE: Mapping[str, Family] = MappingProxyType({f.name: f for f in (
+    Family("mlp", frozenset({"numeric", "category", "tensor"}), ("hidden", "activation"),
+           _both()),
+    Family("cnn", IMAGE_INPUTS, ("filters", "hidden", "image_size", "init_weights"), _both()),
+    Family("text", frozenset({"text"}),
+           ("embedding_dim", "max_tokens", "max_length", "hidden", "activation"), _both()),
+    *(_application(n) for n in ("mobilenet_v2", "resnet50", "mobilenet", "vgg16")),
+)})
+
+FAMILIES = tuple(TABLE)
+
+
+def family(name: str) -> Family:
+    """The family ``name``; ValueError (one line, listing them) for an unknown one."""
+    try:
+        return TABLE[name]
+    except KeyError:
+        raise ValueError(f"unknown model family {name!r}: use one of "
+                         f"{', '.join(FAMILIES)}") from None
+
+
+def supports(name: str, framework: str) -> bool:
+    return framework in family(name).builders

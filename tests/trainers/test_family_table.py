@@ -1,0 +1,49 @@
+"""The one family table (contracts/families.py) and the frameworks' registries agree; a family
+unknown, or without a builder for the request's framework, is refused where the request is
+parsed (the control plane dead-letters it), never inside a job."""
+
+from __future__ import annotations
+
+import importlib
+from types import MappingProxyType
+
+import pytest
+
+from headrace.contracts import ModelSpec, TrainRequested, families, parse
+from headrace.core.errors import PermanentError
+from headrace.store.signature import InputKind
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
+def test_each_frameworks_registry_holds_exactly_the_tables_families(framework: str) -> None:
+    wanted = {f.name for f in families.TABLE.values() if framework in f.builders}
+    for module in {f.builders[framework] for f in families.TABLE.values()
+                   if framework in f.builders}:
+        registry = importlib.import_module(module).FAMILIES
+        assert set(registry) == wanted, (module, set(registry) ^ wanted)
+
+
+def test_the_table_names_real_input_kinds_and_spec_fields() -> None:
+    kinds = {k.value for k in InputKind}
+    fields = set(ModelSpec.model_fields)
+    for f in families.TABLE.values():
+        assert f.inputs and f.inputs <= kinds, f
+        assert set(f.valid_hyperparameters()) <= fields, set(f.valid_hyperparameters()) - fields
+    assert tuple(families.TABLE) == families.FAMILIES
+
+
+def _request(model: str, framework: str) -> dict[str, object]:
+    return {"idempotency_key": "k", "model_name": "m", "framework": framework,
+            "dataset_uri": "d.parquet", "spec": {"model": model}}
+
+
+def test_unknown_or_unsupported_families_are_refused_when_the_request_is_parsed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(PermanentError, match="unknown model family 'gpt': use one of mlp"):
+        parse(TrainRequested, _request("gpt", "mxnet"))
+    only_tf = families.Family("tfonly", frozenset({"numeric"}), (),
+                              MappingProxyType({"tensorflow": families.KERAS}))
+    monkeypatch.setattr(families, "TABLE", {**families.TABLE, "tfonly": only_tf})
+    assert parse(TrainRequested, _request("tfonly", "tensorflow")).spec.model == "tfonly"
+    with pytest.raises(PermanentError, match="model family 'tfonly' has no mxnet builder"):
+        parse(TrainRequested, _request("tfonly", "mxnet"))
