@@ -118,7 +118,7 @@ def test_the_cli_refuses_a_bad_space_or_param_before_connecting(
     assert err == [
         "headrace: invalid: --space: 'lr' is not a searchable hyperparameter: use one of "
         "activation, batch_size, dropout, embedding_dim, filters, hidden, image_size, "
-        "learning_rate, max_length, max_tokens",
+        "learning_rate, lr_schedule, max_length, max_tokens, patience",
         "headrace: invalid: TrainRequested: spec.width: Extra inputs are not permitted",
         "headrace: invalid: --pruner: Input should be 'median', 'hyperband' or 'none'",
         "headrace: invalid: metric 'rmse': a classifier reports loss, accuracy, macro_f1",
@@ -200,16 +200,16 @@ def test_the_prune_rule_reports_each_epoch_and_prunes_a_trial_behind_the_median(
     monkeypatch.setenv("HEADRACE_DFS_ROOT", str(dfs))
 
     def rules(number: int, **kw: Any) -> list[stopping.StopRule]:
+        """The tune trial's prune rules (early stopping comes first, for every job)."""
         req = trial_request(c, space, number, {"learning_rate": 0.01, "batch_size": 32})
-        return stopping.rules_for(req.model_copy(update=kw))
+        return [r for r in stopping.rules_for(req.model_copy(update=kw))
+                if isinstance(r, pruning.PruneRule)]
 
     # The rule is registered with the stop-rule seam and applies to tune trials only.
     [rule] = rules(bad.number)
-    assert isinstance(rule, pruning.PruneRule)
     manual = trial_request(c, space, 0, {}).model_copy(update={"trigger": Trigger()})
     assert not [r for r in stopping.rules_for(manual) if isinstance(r, pruning.PruneRule)]
-    gang = rules(bad.number, resources=Resources(workers=2))  # a gang could disagree
-    assert not [r for r in gang if isinstance(r, pruning.PruneRule)]
+    assert not rules(bad.number, resources=Resources(workers=2))  # a gang could disagree
     [keep] = rules(good.number)
     # Epoch 1 is warm-up; then the bad trial is behind the median and is pruned.
     assert rule.after_epoch(1, {"loss": 2.0, "val_loss": 2.0}) is None
