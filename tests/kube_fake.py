@@ -208,6 +208,11 @@ class FakeKube:
     def delete_namespaced_service(self, name: str, ns: str, **kw: Any) -> None:
         self._delete("Service", name)
 
+    # -- NetworkingV1Api ---------------------------------------------------------------
+
+    def create_namespaced_network_policy(self, ns: str, body: Any, **kw: Any) -> Any:
+        return self._create(body)
+
     def list_namespaced_pod(self, ns: str, label_selector: str, **kw: Any) -> Any:
         self._request("list", "Pod", label_selector)
         return NS(items=self.pods)

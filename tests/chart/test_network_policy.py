@@ -1,6 +1,6 @@
 """The chart's NetworkPolicies, judged by what they allow (tests/chart/netpol.py evaluates them
 as a CNI would): Kafka on the ports the bootstrap names, DNS per preset, trainers only to
-trainers on the gang's ports."""
+their own job's trainers on the gang's ports (the executor's per-attempt policy)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from typing import Any
 import helm_python as helm
 import pytest
 
+from kubernetes.client import ApiClient
+
 from headrace.topology.validation import validate_object
+from headrace.trainers.executors.kubernetes_objects import TrainingJobSpec, training_objects
 from tests.chart.netpol import Address, Pod, allowed
 from tests.chart.test_chart import CHART, MSK, render_docs, with_dfs
 
@@ -109,16 +112,45 @@ def test_dns_cidrs_and_peers_are_added_to_a_preset(chart: Any) -> None:
     assert not allowed(pols, SCORER, KUBE_DNS, 53, "UDP")  # `none`: no kube-dns peer
 
 
-def test_trainers_reach_trainers_on_the_gang_ports_only(chart: Any) -> None:
+def _gang(job_id: str, **kw: Any) -> tuple[list[dict[str, Any]], Pod]:
+    """The executor's NetworkPolicy for one gang attempt and a pod with its Jobs' pod labels."""
+    spec = TrainingJobSpec(job_id=job_id, model_name="m", image="i", namespace="ml",
+                           workers=2, gang="none", **kw)
+    objs = [ApiClient().sanitize_for_serialization(o)
+            for o in training_objects(spec, owner_uid="u-1")]
+    pols = [validate_object(o) for o in objs if o["kind"] == "NetworkPolicy"]
+    [job] = [o for o in objs if o["kind"] == "Job"][:1]
+    return pols, Pod(job["spec"]["template"]["metadata"]["labels"])
+
+
+def test_trainers_reach_their_own_jobs_trainers_on_the_gang_ports_only(chart: Any) -> None:
     pols = policies(chart, {})
-    a, b = trainer("job-a"), trainer("job-a")
-    for port in (2222, 9091, 40000):  # TF workers, ps-lite's scheduler, ps-lite's own ports
-        assert allowed(pols, a, b, port)
+    a_pol, a = _gang("job-a", framework="tensorflow")  # allreduce: TF_CONFIG's port
+    b_pol, b = _gang("job-b", framework="tensorflow")
+    every = pols + a_pol + b_pol
+    assert allowed(every, a, a, 2222)
+    assert not allowed(every, a, b, 2222) and not allowed(every, b, a, 2222)
     for port in (22, 8080, 9092):
-        assert not allowed(pols, a, b, port)
-    assert not allowed(pols, a, SCORER, 2222)
-    assert not allowed(pols, SCORER, a, 2222)
-    assert not allowed(pols, a, ELSEWHERE, 2222)
+        assert not allowed(every, a, a, port)
+    assert not allowed(every, a, SCORER, 2222)
+    assert not allowed(every, SCORER, a, 2222)
+    assert not allowed(every, a, ELSEWHERE, 2222)
+    # Without the executor's policy (a single-pod job) no trainer accepts anything.
+    assert not allowed(pols, trainer("j1"), trainer("j1"), 2222)
+
+
+def test_parameter_server_gangs_open_the_scheduler_and_ephemeral_ports_to_their_job(
+        chart: Any) -> None:
+    pols = policies(chart, {})
+    a_pol, a = _gang("ps-a", framework="mxnet", servers=1,
+                        strategy="parameter_server")
+    b_pol, b = _gang("ps-b", framework="mxnet", servers=1,
+                        strategy="parameter_server")
+    every = pols + a_pol + b_pol
+    for port in (9091, 40000):  # ps-lite's scheduler, a port its nodes bind
+        assert allowed(every, a, a, port)
+        assert not allowed(every, b, a, port)
+    assert not allowed(every, a, a, 2222)
 
 
 def test_probes_reach_scorers_and_the_control_plane_reaches_the_api_server(chart: Any) -> None:

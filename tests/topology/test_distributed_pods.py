@@ -191,6 +191,7 @@ def test_tensorflow_with_parameter_servers_is_refused_in_one_line() -> None:
 def _executor(fake: FakeCluster, events: list[Any], **config: Any) -> KubernetesExecutor:
     return KubernetesExecutor(config=KubernetesExecutorConfig(image="img:1", **config),
                               batch_api=fake, core_api=fake, custom_api=fake, backoff_s=0,
+                              networking_api=fake,
                               on_event=lambda kind, message, **f: events.append(
                                   (kind, message, f)))
 

@@ -20,7 +20,7 @@ def rig() -> tuple[KubernetesExecutor, FakeCluster, list[tuple[str, str, dict[st
     events: list[tuple[str, str, dict[str, Any]]] = []
     ex = KubernetesExecutor(
         config=KubernetesExecutorConfig(image="img:1", gang="volcano", gpu_type="a100"),
-        batch_api=fake, core_api=fake, custom_api=fake,
+        batch_api=fake, core_api=fake, custom_api=fake, networking_api=fake,
         on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
     return ex, fake, events
 
@@ -56,7 +56,7 @@ def test_submitting_the_same_job_twice_runs_one_job(rig: Any) -> None:
     ex, fake, events = rig
     ex.submit(job())
     ex2 = KubernetesExecutor(config=KubernetesExecutorConfig(image="i"), batch_api=fake,
-                             core_api=fake, custom_api=fake,
+                             core_api=fake, custom_api=fake, networking_api=fake,
                              on_event=lambda k, m, **f: events.append((k, m, f)))
     ex2.submit(job())  # e.g. a second router or a restarted control plane
     assert len(fake.jobs) == 1

@@ -80,7 +80,8 @@ def main() -> None:
                               k8s_trainer_env={"HEADRACE_MAX_EPOCHS": "50"})
     run_control(root=Path(cfg["root"]), conn=KafkaConnection(cfg["bootstrap"], timeout_s=15.0),
                 topics=ControlTopics.with_prefix(cfg["prefix"]), tick_s=0.2,
-                choice=ExecutorChoice(control, KubeApis(batch=fake, core=fake, custom=fake)),
+                choice=ExecutorChoice(control, KubeApis(batch=fake, core=fake, custom=fake,
+                                                          networking=fake)),
                 kafka_password_file=Path("/etc/headrace/kafka-sasl/password"))
 
 

@@ -68,10 +68,11 @@ def build_executor(
         raise ConfigError("the Kubernetes executor was not prepared (no API connection)")
     image = control.k8s_image or ""
     config = KubernetesExecutorConfig(
-        image=image, namespace=control.k8s_namespace, dfs_claim=control.k8s_dfs_claim,
+        image=image, gpu_image=control.k8s_gpu_image, namespace=control.k8s_namespace, dfs_claim=control.k8s_dfs_claim,
         dfs_root=str(root), kafka_secret=control.k8s_kafka_secret,
         kafka_password_file=str(kafka_password_file) if kafka_password_file else None,
         kafka_ca_secret=control.k8s_kafka_ca_secret,
+        kafka_client_cert_secret=control.k8s_kafka_client_cert_secret,
         service_account=control.k8s_service_account, gang=control.k8s_gang,
         queue=control.k8s_queue, gpu_type=control.k8s_gpu_type,
         max_retries=control.k8s_max_retries,
@@ -83,6 +84,7 @@ def build_executor(
         trainer_env=tuple(sorted(control.k8s_trainer_env.items())))
     executor = KubernetesExecutor(config=config, batch_api=choice.kube.batch,
                                   core_api=choice.kube.core, custom_api=choice.kube.custom,
+                                  networking_api=choice.kube.networking,
                                   on_event=on_event)
     executor.start()  # API calls on the executor's own thread, never on the event loop
     return executor

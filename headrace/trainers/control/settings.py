@@ -45,12 +45,18 @@ class ControlSettings(BaseSettings):
                     "this long is hung: its gang is restarted from the last checkpoint.")
     k8s_namespace: str = Field(default="headrace", description="Where training Jobs go.")
     k8s_image: str | None = Field(default=None, description="The trainer image (required).")
+    k8s_gpu_image: str | None = Field(
+        default=None, description="The CUDA trainer image for pods that request GPUs "
+                                  "(unset: the trainer image everywhere).")
     k8s_dfs_claim: str = Field(default="headrace-dfs", description="The RWX DFS claim.")
     k8s_kafka_secret: str | None = Field(
         default="headrace-kafka",
         description="Secret with `bootstrap`, `config` (and `password`) for the trainer pods.")
     k8s_kafka_ca_secret: str | None = Field(
         default=None, description="Secret with the Kafka CA (`ca.crt`), mounted in trainer pods.")
+    k8s_kafka_client_cert_secret: str | None = Field(
+        default=None, description="mTLS: Secret with `user.crt` and `user.key`, mounted in "
+                                  "trainer pods at /etc/headrace/kafka-client.")
     k8s_service_account: str = Field(
         default="headrace-trainer", description="Trainer pods' ServiceAccount (no API token).")
     k8s_gang: Literal["none", "volcano", "kueue"] = "none"
@@ -74,8 +80,9 @@ class ControlSettings(BaseSettings):
                 raise ValueError(f"k8s_trainer_env: {name!r} is not a HEADRACE_* variable")
         return {str(k): str(v) for k, v in value.items()}
 
-    @field_validator("k8s_image", "k8s_kafka_secret", "k8s_kafka_ca_secret", "k8s_queue",
-                     "k8s_gpu_type", "triggers", mode="before")
+    @field_validator("k8s_image", "k8s_gpu_image", "k8s_kafka_secret", "k8s_kafka_ca_secret",
+                     "k8s_kafka_client_cert_secret", "k8s_queue", "k8s_gpu_type", "triggers",
+                     mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         # Helm renders an unset value as "": treat it as not given.

@@ -102,6 +102,7 @@ class KubernetesExecutor:
         core_api: Any,
         custom_api: Any,
         on_event: OnEvent | Callable[..., None],
+        networking_api: Any = None,
         request_timeout_s: float = 10.0,
         watch_s: float = 2.0,
         backoff_s: float = 0.5,
@@ -111,6 +112,8 @@ class KubernetesExecutor:
         self._batch = batch_api
         self._core = core_api
         self._custom = custom_api
+        # NetworkingV1Api (gang NetworkPolicies); by default on the core API's client.
+        self._net = networking_api if networking_api is not None else _networking(core_api)
         self._on_event = on_event
         self._timeout = request_timeout_s
         self._watch_s = watch_s
@@ -322,6 +325,9 @@ class KubernetesExecutor:
             return self._batch.create_namespaced_job(ns, obj, _request_timeout=self._timeout)
         if kind == "Service":
             return self._core.create_namespaced_service(ns, obj, _request_timeout=self._timeout)
+        if kind == "NetworkPolicy":
+            return self._net.create_namespaced_network_policy(ns, obj,
+                                                              _request_timeout=self._timeout)
         group, version, plural = _CUSTOM[kind]
         return self._custom.create_namespaced_custom_object(
             group=group, version=version, namespace=ns, plural=plural, body=obj,
@@ -581,6 +587,12 @@ def _disrupted(ex: KubernetesExecutor, spec: TrainingJobSpec) -> bool:
     return False
 
 
+def _networking(core_api: Any) -> Any:
+    from kubernetes import client
+
+    return client.NetworkingV1Api(core_api.api_client)
+
+
 _CUSTOM = {"PodGroup": (VOLCANO_GROUP, VOLCANO_VERSION, "podgroups"),
            "JobSet": (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)}
 
@@ -634,6 +646,7 @@ class KubeApis:
     core: Any
     custom: Any
     namespace: str = "headrace"  # where the JobSet question is asked
+    networking: Any = None  # NetworkingV1Api (None: on the core API's client)
 
 
 NO_KUBE_CONFIG = ("no Kubernetes configuration: not running in a pod (KUBERNETES_SERVICE_HOST "
@@ -667,7 +680,7 @@ def kube_apis(*, context: str | None = None) -> KubeApis:
     from kubernetes import client
 
     return KubeApis(batch=client.BatchV1Api(), core=client.CoreV1Api(),
-                    custom=client.CustomObjectsApi())
+                    custom=client.CustomObjectsApi(), networking=client.NetworkingV1Api())
 
 
 def jobset_installed(apis: Any) -> bool:
@@ -695,7 +708,8 @@ def from_kube_config(
     """An executor on the real API (see :func:`kube_apis`)."""
     apis = kube_apis(context=context)
     return KubernetesExecutor(config=config, batch_api=apis.batch, core_api=apis.core,
-                              custom_api=apis.custom, on_event=on_event)
+                              custom_api=apis.custom, networking_api=apis.networking,
+                              on_event=on_event)
 
 
 __all__ = [

@@ -37,6 +37,7 @@ from headrace.trainers.distributed.plan import GangPlan, plan_for
 from headrace.trainers.executors import kubernetes_gang as gang_pods
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, job_command
 from headrace.trainers.executors.kubernetes_gang import RoleTemplate
+from headrace.trainers.executors.kubernetes_netpol import gang_network_policy
 from headrace.trainers.executors.kubernetes_security import (
     container_security_context,
     kafka_volumes,
@@ -72,12 +73,14 @@ class ClusterPlacement:
     holds these and each job's spec carries them."""
 
     image: str
+    gpu_image: str | None = None  # for roles that request GPUs; None: ``image`` everywhere
     namespace: str = "headrace"
     dfs_claim: str = "headrace-dfs"
     dfs_root: str = "/dfs"
     kafka_secret: str | None = "headrace-kafka"
     kafka_password_file: str | None = None  # mount the Secret's `password` key here
     kafka_ca_secret: str | None = None
+    kafka_client_cert_secret: str | None = None  # mTLS: user.crt/user.key, mounted read-only
     service_account: str = "headrace-trainer"
     gang: Literal["none", "volcano", "kueue"] = "volcano"
     queue: str | None = None
@@ -261,9 +264,11 @@ def _pod_spec(spec: TrainingJobSpec, role: RoleTemplate) -> k.V1PodSpec:
              if spec.pods > 1 else None)
     kafka_vols, kafka_mounts = kafka_volumes(
         kafka_secret=spec.kafka_secret, password_file=spec.kafka_password_file,
-        ca_secret=spec.kafka_ca_secret)
+        ca_secret=spec.kafka_ca_secret, client_cert_secret=spec.kafka_client_cert_secret)
+    # The CUDA image only where the role requests GPUs: servers and the scheduler stay CPU.
+    image = spec.gpu_image if role.gpus and spec.gpu_image else spec.image
     container = k.V1Container(
-        name=CONTAINER, image=spec.image, command=_command(spec, role), env=_env(spec, role),
+        name=CONTAINER, image=image, command=_command(spec, role), env=_env(spec, role),
         resources=_resources(role), ports=ports,
         volume_mounts=[k.V1VolumeMount(name="dfs", mount_path=spec.dfs_root), tmp_mount(),
                        *kafka_mounts],
@@ -407,6 +412,16 @@ def worker_service(spec: TrainingJobSpec, *, owner_uid: str | None = None) -> k.
     )
 
 
+def network_policy(spec: TrainingJobSpec, *,
+                   owner_uid: str | None = None) -> k.V1NetworkPolicy:
+    """The attempt's pods accept the gang's ports from pods of this job only."""
+    meta = _meta(spec, spec.job_name)
+    return gang_network_policy(
+        name=spec.job_name, namespace=spec.namespace, job_label=spec.name, attempt=spec.attempt,
+        plan=spec.plan, labels=meta.labels, annotations=meta.annotations,
+        owner=job_owner(spec, owner_uid) if owner_uid else None)
+
+
 def pod_group(spec: TrainingJobSpec, *, owner_uid: str | None = None) -> dict[str, Any]:
     """Volcano PodGroup: the scheduler binds ``minMember`` pods together or none, once the
     whole gang's requests (every role's) fit."""
@@ -439,6 +454,7 @@ def training_objects(spec: TrainingJobSpec, *, owner_uid: str | None = None) -> 
         first, *others = training_jobs(spec, owner_uid=owner_uid)
         owner = [first]
         rest = [worker_service(spec, owner_uid=owner_uid), *others]
+    rest.insert(0, network_policy(spec, owner_uid=owner_uid))  # before any pod can start
     if spec.gang_scheduled:
         rest.insert(0, pod_group(spec, owner_uid=owner_uid))
     return owner + rest
@@ -451,6 +467,7 @@ class ScheduleSpec:
     name: str
     cron: str
     image: str
+    gpu_image: str | None = None  # for roles that request GPUs; None: ``image`` everywhere
     namespace: str = "headrace"
     timezone: str | None = None
     kafka_secret: str = "headrace-kafka"

@@ -19,6 +19,7 @@ GID = 10001
 TMP = "/tmp"
 KAFKA_TLS_DIR = "/etc/headrace/kafka-tls"
 KAFKA_SASL_DIR = "/etc/headrace/kafka-sasl"
+KAFKA_CLIENT_DIR = "/etc/headrace/kafka-client"  # the chart's ssl.certificate/key.location
 # Writable locations for a read-only root filesystem, all under the /tmp emptyDir.
 TMP_ENV: tuple[tuple[str, str], ...] = (
     ("HOME", TMP),
@@ -60,8 +61,10 @@ def tmp_env() -> list[k.V1EnvVar]:
 
 
 def kafka_volumes(*, kafka_secret: str | None, password_file: str | None,
-                  ca_secret: str | None) -> tuple[list[k.V1Volume], list[k.V1VolumeMount]]:
-    """The SASL password (key ``password`` of the Kafka Secret) and the CA as files, read-only.
+                  ca_secret: str | None, client_cert_secret: str | None = None,
+                  ) -> tuple[list[k.V1Volume], list[k.V1VolumeMount]]:
+    """The SASL password (key ``password`` of the Kafka Secret), the CA and the mTLS client
+    certificate and key (``user.crt``/``user.key``) as files, read-only.
 
     The password is mounted only when the pod's settings name a password file, at the same
     path the control plane uses, so one ``HEADRACE_KAFKA_PASSWORD_FILE`` serves every pod.
@@ -79,5 +82,11 @@ def kafka_volumes(*, kafka_secret: str | None, password_file: str | None,
         volumes.append(k.V1Volume(name="kafka-tls", secret=k.V1SecretVolumeSource(
             secret_name=ca_secret, default_mode=0o444)))
         mounts.append(k.V1VolumeMount(name="kafka-tls", mount_path=KAFKA_TLS_DIR,
+                                      read_only=True))
+    if client_cert_secret:  # only the certificate and its key (a KafkaUser's Secret has more)
+        volumes.append(k.V1Volume(name="kafka-client-cert", secret=k.V1SecretVolumeSource(
+            secret_name=client_cert_secret, default_mode=0o440,
+            items=[k.V1KeyToPath(key=f, path=f) for f in ("user.crt", "user.key")])))
+        mounts.append(k.V1VolumeMount(name="kafka-client-cert", mount_path=KAFKA_CLIENT_DIR,
                                       read_only=True))
     return volumes, mounts
