@@ -82,7 +82,7 @@ def test_a_four_worker_tensorflow_gang_names_every_peer_in_each_pods_tf_config(
         tmp_path: Path) -> None:
     spec = TrainingJobSpec(job_id="job-4", model_name="churn", framework="tensorflow",
                            image="img:1", workers=4, gpus_per_worker=1, cpu="8")
-    job, pg, svc = validate_all(training_objects(spec, owner_uid="u-1"))
+    job, pg, svc, _netpol = validate_all(training_objects(spec, owner_uid="u-1"))
     assert pg["spec"]["minMember"] == 4 and job["spec"]["completions"] == 4
     assert job["spec"]["backoffLimit"] == 0  # a gang restarts whole, never one pod
     assert job["spec"]["suspend"] is True  # until its PodGroup and Service exist
@@ -155,7 +155,8 @@ def test_gang_objects_validate_strictly_for_every_kubernetes_version_the_chart_d
                                image="img:1", workers=2, servers=servers, jobset=jobset,
                                server_gpus=1 if servers else 0)
         objs = validate_all(training_objects(spec, owner_uid="u-1"), version=version)
-        assert len(objs) == (2 if jobset else 3 + (2 if servers else 0))
+        # Owner, PodGroup, NetworkPolicy (+ Service and the other roles' Jobs without JobSet).
+        assert len(objs) == (3 if jobset else 4 + (2 if servers else 0))
 
 
 def test_kueue_needs_a_queue_and_jobset_for_parameter_servers() -> None:
@@ -168,7 +169,8 @@ def test_kueue_needs_a_queue_and_jobset_for_parameter_servers() -> None:
                         gang="kueue", queue="q")
     spec = TrainingJobSpec(job_id="j", model_name="m", framework="mxnet", image="i", workers=2,
                            gang="kueue", queue="q", jobset=True)
-    [js] = validate_all(training_objects(spec))
+    js, netpol = validate_all(training_objects(spec, owner_uid="u-1"))
+    assert netpol["kind"] == "NetworkPolicy"
     assert js["spec"]["suspend"] is True  # Kueue admits the whole gang against quota
     assert js["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "q"
     # And the control plane's settings refuse it at start, in one line.
@@ -251,7 +253,7 @@ def test_a_jobset_gang_is_one_jobset_and_completes_when_its_workers_do() -> None
     ex = _executor(fake, events, jobset=True)
     ex.submit(JobSpec(job_id="job-j", model_name="churn", framework=Framework.MXNET,
                       resources=Resources(workers=2, servers=1, gpus=1)))
-    assert [k for k, _ in fake.objects] == ["JobSet", "PodGroup"]
+    assert [k for k, _ in fake.objects] == ["JobSet", "PodGroup", "NetworkPolicy"]
     js = fake.objects[("JobSet", "train-job-j")]
     assert js["spec"]["suspend"] is False  # let go once its PodGroup existed
     fake.objects[("JobSet", "train-job-j")]["status"] = {

@@ -39,9 +39,9 @@ def test_a_gang_job_creates_podgroup_service_and_job_that_validate(rig: Any) -> 
     ex.submit(job(workers=4))
     kinds = [validate_object(o)["kind"] for o in fake.created]
     # The owner first (suspended), then what it owns, then it is let go.
-    assert kinds == ["Job", "PodGroup", "Service"]
+    assert kinds == ["Job", "PodGroup", "Service", "NetworkPolicy"]
     owner = fake.objects[("Job", "train-job-1-worker-0")]
-    for kind in ("PodGroup", "Service"):
+    for kind in ("PodGroup", "Service", "NetworkPolicy"):
         [ref] = fake.objects[(kind, "train-job-1")]["metadata"]["ownerReferences"]
         assert (ref["kind"], ref["uid"]) == ("Job", owner["metadata"]["uid"])
     assert owner["spec"]["suspend"] is False and owner["spec"]["activeDeadlineSeconds"] > 0

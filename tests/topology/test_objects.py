@@ -188,7 +188,7 @@ def test_single_worker_job_retries_by_exit_code() -> None:
 def test_multi_worker_tensorflow_is_a_volcano_gang_with_tf_config(tmp_path: Path) -> None:
     spec = TrainingJobSpec(job_id="job-7", model_name="churn", framework="tensorflow",
                            image="img:1", workers=3, gpus_per_worker=2, gang="volcano")
-    job, pg, svc = validate_all(training_objects(spec))
+    job, pg, svc, _netpol = validate_all(training_objects(spec))
     assert pg["kind"] == "PodGroup" and pg["spec"]["minMember"] == 3
     # the whole gang's requests: 3 pods of 4 CPUs, 16 GiB and 2 GPUs each
     assert pg["spec"]["minResources"] == {"cpu": "12000m", "memory": str(3 * 16 * 2**30),
@@ -211,7 +211,7 @@ def test_kueue_jobs_start_suspended_with_a_queue_label() -> None:
     spec = TrainingJobSpec(job_id="j2", model_name="m", framework="tensorflow", image="i",
                            workers=2, gang="kueue", queue="gpu-queue")
     objs = validate_all(training_objects(spec))
-    assert [o["kind"] for o in objs] == ["Job", "Service"]
+    assert [o["kind"] for o in objs] == ["Job", "Service", "NetworkPolicy"]
     assert objs[0]["spec"]["suspend"] is True
     assert objs[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
 
@@ -231,7 +231,7 @@ def test_a_train_request_maps_onto_a_validated_job(make_cluster: Any, three_rack
                          dataset_uri="datasets/churn", resources=Resources(gpus=1, workers=2))
     objs = validate_all(request_objects(request=req, job_id="j9",
                                         deploy=make_cluster(**three_racks).deploy))
-    assert [o["kind"] for o in objs] == ["Job", "PodGroup", "Service"]
+    assert [o["kind"] for o in objs] == ["Job", "PodGroup", "Service", "NetworkPolicy"]
 
 
 def test_multi_worker_mxnet_with_allreduce_is_refused_in_one_line() -> None:

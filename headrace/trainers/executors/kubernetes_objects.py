@@ -454,7 +454,8 @@ def training_objects(spec: TrainingJobSpec, *, owner_uid: str | None = None) -> 
         first, *others = training_jobs(spec, owner_uid=owner_uid)
         owner = [first]
         rest = [worker_service(spec, owner_uid=owner_uid), *others]
-    rest.insert(0, network_policy(spec, owner_uid=owner_uid))  # before any pod can start
+    # Before the other roles' Jobs: no gang pod starts without it.
+    rest.insert(1 if rest else 0, network_policy(spec, owner_uid=owner_uid))
     if spec.gang_scheduled:
         rest.insert(0, pod_group(spec, owner_uid=owner_uid))
     return owner + rest
