@@ -8,7 +8,6 @@ from typing import Any
 
 import helm_python as helm
 import pytest
-
 from kubernetes.client import ApiClient
 
 from headrace.topology.validation import validate_object

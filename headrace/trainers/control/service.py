@@ -68,7 +68,8 @@ def build_executor(
         raise ConfigError("the Kubernetes executor was not prepared (no API connection)")
     image = control.k8s_image or ""
     config = KubernetesExecutorConfig(
-        image=image, gpu_image=control.k8s_gpu_image, namespace=control.k8s_namespace, dfs_claim=control.k8s_dfs_claim,
+        image=image, gpu_image=control.k8s_gpu_image, namespace=control.k8s_namespace,
+        dfs_claim=control.k8s_dfs_claim,
         dfs_root=str(root), kafka_secret=control.k8s_kafka_secret,
         kafka_password_file=str(kafka_password_file) if kafka_password_file else None,
         kafka_ca_secret=control.k8s_kafka_ca_secret,

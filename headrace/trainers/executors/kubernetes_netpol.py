@@ -13,7 +13,7 @@ from __future__ import annotations
 from kubernetes import client as k
 
 from headrace.trainers.distributed.plan import GangPlan
-from headrace.trainers.executors.kubernetes_gang import TF_PORT, PS_PORT
+from headrace.trainers.executors.kubernetes_gang import PS_PORT, TF_PORT
 
 # ps-lite's servers and workers bind a port the kernel picks (Linux's default ephemeral range).
 EPHEMERAL_PORTS = (32768, 60999)
@@ -43,7 +43,8 @@ def gang_network_policy(*, name: str, namespace: str, job_label: str, attempt: i
             pod_selector=k.V1LabelSelector(match_labels={
                 **same_job, "headrace.io/attempt": str(attempt)}),
             policy_types=["Ingress"],
-            ingress=[k.V1NetworkPolicyIngressRule(
+            # The client's parameter is ``_from``; its type stubs call it ``var_from``.
+            ingress=[k.V1NetworkPolicyIngressRule(  # type: ignore[call-arg]
                 _from=[k.V1NetworkPolicyPeer(
                     pod_selector=k.V1LabelSelector(match_labels=same_job))],
                 ports=gang_ingress_ports(plan))],

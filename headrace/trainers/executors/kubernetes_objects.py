@@ -415,10 +415,10 @@ def worker_service(spec: TrainingJobSpec, *, owner_uid: str | None = None) -> k.
 def network_policy(spec: TrainingJobSpec, *,
                    owner_uid: str | None = None) -> k.V1NetworkPolicy:
     """The attempt's pods accept the gang's ports from pods of this job only."""
-    meta = _meta(spec, spec.job_name)
     return gang_network_policy(
         name=spec.job_name, namespace=spec.namespace, job_label=spec.name, attempt=spec.attempt,
-        plan=spec.plan, labels=meta.labels, annotations=meta.annotations,
+        plan=spec.plan, labels=_labels(spec),
+        annotations={"headrace.io/job-id": spec.job_id, "headrace.io/attempt": str(spec.attempt)},
         owner=job_owner(spec, owner_uid) if owner_uid else None)
 
 
