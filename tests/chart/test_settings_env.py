@@ -94,3 +94,36 @@ def test_the_chart_control_plane_env_loads_as_settings(monkeypatch: pytest.Monke
     assert s.k8s_queue is None and s.k8s_kafka_ca_secret == "ca"
     assert s.k8s_trainer_env["HEADRACE_MAX_GPUS"] == "8"
     assert s.triggers is not None and s.triggers.name == "triggers.yaml"
+
+
+def _control_env(values: dict[str, Any]) -> dict[str, str]:
+    with helm.Chart.load(CHART) as chart:
+        docs = render_docs(chart, values)
+    ctl = next(d for d in docs if d["kind"] == "Deployment"
+               and d["metadata"]["labels"]["app.kubernetes.io/component"] == "control-plane")
+    return {e["name"]: e.get("value", "")
+            for e in ctl["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_training_pods_get_the_gpu_image_and_the_client_certificate_from_the_chart() -> None:
+    env = _control_env({**EVERYTHING, "gpuImage": {"repository": "reg/hr", "tag": "9-gpu"},
+                        "kafka": {"tls": {"enabled": True, "clientCertSecret": "kafka-user"}}})
+    assert env["HEADRACE_K8S_GPU_IMAGE"] == "reg/hr:9-gpu"
+    assert env["HEADRACE_K8S_KAFKA_CLIENT_CERT_SECRET"] == "kafka-user"
+    s = ControlSettings(k8s_gpu_image=env["HEADRACE_K8S_GPU_IMAGE"],
+                        k8s_kafka_client_cert_secret=env["HEADRACE_K8S_KAFKA_CLIENT_CERT_SECRET"])
+    assert (s.k8s_gpu_image, s.k8s_kafka_client_cert_secret) == ("reg/hr:9-gpu", "kafka-user")
+    # No client certificate: "" reads as unset.
+    env = _control_env(EVERYTHING)
+    assert ControlSettings(k8s_kafka_client_cert_secret=env[
+        "HEADRACE_K8S_KAFKA_CLIENT_CERT_SECRET"]).k8s_kafka_client_cert_secret is None
+
+
+def test_other_client_certificate_key_names_are_refused_for_training_pods() -> None:
+    with pytest.raises(helm.HelmError, match=r"mount the client Secret's user\.crt"):
+        _control_env({**EVERYTHING, "kafka": {"tls": {
+            "enabled": True, "clientCertSecret": "c", "certKey": "tls.crt"}}})
+    # The local executor starts no training pods: any key names do.
+    env = _control_env({**EVERYTHING, "trainer": {"executor": "local"}, "kafka": {"tls": {
+        "enabled": True, "clientCertSecret": "c", "certKey": "tls.crt"}}})
+    assert env["HEADRACE_K8S_KAFKA_CLIENT_CERT_SECRET"] == "c"
