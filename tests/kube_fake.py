@@ -36,7 +36,7 @@ class ApiError(Exception):
 
 
 class FakeKube:
-    """Batch, Core, CustomObjects and Apiextensions APIs over in-memory objects."""
+    """Batch, Core, Networking, CustomObjects and Apiextensions APIs over in-memory objects."""
 
     def __init__(self, *, jobset_crd: bool = False, watch_blocks: bool = False) -> None:
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}  # (kind, name) -> manifest

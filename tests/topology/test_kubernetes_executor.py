@@ -165,3 +165,20 @@ def test_cancel_deletes_the_job(rig: Any) -> None:
     assert ex.cancel("job-1") is True and fake.jobs == {}
     assert ex.cancel("job-1") is False
     assert events[-1][0] == "failed"
+
+
+def test_the_gang_network_policy_goes_through_the_retrying_idempotent_create(rig: Any) -> None:
+    ex, fake, events = rig
+    fake.fail_next[("create", "NetworkPolicy")] = [503]
+    ex.submit(job(workers=2, job_id="g"))
+    assert fake.count("create", "NetworkPolicy") == 2  # retried after the 503
+    pol = validate_object(fake.bodies[("NetworkPolicy", "train-g")])
+    owner = fake.objects[("Job", "train-g-worker-0")]
+    assert pol["metadata"]["ownerReferences"][0]["uid"] == owner["metadata"]["uid"]
+    assert [k for k, _, _ in events] == ["queued"] and ex.active() == ["g"]
+    assert ex.cancel("g") and fake.objects == {}  # deleted with its attempt
+    # A create answered 409 (a control plane restarted mid-create) is "already there".
+    fake.fail_next[("create", "NetworkPolicy")] = [409]
+    ex.submit(job(workers=2, job_id="h"))
+    assert events[-1][0] == "queued" and ex.active() == ["h"]
+    assert fake.objects[("Job", "train-h-worker-0")]["spec"]["suspend"] is False
