@@ -15,9 +15,12 @@ plane's faust table (changelog-backed) holds the same states for the router itse
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,7 @@ STATUS = "status.json"
 LOG = "log.txt"
 CHECKPOINTS = "checkpoints"
 GATE = "gate.json"
+CLAIM = ".claim.lock"  # flocked by the router while it creates or takes over the job
 
 
 def job_id_for(idempotency_key: str) -> str:
@@ -104,6 +108,36 @@ def create_request(root: Path, request: TrainRequested) -> tuple[str, bool]:
                                  "docs/topology.md)") from exc
         raise RetriableError(f"job {jid}: cannot create its directory: {exc}") from exc
     return jid, created
+
+
+@contextmanager
+def claim(root: Path, job_id: str) -> Iterator[bool]:
+    """Hold ``jobs/<id>/.claim.lock`` (flock, non-blocking) while a router records a job:
+    from before ``request.json`` exists until its status, table row and submission are done.
+
+    Yields False when another live router holds it. The kernel drops the lock when its holder
+    dies, so a ``request.json`` without a ``status.json`` and with the claim free was left by
+    a router killed mid-way: the redelivery takes the job over instead of calling it a
+    duplicate (the job would never run)."""
+    d = job_dir(root, job_id)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd = os.open(d / CLAIM, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if is_permission_error(exc):
+            raise DfsNotWritable(f"job {job_id}: cannot create its directory: {exc} (the DFS "
+                                 f"volume must be writable by uid {os.getuid()}: see fsGroup in "
+                                 "docs/topology.md)") from exc
+        raise RetriableError(f"job {job_id}: cannot create its claim: {exc}") from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # releases the lock
 
 
 class DfsNotWritable(PermanentError):

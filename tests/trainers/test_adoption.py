@@ -55,9 +55,10 @@ def test_a_control_plane_killed_mid_gang_ends_the_job_once_with_no_gang_left(
     first = start(app_id="adopt")
     # Long enough (about 30 s) that the gang still runs when the next control plane is ready
     # (the dead one's group session must expire first): the reaping path is what is tested.
+    # patience = epochs: early stopping would end the job in ~2 s, before the restart.
     spec = request(demo).spec.model_copy(update={"epochs": 250, "batch_size": 16,
                                                  "checkpoint_every_steps": 25,
-                                                 "hidden": (16,)})
+                                                 "hidden": (16,), "patience": 250})
     req = request(demo, key="adopt-1", framework="mxnet", spec=spec).model_copy(
         update={"resources": Resources(workers=2, servers=1)})
     send_events(conn, topics.train_requests, [req])

@@ -5,7 +5,10 @@ Dedup, in two layers:
 
 1. The job table (faust Table, changelog-backed): a job id already in it is a duplicate.
 2. ``jobs/<job_id>/request.json`` created exclusively on the DFS: the final arbiter between
-   control-plane instances that do not share a table (or a table not yet recovered).
+   control-plane instances that do not share a table (or a table not yet recovered). A router
+   holds the job's claim (``jobs.claim``) from before that file until the job's status, table
+   row and submission exist; a ``request.json`` with no status and a free claim was left by a
+   router killed in between, and the redelivery takes the job over.
 
 Job ids derive from idempotency keys (``jobs.job_id_for``), so a duplicate is a name clash.
 """
@@ -82,14 +85,26 @@ class ControlPlane:
         if table.get(jid) is not None:
             self._duplicate(jid, req, "already in the job table")
             return None
-        jid, created = jobs.create_request(self.root, req)
-        if not created:
-            st = jobs.read_status(self.root, jid)
-            # Another router owns it: remember the job, never resume it from here.
-            table[jid] = {**_row(st.state if st else JobState.QUEUED, req), "owned": False}
-            self._duplicate(jid, req, "job directory already exists")
-            return None
-        status = jobs.write_status(self.root, jobs.initial_status(jid, req))
+        with jobs.claim(self.root, jid) as mine:
+            if not mine:  # a live router is creating or taking over this job right now
+                # No table row: should that router die too, a redelivery here looks again.
+                self._duplicate(jid, req, "another router is recording the job")
+                return None
+            jid, created = jobs.create_request(self.root, req)
+            st = None if created else jobs.read_status(self.root, jid)
+            if not created and st is not None:
+                # Another router owns it: remember the job, never resume it from here.
+                table[jid] = {**_row(st.state, req), "owned": False}
+                self._duplicate(jid, req, "job directory already exists")
+                return None
+            if not created:  # request.json, no status, claim free: its router died mid-way
+                log.warning("job %s was left without a status by a stopped router; "
+                            "taking it over (request %s)", jid, req.event_id)
+            self._start(jid, req, table)
+        return jid
+
+    def _start(self, jid: str, req: TrainRequested, table: Table) -> None:
+        jobs.write_status(self.root, jobs.initial_status(jid, req))
         table[jid] = _row(JobState.QUEUED, req)
         self._event(jid, req, JobEventKind.QUEUED,
                     message=f"{req.framework.value} {req.spec.task.value} on {req.dataset_uri} "
@@ -97,10 +112,8 @@ class ControlPlane:
         problem = self._precheck(req)
         if problem is not None:  # fail fast: no process is started for a job that cannot run
             self._failed(jid, req, table, problem, attempts=0)
-            return jid
+            return
         self.executor.submit(_job_spec(jid, req))
-        del status
-        return jid
 
     def on_request_failed(self, record: RecordRef, exc: HeadraceError) -> None:
         """A request that could not be accepted (dead-lettered by the app): if it parses, its
