@@ -192,7 +192,8 @@ def test_two_workers_train_the_cnn_family_on_digit_tensors_to_identical_weights(
 def test_a_frozen_parameter_server_or_worker_is_noticed_and_the_gang_restarted(
         dfs: Path, demo: str, frozen: str) -> None:
     spec = SPEC.model_copy(update={"epochs": 20, "batch_size": 16,
-                                   "checkpoint_every_steps": 5})
+                                   "checkpoint_every_steps": 5,
+                                   "patience": 20})  # no early stop before the freeze
     watchdog_s = 4.0
     jid, ex = _submit(dfs, demo, "mxnet", workers=2, servers=1, spec=spec, max_attempts=3,
                       backoff_s=0.1, watchdog_s=watchdog_s)

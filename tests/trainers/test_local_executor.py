@@ -84,7 +84,9 @@ def test_a_permanent_failure_is_not_retried_and_says_why(dfs: Path) -> None:
 
 
 def test_a_job_past_its_timeout_is_killed_and_given_up(dfs: Path, demo: str) -> None:
-    jid, _ = jobs.create_request(dfs, request(demo, spec=TINY.model_copy(update={"epochs": 500})))
+    # 500 epochs with early stopping off (patience = epochs): far longer than the timeout.
+    long = TINY.model_copy(update={"epochs": 500, "patience": 500})
+    jid, _ = jobs.create_request(dfs, request(demo, spec=long))
     ex = LocalExecutor(root=dfs, timeout_s=3.0, max_attempts=1, grace_s=1.0)
     ex.submit(_spec(jid))
     [outcome] = _run_until_done(ex)
