@@ -48,7 +48,7 @@ class NumericReference(BaseModel):
 
     def count(self, values: np.ndarray) -> np.ndarray:
         """The window's counts per bin: the hot path (no index array is kept)."""
-        return np.bincount(self.bin_of(values), minlength=self.bins)
+        return counts(self.bin_of(values), self.bins)
 
 
     @property
@@ -71,7 +71,7 @@ class CategoryReference(BaseModel):
         return np.asarray(idx.fill_null(len(self.values)), dtype=np.int64)
 
     def count(self, values: np.ndarray | Sequence[str] | pa.Array) -> np.ndarray:
-        return np.bincount(self.bin_of(values), minlength=self.bins)
+        return counts(self.bin_of(values), self.bins)
 
     @property
     def bins(self) -> int:

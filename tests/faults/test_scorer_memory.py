@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.ipc as ipc
 import pytest
 
 from headrace.scorers import splitting
@@ -45,18 +44,11 @@ from tests.faults.harness import (
     write_keras_mlp,
 )
 from tests.fixtures import eventually
+from tests.scorers.test_budget import zstd
 
 pytestmark = [pytest.mark.slow, needs_scorer]
 ARROW_HEADERS: Headers = [(hdr.CONTENT_TYPE, hdr.ARROW.encode())]
 MiB = 1024 * 1024
-
-
-def zstd(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, table.schema,
-                        options=ipc.IpcWriteOptions(compression="zstd")) as w:
-        w.write_table(table, max_chunksize=table.num_rows)
-    return bytes(sink.getvalue().to_pybytes())
 
 
 def bool_bomb() -> bytes:
