@@ -168,3 +168,15 @@ def service_connection(where: Where) -> Iterator[KafkaConnection]:
     with kafka(where.settings) as conn:
         check_reachable(conn)
         yield conn
+
+
+def key_values(values: list[str], *, lists: bool = False) -> dict[str, object]:
+    """``-p KEY=VALUE`` options as a mapping; with ``lists``, a value with commas becomes the
+    list of its parts (tune's tuple choices). Values stay text: the caller types them."""
+    out: dict[str, object] = {}
+    for v in values:
+        key, sep, raw = v.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{v!r} is not KEY=VALUE", param_hint="--param")
+        out[key] = raw.split(",") if lists and "," in raw else raw
+    return out

@@ -55,16 +55,6 @@ def _hidden(value: str | None) -> tuple[int, ...] | None:
     return sizes
 
 
-def _params(values: list[str]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for v in values:
-        key, sep, raw = v.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{v!r} is not KEY=VALUE", param_hint="--param")
-        out[key] = raw  # typed by the family table (api.build_request)
-    return out
-
-
 def train(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Model name.")],
@@ -118,7 +108,7 @@ def train(
                                 idempotency_key=idempotency_key, code=code,
                                 entrypoint=entrypoint, workers=workers, servers=servers,
                                 strategy=strategy, model=model,
-                                init_weights=init_weights, params=_params(param or []))
+                                init_weights=init_weights, params=_context.key_values(param or []))
     s = _context.settings(ctx)
     # Refused here with one line (the control plane checks again): caps, and the code where
     # this machine sees the DFS.

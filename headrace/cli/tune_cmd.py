@@ -34,16 +34,6 @@ tune_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
                        help="Hyperparameter search: a study whose trials are training jobs.")
 
 
-def _params(values: list[str]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for v in values:
-        key, sep, raw = v.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{v!r} is not KEY=VALUE", param_hint="--param")
-        out[key] = raw.split(",") if "," in raw else raw
-    return out
-
-
 @tune_app.command("run")
 def tune_run(
     ctx: typer.Context,
@@ -93,7 +83,7 @@ def tune_run(
             name=name, model_name=model_name or name, framework=framework,
             dataset_uri=dataset, model=model, task=task, label=label,
             epochs=epochs or ModelSpec.model_fields["epochs"].default, space=space,
-            params=_params(param or []), metric=metric, pruner=pruner,
+            params=_context.key_values(param or [], lists=True), metric=metric, pruner=pruner,
             seed=seed)
     except ValidationError as exc:
         err = exc.errors()[0]
