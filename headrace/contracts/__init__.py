@@ -9,10 +9,12 @@ from headrace.contracts.base import (
     parse,
     utcnow,
 )
+from headrace.contracts.drift import DriftDetected, WindowRange
 from headrace.contracts.families import FAMILIES, Family, family
 from headrace.contracts.jobs import JobEvent, JobEventKind, JobState
 from headrace.contracts.models import ModelAction, ModelPublished
 from headrace.contracts.predictions import OutputValue, Prediction, TopLabel
+from headrace.contracts.rollout import Canary, LiveCounts, RolloutRole, RolloutState
 from headrace.contracts.training import (
     OBJECT_STORE_SCHEMES,
     DatasetUri,
@@ -33,13 +35,47 @@ from headrace.core.types import (
 )
 
 CONTRACTS: dict[str, type[Contract]] = {
-    c.SCHEMA: c for c in (TrainRequested, JobEvent, ModelPublished, Prediction)
+    c.SCHEMA: c for c in (TrainRequested, JobEvent, ModelPublished, Prediction,
+                          DriftDetected, RolloutState, LiveCounts)
 }
 
 __all__ = [
-    "CODE_REF_PATTERN", "CONTRACTS", "ENTRYPOINT_PATTERN", "FAMILIES", "MAX_EVENT_BYTES",
-    "OBJECT_STORE_SCHEMES", "CodeRef", "Contract", "DatasetUri", "Family", "Framework", "JobEvent",
-    "JobEventKind", "JobState", "ModelAction", "ModelChoice", "ModelPublished", "ModelSpec",
-    "OutputValue", "Prediction", "Resources", "SafeName", "Task", "TopLabel", "TrainRequested",
-    "Trigger", "TriggerKind", "describe_validation_error", "family", "new_id", "parse", "utcnow",
+    "CODE_REF_PATTERN",
+    "CONTRACTS",
+    "ENTRYPOINT_PATTERN",
+    "FAMILIES",
+    "MAX_EVENT_BYTES",
+    "OBJECT_STORE_SCHEMES",
+    "Canary",
+    "CodeRef",
+    "Contract",
+    "DatasetUri",
+    "DriftDetected",
+    "Family",
+    "Framework",
+    "JobEvent",
+    "JobEventKind",
+    "JobState",
+    "LiveCounts",
+    "ModelAction",
+    "ModelChoice",
+    "ModelPublished",
+    "ModelSpec",
+    "OutputValue",
+    "Prediction",
+    "Resources",
+    "RolloutRole",
+    "RolloutState",
+    "SafeName",
+    "Task",
+    "TopLabel",
+    "TrainRequested",
+    "Trigger",
+    "TriggerKind",
+    "WindowRange",
+    "describe_validation_error",
+    "family",
+    "new_id",
+    "parse",
+    "utcnow",
 ]

@@ -24,6 +24,7 @@ from headrace.scorers.decoding import BadInput, DecodedAhead, Features, decode
 from headrace.scorers.encoding import arrow_prediction_table, arrow_predictions, json_predictions
 from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs
 from headrace.scorers.models import LoadedModel
+from headrace.scorers.taps import SideOutput
 from headrace.streams.codecs import encode_arrow
 from headrace.streams.consuming import RawBatch
 from headrace.streams.dlq import DeadLetter
@@ -48,6 +49,11 @@ class Outputs:
     # value (re-scoring writes each next to its source record).
     json_sources: list[np.ndarray] = field(default_factory=list)
     arrow_messages: list[int] = field(default_factory=list)
+    # For the taps (``taps.Scored``): the decoded rows and the model's raw outputs, one row
+    # each, and what the taps publish with the batch.
+    inputs: Features | Decoded | None = None
+    scores: list[np.ndarray] = field(default_factory=list)
+    side: list[SideOutput] = field(default_factory=list)
 
     def json_messages(self) -> np.ndarray:
         """The message each JSON value came from, in ``json_values`` order."""
@@ -82,7 +88,8 @@ class ScoringCore:
             scores = scores[keep]
             feats = Features(feats.x[keep], feats.message[keep], feats.row[keep],
                              feats.is_arrow, feats.arrow_tables, feats.bad)
-        out = Outputs(letters=[self._letter(batch, feats, b) for b in bad])
+        out = Outputs(letters=[self._letter(batch, feats, b) for b in bad], inputs=feats,
+                      scores=[scores])
         out.scored_rows = feats.num_rows
         out.row_timestamps_ms = batch.timestamps_ms[feats.message]
         row_is_arrow = feats.is_arrow[feats.message]
@@ -103,7 +110,7 @@ class ScoringCore:
             ys = [y[keep] for y in ys]
             decoded = decoded.take(keep)
         out = Outputs(letters=[self._letter(batch, decoded, b) for b in bad],
-                      image_conversions=dict(decoded.conversions))
+                      image_conversions=dict(decoded.conversions), inputs=decoded, scores=ys)
         msgs = decoded.message
         out.scored_rows = len(msgs)
         out.row_timestamps_ms = batch.timestamps_ms[msgs]

@@ -128,6 +128,13 @@ class ScorerMetrics:
             ["stream", "conversion"], registry=r)
         self.retries = Counter("headrace_scorer_retries", "Transient failures retried.",
                                ["stream", "what"], registry=r)
+        self.tap_errors = Counter("headrace_scorer_tap_errors",
+                                  "Batches a tap (drift, shadow, lineage) failed on; production "
+                                  "was scored and published all the same.", ["stream", "tap"],
+                                  registry=r)
+        self.side_refused = Counter("headrace_scorer_side_outputs_refused",
+                                    "Tap outputs the producer refused (dropped), by topic.",
+                                    ["stream", "topic"], registry=r)
         self.ready = Gauge("headrace_scorer_ready", "1 when /readyz is OK.", ["stream"],
                            registry=r).labels(**lab)
         self.model = model

@@ -29,6 +29,8 @@ from headrace.scorers.probing import ProbeServer, ProbeState
 from headrace.scorers.settings import ScorerSettings
 from headrace.scorers.stream_io import ModelEventsListener, StreamIO
 from headrace.scorers.swapping import ModelWatcher
+from headrace.scorers.taps import TapContext
+from headrace.scorers.taps import build as build_taps
 from headrace.scorers.worker import Worker
 from headrace.streams import topics
 from headrace.streams.clients import KafkaConnection, ensure_topics
@@ -124,7 +126,8 @@ class Scorer:
                                    max_arrow_bytes=s.max_arrow_bytes,
                                    message=MessageCaps(max_rows=s.max_message_rows,
                                                        max_bytes=s.max_message_bytes)),
-                top_k=s.top_k, max_batch_bytes=s.max_batch_bytes)
+                top_k=s.top_k, max_batch_bytes=s.max_batch_bytes,
+                taps=build_taps(TapContext(self.settings, s, self.conn, self.metrics)))
             worker_box.append(worker)
             self.worker = worker
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0

@@ -59,6 +59,7 @@ from headrace.scorers.stream_io import (
     StreamIO,
     TransactionAborted,
 )
+from headrace.scorers.taps import Scored, SideOutput, Tap, close_taps, run_taps
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import Refused
 
@@ -117,8 +118,10 @@ class Worker:
         limits: InputLimits | None = None,
         top_k: int | None = None,
         max_batch_bytes: int | None = None,
+        taps: list[Tap] | None = None,
     ) -> None:
         self.io = io
+        self.taps = list(taps or [])
         self.holder = holder
         self.metrics = metrics
         self.predictions_topic = predictions_topic
@@ -165,6 +168,7 @@ class Worker:
         if self._ahead is not None:
             self._finish_ahead(RawBatch.empty())
         self.complete_pending()
+        close_taps(self.taps)
         if self._inputs_thread is not None:
             self._inputs_thread.shutdown(wait=False)
 
@@ -267,6 +271,9 @@ class Worker:
             raise FatalError("no model loaded")
         out = self.core.score(batch, model, ahead)
         self._split(out, batch)
+        if self.taps:
+            run_taps(self.taps, Scored(batch, model, out, out.inputs, out.scores), self.metrics)
+        out.inputs, out.scores = None, []  # not kept while the batch is acknowledged
         out.received_ms = batch.received_ms
         offsets = batch.next_offsets()
         if self.transactional:
@@ -333,10 +340,14 @@ class Worker:
         for letter in out.letters:
             send(self.dlq_topic, [letter.payload() or b""], [letter.record.key],
                  letter.headers())
+        for side in out.side:
+            send(side.topic, side.values, side.keys, side.headers)
         delay = 0.05
         while failed:  # refused by the client at once: by what they are, or for now
             now, failed[:] = list(failed), []
-            for letter in self._refused(out, [r for r, _ in now if r.permanent]):
+            side_gone = self._side_refused(out, [r for r, _ in now if r.permanent])
+            for letter in self._refused(out, [r for r, _ in now
+                                              if r.permanent and id(r) not in side_gone]):
                 send(self.dlq_topic, [letter.payload() or b""], [letter.record.key],
                      letter.headers())
             again = [(r, h) for r, h in now if not r.permanent]
@@ -345,6 +356,21 @@ class Worker:
                 delay = min(delay * 2, MAX_BACKOFF_S)
                 for r, h in again:
                     send(r.topic, [r.value or b""], [r.key], h)
+
+    def _side_refused(self, out: Outputs, gone: list[Refused]) -> set[int]:
+        """Drop refused tap outputs from ``out`` (never dead-lettered: the input was scored
+        and published); the ids of those refusals."""
+        side_topics = {s.topic for s in out.side}
+        mine = [r for r in gone if r.topic in side_topics]
+        for r in mine:
+            self.metrics.side_refused.labels(stream=self.metrics.stream, topic=r.topic).inc()
+            log.error("the producer refused a tap output of %d bytes for %s (%s); dropped",
+                      len(r.value or b""), r.topic, r.reason)
+        if mine:
+            values = {r.value for r in mine if r.value is not None}
+            out.side = [SideOutput(s.topic, *refusals.without(s.values, s.keys, values),
+                                   s.headers) for s in out.side]
+        return {id(r) for r in mine}
 
     def _refused(self, out: Outputs, gone: list[Refused]) -> list[DeadLetter]:
         """Take refused outputs out of ``out`` (they are never produced again) and dead-letter
@@ -363,7 +389,9 @@ class Worker:
                 break
             except DeliveryFailed as exc:
                 self._retrying("deliver", exc, delay)
-                self._refused(out, exc.refused)  # never again; their inputs dead-lettered
+                side_gone = self._side_refused(out, exc.refused)
+                # Never again; their inputs dead-lettered.
+                self._refused(out, [r for r in exc.refused if id(r) not in side_gone])
                 self._produce(out)  # some outputs are lost: publish the whole batch again
             except FlushTimedOut as exc:
                 # A producer can hang on a broker that forgot it (UNKNOWN_PRODUCER_ID after a

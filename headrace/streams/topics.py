@@ -12,6 +12,9 @@ TRAIN_REQUESTS_DLQ = "events.train-requests.dlq"
 MODEL_EVENTS = "events.models"
 JOB_EVENTS = "events.jobs"
 SCHEDULES = "events.schedules"  # compacted: last fired slot per schedule
+DRIFT_EVENTS = "events.drift"  # compacted: DriftDetected per stream, model and feature
+ROLLOUT = "control.rollout"  # compacted: RolloutState per stream
+ROLLOUT_LIVE = "control.rollout.live"  # compacted: LiveCounts per pair and partition
 
 
 def data_topic(stream: str) -> str:
@@ -72,6 +75,18 @@ class ControlTopics:
     def schedules(self) -> str:
         return self._n(SCHEDULES)
 
+    @property
+    def drift(self) -> str:
+        return self._n(DRIFT_EVENTS)
+
+    @property
+    def rollout(self) -> str:
+        return self._n(ROLLOUT)
+
+    @property
+    def rollout_live(self) -> str:
+        return self._n(ROLLOUT_LIVE)
+
     def data(self, stream: str) -> str:
         return self._n(data_topic(stream))
 
@@ -86,6 +101,13 @@ class ControlTopics:
             TopicSpec(self.models, 1, "ModelPublished: promotions and rollbacks", month),
             TopicSpec(self.jobs, 1, "job lifecycle, progress, metrics and log lines", month),
             TopicSpec(self.schedules, 1, "last fired slot per schedule (compacted)",
+                      {"cleanup.policy": "compact"}),
+            TopicSpec(self.drift, 1, "DriftDetected per stream, model and feature (compacted)",
+                      {"cleanup.policy": "compact"}),
+            TopicSpec(self.rollout, 1, "shadow and canary candidates per stream (compacted)",
+                      {"cleanup.policy": "compact"}),
+            TopicSpec(self.rollout_live, 1,
+                      "live production-vs-candidate counts per partition (compacted)",
                       {"cleanup.policy": "compact"}),
         ]
         specs += [TopicSpec(self.data(s), data_partitions, f"records ({s})") for s in data_streams]

@@ -1,0 +1,147 @@
+"""Batch taps: what else a scorer does with a batch once production has scored it.
+
+A tap sees every scored batch (``Scored``: the consumed records, the model, the production
+outputs, the decoded inputs and the raw model outputs, one row each) and may add side outputs
+(``SideOutput``: records for another topic, e.g. shadow predictions or its own state) that the
+scorer produces with the batch and flushes before it commits the batch's offsets, so a tap's
+state is exactly as durable as the predictions. Drift windows, shadow scoring, live comparison
+and the lineage index are taps.
+
+Rules a tap keeps: it never changes the production outputs; whatever it raises is counted and
+logged and the batch goes on (a tap never fails a production row); a refused side output is
+dropped with a log line, never dead-lettered. ``Scored.inputs`` and ``Scored.scores`` may be
+reused by the next batch: a tap copies what it keeps.
+
+Taps are made by factories registered by name (``register``); the scorer builds every
+registered tap for its stream and a factory returns None when its feature is off.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
+if TYPE_CHECKING:  # import cycles: core imports SideOutput
+    from headrace.core.settings import Settings
+    from headrace.scorers.core import Outputs
+    from headrace.scorers.decoding import Features
+    from headrace.scorers.inputs import Decoded
+    from headrace.scorers.metrics import ScorerMetrics
+    from headrace.scorers.models import LoadedModel
+    from headrace.scorers.settings import ScorerSettings
+    from headrace.streams.clients import KafkaConnection
+    from headrace.streams.consuming import RawBatch
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SideOutput:
+    """Records a tap publishes with the batch (before the batch's offsets are committed)."""
+
+    topic: str
+    values: list[bytes]
+    keys: list[bytes | None]
+    headers: list[tuple[str, bytes]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One batch as production scored it.
+
+    ``inputs``: the decoded rows (``Features`` for a tabular model: ``x`` with the model's
+    ``features`` as columns; ``Decoded`` for a signature model: ``arrays`` by input name), each
+    row tied to its message (``inputs.message``, an index into ``batch``) and Arrow row;
+    ``scores``: the model's outputs for those rows, in the same order (one array for a tabular
+    model, one per output for a signature model). Rows the model failed on are not in either.
+    """
+
+    batch: RawBatch
+    model: LoadedModel
+    out: Outputs
+    inputs: Features | Decoded | None
+    scores: list[np.ndarray]
+
+    @property
+    def rows(self) -> int:
+        return len(self.scores[0]) if self.scores else 0
+
+    def messages(self) -> np.ndarray:
+        """The message (index in ``batch``) of each scored row."""
+        if self.inputs is None:
+            return np.zeros(0, np.int64)
+        return np.asarray(self.inputs.message, np.int64)
+
+    def add(self, side: SideOutput) -> None:
+        self.out.side.append(side)
+
+
+class Tap(Protocol):
+    name: str
+
+    def after_scoring(self, scored: Scored) -> None:
+        """Observe a scored batch; may ``scored.add`` side outputs."""
+
+    def close(self) -> None:
+        """The scorer is stopping (the last batch is committed)."""
+
+
+@dataclass(frozen=True)
+class TapContext:
+    """What a tap factory may use: the settings, the stream's scorer settings, the Kafka
+    connection (to read its state back at start) and the scorer's metrics registry."""
+
+    settings: Settings
+    scorer: ScorerSettings
+    conn: KafkaConnection | None
+    metrics: ScorerMetrics
+
+
+TapFactory = Callable[[TapContext], "Tap | None"]
+
+_FACTORIES: dict[str, TapFactory] = {}
+
+
+def register(name: str, factory: TapFactory) -> None:
+    """Make every scorer build ``factory``'s tap (a later registration of a name replaces it)."""
+    _FACTORIES[name] = factory
+
+
+def registered() -> tuple[str, ...]:
+    return tuple(_FACTORIES)
+
+
+def build(context: TapContext) -> list[Tap]:
+    """The taps that are on for this scorer, in registration order."""
+    taps: list[Tap] = []
+    for name, factory in _FACTORIES.items():
+        tap = factory(context)
+        if tap is not None:
+            log.info("scorer tap on: %s", name)
+            taps.append(tap)
+    return taps
+
+
+def run_taps(taps: list[Tap], scored: Scored, metrics: ScorerMetrics) -> None:
+    """Every tap on the batch; a tap that raises loses its side outputs for this batch only."""
+    for tap in taps:
+        before = len(scored.out.side)
+        try:
+            tap.after_scoring(scored)
+        except Exception:
+            del scored.out.side[before:]
+            metrics.tap_errors.labels(stream=metrics.stream, tap=tap.name).inc()
+            log.exception("scorer tap %s failed on a batch; production is not affected",
+                          tap.name)
+
+
+def close_taps(taps: list[Tap]) -> None:
+    for tap in taps:
+        try:
+            tap.close()
+        except Exception:
+            log.exception("scorer tap %s failed to close", tap.name)
