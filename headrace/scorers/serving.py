@@ -26,6 +26,7 @@ from headrace.scorers.inputs import InputLimits
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import ModelHolder, Sizing
 from headrace.scorers.probing import ProbeServer, ProbeState
+from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.settings import ScorerSettings
 from headrace.scorers.stream_io import ModelEventsListener, StreamIO
 from headrace.scorers.swapping import ModelWatcher
@@ -91,6 +92,11 @@ class Scorer:
             if watcher.wait_first(stop) is None:
                 return
             watcher.start(stop)
+            control = topics.ControlTopics.of(self.settings)
+            rollout = RolloutWatch(self.conn, control.rollout, s.stream).start(stop)
+            if not rollout.wait_caught_up(timeout_s=10.0):
+                log.warning("%s not read to its end in 10s; scoring without waiting for it",
+                            control.rollout)
             worker_box: list[Worker] = []
 
             def assignment_changed(_: list[tuple[str, int]]) -> None:
@@ -127,7 +133,8 @@ class Scorer:
                                    message=MessageCaps(max_rows=s.max_message_rows,
                                                        max_bytes=s.max_message_bytes)),
                 top_k=s.top_k, max_batch_bytes=s.max_batch_bytes,
-                taps=build_taps(TapContext(self.settings, s, self.conn, self.metrics)))
+                taps=build_taps(TapContext(self.settings, s, self.conn, self.metrics, rollout)),
+                rollout=rollout)
             worker_box.append(worker)
             self.worker = worker
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0
@@ -152,9 +159,10 @@ class Scorer:
 def scorer_topics(settings: Settings, stream: str) -> list[topics.TopicSpec]:
     """The topics a scorer of ``stream`` creates when missing, with the durability settings
     (``min.insync.replicas``) every topic creator applies."""
+    control = topics.ControlTopics.of(settings)  # under HEADRACE_TOPIC_PREFIX
     wanted = (topics.data_topic(stream), topics.predictions_topic(stream),
-              topics.dlq_topic(stream),
-              topics.ControlTopics.of(settings).models)  # under HEADRACE_TOPIC_PREFIX
+              topics.dlq_topic(stream), control.models, control.rollout, control.rollout_live,
+              control.drift)
     return [dataclasses.replace(spec, config={**spec.config, **settings.topic_config()})
             for spec in topics.catalog(settings.with_overrides(streams=[stream]))
             if spec.name in wanted]

@@ -26,12 +26,14 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 if TYPE_CHECKING:  # import cycles: core imports SideOutput
+    from headrace.contracts import RolloutRole
     from headrace.core.settings import Settings
     from headrace.scorers.core import Outputs
     from headrace.scorers.decoding import Features
     from headrace.scorers.inputs import Decoded
     from headrace.scorers.metrics import ScorerMetrics
     from headrace.scorers.models import LoadedModel
+    from headrace.scorers.rollout_state import RolloutWatch
     from headrace.scorers.settings import ScorerSettings
     from headrace.streams.clients import KafkaConnection
     from headrace.streams.consuming import RawBatch
@@ -65,6 +67,7 @@ class Scored:
     out: Outputs
     inputs: Features | Decoded | None
     scores: list[np.ndarray]
+    role: RolloutRole | None = None  # None: production; CANARY for rows a canary scored
 
     @property
     def rows(self) -> int:
@@ -93,12 +96,14 @@ class Tap(Protocol):
 @dataclass(frozen=True)
 class TapContext:
     """What a tap factory may use: the settings, the stream's scorer settings, the Kafka
-    connection (to read its state back at start) and the scorer's metrics registry."""
+    connection (to read its state back at start), the scorer's metrics registry and the
+    stream's rollout state (shadow, canary)."""
 
     settings: Settings
     scorer: ScorerSettings
     conn: KafkaConnection | None
     metrics: ScorerMetrics
+    rollout: RolloutWatch | None = None
 
 
 TapFactory = Callable[[TapContext], "Tap | None"]

@@ -51,6 +51,7 @@ from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder
+from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.stream_io import (
     CommitAbandoned,
     DeliveryFailed,
@@ -119,9 +120,11 @@ class Worker:
         top_k: int | None = None,
         max_batch_bytes: int | None = None,
         taps: list[Tap] | None = None,
+        rollout: RolloutWatch | None = None,
     ) -> None:
         self.io = io
         self.taps = list(taps or [])
+        self.rollout = rollout  # the stream's shadow or canary candidate, if any
         self.holder = holder
         self.metrics = metrics
         self.predictions_topic = predictions_topic
