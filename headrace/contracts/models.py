@@ -31,4 +31,6 @@ class ModelPublished(Contract):
     previous_version: int | None = None
     action: ModelAction = ModelAction.PROMOTED
     job_id: str | None = None
+    # Why the alias moved (a canary's promotion or rollback says what it measured).
+    reason: str | None = Field(default=None, max_length=2000)
     ts: datetime = Field(default_factory=utcnow)

@@ -20,12 +20,14 @@ from types import FrameType
 from headrace.core import heap
 from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings
+from headrace.scorers import role_registry  # noqa: F401  (registers the routing roles)
 from headrace.scorers.budget import MessageCaps
 from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.inputs import InputLimits
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import ModelHolder, Sizing
 from headrace.scorers.probing import ProbeServer, ProbeState
+from headrace.scorers.roles import build as build_roles
 from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.settings import ScorerSettings
 from headrace.scorers.stream_io import ModelEventsListener, StreamIO
@@ -107,6 +109,8 @@ class Scorer:
                 if worker_box:
                     worker_box[0].on_revoked()
 
+            context = TapContext(self.settings, s, self.conn, self.metrics, rollout)
+            routes = build_roles(context)  # a canary's candidate is loaded before the first batch
             heap.rarer_young_collections(s.batch_size)
             if s.decode_processes:
                 try:
@@ -133,8 +137,7 @@ class Scorer:
                                    message=MessageCaps(max_rows=s.max_message_rows,
                                                        max_bytes=s.max_message_bytes)),
                 top_k=s.top_k, max_batch_bytes=s.max_batch_bytes,
-                taps=build_taps(TapContext(self.settings, s, self.conn, self.metrics, rollout)),
-                rollout=rollout)
+                taps=build_taps(context), rollout=rollout, routes=routes)
             worker_box.append(worker)
             self.worker = worker
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0

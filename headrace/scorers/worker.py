@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from headrace.contracts import RolloutRole
 from headrace.core.errors import FatalError, RetriableError
 from headrace.scorers import refusals, splitting
 from headrace.scorers.batching import Batcher, rows_in
@@ -51,6 +52,7 @@ from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder
+from headrace.scorers.roles import Routing, close_roles
 from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.stream_io import (
     CommitAbandoned,
@@ -121,10 +123,12 @@ class Worker:
         max_batch_bytes: int | None = None,
         taps: list[Tap] | None = None,
         rollout: RolloutWatch | None = None,
+        routes: list[Routing] | None = None,
     ) -> None:
         self.io = io
         self.taps = list(taps or [])
         self.rollout = rollout  # the stream's shadow or canary candidate, if any
+        self.routes = list(routes or [])  # roles that split a batch between models (canary)
         self.holder = holder
         self.metrics = metrics
         self.predictions_topic = predictions_topic
@@ -172,6 +176,7 @@ class Worker:
             self._finish_ahead(RawBatch.empty())
         self.complete_pending()
         close_taps(self.taps)
+        close_roles(self.routes)
         if self._inputs_thread is not None:
             self._inputs_thread.shutdown(wait=False)
 
@@ -185,6 +190,8 @@ class Worker:
         """Hand a big JSON batch's records to the decode helpers (a signature model's batch to
         the decode thread); False: score it now."""
         model = self.holder.current
+        if model is not None and self._routing(model) is not None:
+            return False  # each part is decoded for its own model
         if model is not None and not model.tabular:
             return self._decode_inputs_ahead(batch, model)
         if (self.decoders is None or model is None or not model.tabular
@@ -272,11 +279,12 @@ class Worker:
         model = self.holder.current
         if model is None:  # never: the loop starts after the first model is loaded
             raise FatalError("no model loaded")
-        out = self.core.score(batch, model, ahead)
-        self._split(out, batch)
-        if self.taps:
-            run_taps(self.taps, Scored(batch, model, out, out.inputs, out.scores), self.metrics)
-        out.inputs, out.scores = None, []  # not kept while the batch is acknowledged
+        route = self._routing(model)
+        if route is not None:
+            out = route.handle(batch, model, self)
+        else:
+            out = self.core.score(batch, model, ahead)
+            self.finish(batch, model, out, None)
         out.received_ms = batch.received_ms
         offsets = batch.next_offsets()
         if self.transactional:
@@ -286,6 +294,23 @@ class Worker:
         self.complete_pending()
         self._produce(out)
         self._pending = _Pending(out, offsets, len(batch), t0)
+
+    def _routing(self, model: LoadedModel) -> Routing | None:
+        """The role that splits this batch between models, if one does (a canary)."""
+        for route in self.routes:
+            if route.routing(model):
+                return route
+        return None
+
+    def finish(self, batch: RawBatch, model: LoadedModel, out: Outputs,
+               role: RolloutRole | None) -> None:
+        """A scored part of the batch (all of it, without a routing role): split its large
+        outputs, run the taps (``role``: who scored it; None: production)."""
+        self._split(out, batch)
+        if self.taps:
+            run_taps(self.taps, Scored(batch, model, out, out.inputs, out.scores, role),
+                     self.metrics)
+        out.inputs, out.scores = None, []  # not kept while the batch is acknowledged
 
     def complete_pending(self) -> None:
         """Steps 4-5 for the batch in flight: every output acknowledged, then commit."""

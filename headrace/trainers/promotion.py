@@ -6,19 +6,9 @@ from pathlib import Path
 
 from headrace.contracts import ModelAction, ModelPublished
 from headrace.core.errors import PermanentError
-from headrace.store.versions import PRODUCTION, ModelVersion, load_version, read_alias, set_alias
+from headrace.store.announcing import announcement
+from headrace.store.versions import PRODUCTION, load_version, read_alias, set_alias
 from headrace.streams.producing import EventSink
-
-
-def announcement(root: Path, mv: ModelVersion, *, previous: int | None,
-                 action: ModelAction = ModelAction.PROMOTED, job_id: str | None = None
-                 ) -> ModelPublished:
-    return ModelPublished(
-        model_name=mv.name, version=mv.version, framework=mv.manifest.framework,
-        task=mv.manifest.task, alias=PRODUCTION, path=str(mv.path.relative_to(root)),
-        manifest_sha256=mv.manifest_sha256,
-        metrics={k: float(v) for k, v in mv.manifest.metrics.items()},
-        previous_version=previous, action=action, job_id=job_id)
 
 
 def promote(*, root: Path, sink: EventSink, topic: str, name: str, version: int,

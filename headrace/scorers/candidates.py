@@ -1,0 +1,80 @@
+"""A rollout candidate loaded beside production, like a model swap: resolved (every file's
+sha256 verified), loaded and warmed on a background thread while production goes on serving
+every record; the role uses it once it is there. A version that cannot load is reported once
+(``failure``) and not tried again until another version is wanted."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from headrace.core.errors import PermanentError
+from headrace.scorers.models import LoadedModel, Sizing, load_ref
+
+log = logging.getLogger(__name__)
+
+RETRY_S = 5.0
+
+
+class CandidateLoader:
+    def __init__(self, *, root: Path, device: str, max_batch: int, sizes: Sizing) -> None:
+        self.root, self.device, self.max_batch, self.sizes = root, device, max_batch, sizes
+        self._lock = threading.Lock()
+        self._wanted: tuple[str, int] | None = None
+        self._loaded: LoadedModel | None = None
+        self._failure: str | None = None
+        self._thread: threading.Thread | None = None
+        self._retry_at = 0.0  # after a transient failure
+
+    def want(self, name: str, version: int, *, wait: bool = False) -> LoadedModel | None:
+        """The candidate when loaded; starts loading it (in the background unless ``wait``)
+        when another version was wanted."""
+        with self._lock:
+            if self._wanted == (name, version):
+                return self._loaded
+            if time.monotonic() < self._retry_at:
+                return None
+            self._wanted, self._loaded, self._failure = (name, version), None, None
+            self._thread = threading.Thread(target=self._load, args=(name, version),
+                                            name="candidate-loader", daemon=True)
+            self._thread.start()
+            thread = self._thread
+        if wait:
+            thread.join()
+        with self._lock:
+            return self._loaded if self._wanted == (name, version) else None
+
+    def drop(self) -> None:
+        """No candidate wanted (the rollout ended): release the loaded one."""
+        with self._lock:
+            self._wanted, self._loaded, self._failure = None, None, None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the wanted version cannot load (a permanent failure), if it cannot."""
+        return self._failure
+
+    def _load(self, name: str, version: int) -> None:
+        ref = f"{name}:{version}"
+        try:
+            model = load_ref(root=self.root, ref=ref, device=self.device,
+                             max_batch=self.max_batch, sizes=self.sizes)
+        except PermanentError as exc:
+            log.error("rollout candidate %s refused: %s", ref, exc)
+            with self._lock:
+                if self._wanted == (name, version):
+                    self._failure = f"candidate {ref} does not load: {exc}"
+            return
+        except Exception as exc:  # the DFS may be back later: retried on the next want()
+            log.warning("rollout candidate %s not loaded (%s); trying again", ref, exc)
+            with self._lock:
+                if self._wanted == (name, version):
+                    self._wanted = None
+                    self._retry_at = time.monotonic() + RETRY_S
+            return
+        with self._lock:
+            if self._wanted == (name, version):
+                self._loaded = model
+                log.info("rollout candidate %s loaded", ref)

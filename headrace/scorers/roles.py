@@ -1,0 +1,85 @@
+"""Routing roles: rollout roles that decide which model scores each record of a batch (a canary
+sends a salted-hash share of the keys to its candidate). A role that is not routing leaves the
+batch to production; the worker asks its roles once per batch and has no branch per role.
+
+A shadow is not a routing role: it scores every record a second time without changing what
+production publishes, so it is a tap (``taps``).
+
+Roles are made by factories registered by role (``register``); the scorer builds every
+registered role for its stream (``role_registry`` imports the modules that register), a
+factory returning None when it has nothing to do on this scorer.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from headrace.contracts import RolloutRole
+    from headrace.scorers.core import Outputs, ScoringCore
+    from headrace.scorers.models import LoadedModel
+    from headrace.scorers.taps import TapContext
+    from headrace.streams.consuming import RawBatch
+
+log = logging.getLogger(__name__)
+
+
+class Parts(Protocol):
+    """What the worker lends a routing role for one batch."""
+
+    @property
+    def core(self) -> ScoringCore:
+        """The worker's scoring core (production's; its settings for another model's core)."""
+
+    def finish(self, batch: RawBatch, model: LoadedModel, out: Outputs,
+               role: RolloutRole | None) -> None:
+        """A part of the batch is final: split its large outputs and run the taps on it
+        (``role``: None for production)."""
+
+
+class Routing(Protocol):
+    name: str
+
+    def routing(self, production: LoadedModel) -> bool:
+        """True when the next batch is split between models (its candidate is loaded)."""
+
+    def handle(self, batch: RawBatch, production: LoadedModel, parts: Parts) -> Outputs:
+        """Score ``batch``, each record by the model it is routed to; every output of the
+        batch, as the worker publishes it."""
+
+    def close(self) -> None:
+        """The scorer is stopping."""
+
+
+RoutingFactory = Callable[["TapContext"], "Routing | None"]
+
+_FACTORIES: dict[str, RoutingFactory] = {}
+
+
+def register(role: RolloutRole, factory: RoutingFactory) -> None:
+    """Make every scorer build ``factory``'s role (a later registration replaces it)."""
+    _FACTORIES[role.value] = factory
+
+
+def registered() -> tuple[str, ...]:
+    return tuple(_FACTORIES)
+
+
+def build(context: TapContext) -> list[Routing]:
+    roles: list[Routing] = []
+    for name, factory in _FACTORIES.items():
+        role = factory(context)
+        if role is not None:
+            log.info("scorer routing role on: %s", name)
+            roles.append(role)
+    return roles
+
+
+def close_roles(roles: list[Routing]) -> None:
+    for role in roles:
+        try:
+            role.close()
+        except Exception:
+            log.exception("routing role %s failed to close", role.name)
