@@ -430,3 +430,5 @@ def register(app: typer.Typer) -> None:
 
 
 __all__ = ["PermanentError", "register"]
+
+from headrace.cli import canary_cmd  # noqa: E402, F401  (attaches ``models canary``)

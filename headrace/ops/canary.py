@@ -1,0 +1,103 @@
+"""Start and stop a canary (``headrace models canary``): publish the stream's ``RolloutState``
+that every scorer replica follows. The scorers do the rest: route by the salted hash, step
+forward by records, promote at 100, roll back by themselves (``scorers.canary``).
+
+A canary is one rollout of a stream: starting one replaces a shadow (or another canary) of
+the stream. Each start draws a new salt, so a new canary takes a new, independent set of keys;
+the salt is in the state, so it never changes while the canary runs.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+
+from headrace.contracts import Canary, JobEvent, JobEventKind, RolloutRole, RolloutState
+from headrace.core.errors import ValidationFailed
+from headrace.core.naming import check_name
+from headrace.ops.rollout_control import publish_rollout
+from headrace.scorers.canary_outcomes import audit_id
+from headrace.store.versions import PRODUCTION, read_alias, resolve
+from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.producing import send_events
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
+
+
+def check_steps(percent: float, steps: Sequence[float]) -> list[float]:
+    """The steps after ``percent``, rising, each in (percent, 100]."""
+    if not 0 < percent < 100:
+        raise ValidationFailed(f"--percent must be above 0 and below 100, got {percent:g}")
+    out: list[float] = []
+    last = percent
+    for s in steps:
+        if not last < s <= 100:
+            raise ValidationFailed(f"--steps must rise above --percent {percent:g} up to 100, "
+                                   f"got {','.join(f'{x:g}' for x in steps)}")
+        out.append(float(s))
+        last = s
+    return out
+
+
+def start_canary(*, conn: KafkaConnection, topics: ControlTopics, root: Path, ref: str,
+                 stream: str, percent: float, steps: Sequence[float] = (),
+                 min_records: int = 1000, max_error_rate_margin: float = 0.01,
+                 salt: str | None = None) -> RolloutState:
+    """Route ``percent`` of ``stream``'s keys to ``ref`` (NAME:VERSION); advance through
+    ``steps`` after ``min_records`` candidate records each; promote at 100."""
+    name, _, ver = ref.partition(":")
+    if not ver.isdigit():
+        raise ValidationFailed(f"a canary needs NAME:VERSION, not {ref!r}")
+    check_name(stream, what="stream name")
+    mv = resolve(root, ref)  # every file verified: the scorers will refuse a corrupt one too
+    prod = read_alias(root, name, PRODUCTION)
+    if prod is None:
+        raise ValidationFailed(f"model {name} has no production version to compare with; "
+                               f"promote one first (headrace models promote {name}:VERSION)")
+    if prod.version == mv.version:
+        raise ValidationFailed(f"{name}:{mv.version} is already production")
+    if min_records < 1:
+        raise ValidationFailed(f"--min-records must be at least 1, got {min_records}")
+    canary = Canary(percent=percent, steps=check_steps(percent, steps), min_records=min_records,
+                    salt=salt or secrets.token_hex(8),
+                    max_error_rate_margin=max_error_rate_margin)
+    state = RolloutState(stream=stream, model_name=name, candidate_version=mv.version,
+                         role=RolloutRole.CANARY, canary=canary,
+                         reason=f"canary of {name}:{mv.version} at {percent:g}% (production "
+                                f"{name}:{prod.version})")
+    ensure_topics(conn, topics.specs())
+    publish_rollout(conn, topics, state)
+    _audit(conn, topics, state, JobEventKind.STARTED, state.reason)
+    return state
+
+
+def current_rollout(conn: KafkaConnection, topics: ControlTopics, stream: str
+                    ) -> RolloutState | None:
+    """The stream's latest rollout state (None: never set), read from the compacted topic."""
+    states = [s for s in read_events(conn, topics.rollout, RolloutState, idle_s=0.5)
+              if s.stream == stream]
+    return states[-1] if states else None
+
+
+def stop_canary(*, conn: KafkaConnection, topics: ControlTopics, stream: str, name: str,
+                reason: str = "stopped by the operator") -> RolloutState | None:
+    """End the stream's canary of model ``name`` (production scores every record again); the
+    state that was running (None: there was no canary of ``name``)."""
+    check_name(stream, what="stream name")
+    ensure_topics(conn, topics.specs())
+    was = current_rollout(conn, topics, stream)
+    if (was is None or was.role != RolloutRole.CANARY or was.candidate_version is None
+            or was.model_name != name):
+        return None
+    publish_rollout(conn, topics, RolloutState(stream=stream, model_name=name, reason=reason))
+    _audit(conn, topics, was, JobEventKind.FAILED, reason)
+    return was
+
+
+def _audit(conn: KafkaConnection, topics: ControlTopics, state: RolloutState,
+           kind: JobEventKind, reason: str) -> None:
+    send_events(conn, topics.jobs, [JobEvent(job_id=audit_id(state), kind=kind,
+                                             model_name=state.model_name, message=reason,
+                                             reason=reason)],
+                key_of=lambda e: e.job_id)
