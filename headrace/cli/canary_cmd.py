@@ -43,9 +43,8 @@ def models_canary(
     from headrace.ops import canary
 
     topics = _topics(ctx, topic_prefix)
-    conn = _context.connection(ctx)
     if stop:
-        was = canary.stop_canary(conn=conn, topics=topics, stream=stream,
+        was = canary.stop_canary(conn=_context.connection(ctx), topics=topics, stream=stream,
                                  name=ref.partition(":")[0])
         if was is None:
             console.print(f"no canary of {ref.partition(':')[0]} on {stream}")
@@ -55,10 +54,11 @@ def models_canary(
         return
     if percent is None:
         raise typer.BadParameter("give --percent (or --stop)", param_hint="--percent")
-    st = canary.start_canary(conn=conn, topics=topics,
-                             root=_context.base_settings(ctx).dfs_root, ref=ref, stream=stream,
-                             percent=percent, steps=_percents(steps), min_records=min_records,
-                             max_error_rate_margin=max_error_margin)
+    planned = canary.plan_canary(root=_context.base_settings(ctx).dfs_root, ref=ref,
+                                 stream=stream, percent=percent, steps=_percents(steps),
+                                 min_records=min_records,
+                                 max_error_rate_margin=max_error_margin)
+    st = canary.publish_canary(conn=_context.connection(ctx), topics=topics, state=planned)
     assert st.canary is not None
     nxt = ", then " + " -> ".join(f"{s:g}%" for s in st.canary.steps) if st.canary.steps else ""
     console.print(f"canary {st.model_name}:{st.candidate_version} on {stream}: "

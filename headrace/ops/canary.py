@@ -40,12 +40,12 @@ def check_steps(percent: float, steps: Sequence[float]) -> list[float]:
     return out
 
 
-def start_canary(*, conn: KafkaConnection, topics: ControlTopics, root: Path, ref: str,
-                 stream: str, percent: float, steps: Sequence[float] = (),
-                 min_records: int = 1000, max_error_rate_margin: float = 0.01,
-                 salt: str | None = None) -> RolloutState:
-    """Route ``percent`` of ``stream``'s keys to ``ref`` (NAME:VERSION); advance through
-    ``steps`` after ``min_records`` candidate records each; promote at 100."""
+def plan_canary(*, root: Path, ref: str, stream: str, percent: float,
+                steps: Sequence[float] = (), min_records: int = 1000,
+                max_error_rate_margin: float = 0.01, salt: str | None = None) -> RolloutState:
+    """The state that routes ``percent`` of ``stream``'s keys to ``ref`` (NAME:VERSION),
+    advancing through ``steps`` after ``min_records`` candidate records each; checked against
+    the model store (nothing published)."""
     name, _, ver = ref.partition(":")
     if not ver.isdigit():
         raise ValidationFailed(f"a canary needs NAME:VERSION, not {ref!r}")
@@ -59,13 +59,30 @@ def start_canary(*, conn: KafkaConnection, topics: ControlTopics, root: Path, re
         raise ValidationFailed(f"{name}:{mv.version} is already production")
     if min_records < 1:
         raise ValidationFailed(f"--min-records must be at least 1, got {min_records}")
+    if not 0 <= max_error_rate_margin <= 1:
+        raise ValidationFailed("--max-error-margin must be between 0 and 1, got "
+                               f"{max_error_rate_margin:g}")
     canary = Canary(percent=percent, steps=check_steps(percent, steps), min_records=min_records,
                     salt=salt or secrets.token_hex(8),
                     max_error_rate_margin=max_error_rate_margin)
-    state = RolloutState(stream=stream, model_name=name, candidate_version=mv.version,
-                         role=RolloutRole.CANARY, canary=canary,
-                         reason=f"canary of {name}:{mv.version} at {percent:g}% (production "
-                                f"{name}:{prod.version})")
+    return RolloutState(stream=stream, model_name=name, candidate_version=mv.version,
+                        role=RolloutRole.CANARY, canary=canary,
+                        reason=f"canary of {name}:{mv.version} at {percent:g}% (production "
+                               f"{name}:{prod.version})")
+
+
+def start_canary(*, conn: KafkaConnection, topics: ControlTopics, root: Path, ref: str,
+                 stream: str, percent: float, steps: Sequence[float] = (),
+                 min_records: int = 1000, max_error_rate_margin: float = 0.01,
+                 salt: str | None = None) -> RolloutState:
+    """``plan_canary``, then publish it: every scorer of ``stream`` starts routing."""
+    return publish_canary(conn=conn, topics=topics, state=plan_canary(
+        root=root, ref=ref, stream=stream, percent=percent, steps=steps,
+        min_records=min_records, max_error_rate_margin=max_error_rate_margin, salt=salt))
+
+
+def publish_canary(*, conn: KafkaConnection, topics: ControlTopics, state: RolloutState
+                   ) -> RolloutState:
     ensure_topics(conn, topics.specs())
     publish_rollout(conn, topics, state)
     _audit(conn, topics, state, JobEventKind.STARTED, state.reason)

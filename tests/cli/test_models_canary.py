@@ -57,11 +57,12 @@ def test_canary_starts_and_stops_on_the_streams_state(
     (["{m}:9", "--percent", "10"], "{m}"),
     (["{m}:2"], "give --percent (or --stop)"),
     (["{m}:2", "--percent", "10", "--min-records", "0"], "--min-records must be at least 1"),
+    (["{m}:2", "--percent", "10", "--max-error-margin", "2"], "--max-error-margin must be"),
 ])
-def test_bad_canary_input_is_one_line_and_a_non_zero_exit(
-        broker: str, dfs: Path, model: str, private_state: Path,
+def test_bad_canary_input_is_one_line_and_a_non_zero_exit_before_any_broker_is_asked(
+        dfs: Path, model: str, private_state: Path,
         capsys: pytest.CaptureFixture[str], args: list[str], says: str) -> None:
-    code = main(["--bootstrap", broker, "--dfs-root", str(dfs), "models", "canary",
+    code = main(["--bootstrap", "127.0.0.1:1", "--dfs-root", str(dfs), "models", "canary",
                  *[a.format(m=model) for a in args], "--stream", model])
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0
