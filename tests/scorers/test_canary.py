@@ -257,3 +257,22 @@ def test_steps_advance_by_records_and_the_last_promotes(
     assert audit[2].metrics["candidate_records"] - audit[1].metrics["candidate_records"] >= 150
     last = {p["model_version"] for p in _one_each(preds).values() if p["key"].startswith("d")}
     assert last == {v2.version}  # promoted: production is the candidate now
+
+
+def test_a_candidate_that_does_not_load_rolls_back_and_production_scores_everything(
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
+    v1 = publish_tf(dfs, stream, seed=1)
+    v2 = publish_tf(dfs, stream, seed=2, alias=False)
+    start_canary(conn=conn, topics=CONTROL, root=dfs, ref=f"{stream}:{v2.version}",
+                 stream=stream, percent=50)
+    with open(v2.path / "model.keras", "r+b") as f:  # the file rots after the canary started
+        f.seek(100)
+        f.write(b"\x00corrupt\x00")
+    with ready_scorer(settings, conn):
+        send_json(conn, data, rows(300, seed=10), key_prefix="k")  # the first batch decides
+        preds = _predictions(conn, stream, 300)
+        ended = eventually(lambda: (c := current_rollout(conn, CONTROL, stream)) is not None
+                           and c.candidate_version is None and c, what="the rollout's end")
+    assert "does not load" in ended.reason and "sha256" in ended.reason
+    assert len(_one_each(preds)) == 300
+    assert {p["model_version"] for _, p in preds} == {v1.version}
