@@ -32,6 +32,7 @@ import numpy as np
 from headrace.contracts import RolloutRole, RolloutState
 from headrace.rollout import routing
 from headrace.rollout.canary_steps import Decision, Ledger, Verdict, judge
+from headrace.scorers.canary_metrics import CanaryMetrics
 from headrace.scorers.canary_outcomes import CanaryOutcomes
 from headrace.scorers.candidates import CandidateLoader
 from headrace.scorers.core import Outputs, ScoringCore
@@ -103,8 +104,9 @@ class CanaryRole:
     name = "canary"
 
     def __init__(self, *, model_name: str, watch: RolloutWatch, loader: CandidateLoader,
-                 outcomes: CanaryOutcomes) -> None:
+                 outcomes: CanaryOutcomes, metrics: CanaryMetrics | None = None) -> None:
         self.model_name = model_name
+        self.metrics = metrics
         self.watch = watch
         self.loader = loader
         self.outcomes = outcomes
@@ -128,13 +130,15 @@ class CanaryRole:
             if self._loaded is not None or self.ledger is not None:
                 self.loader.drop()
                 self._loaded, self.ledger = None, None
+                if self.metrics is not None:
+                    self.metrics.percent.set(0)
             return False
         assert st.candidate_version is not None
         self._state = st
         self._loaded = self.loader.want(st.model_name, st.candidate_version)
         if self._loaded is None and self.loader.failure is not None:
-            self._end(self.outcomes.rollback(st, self.loader.failure, self._ledger(st),
-                                             production.version))
+            self._decided(st, Decision(Verdict.ROLLBACK, self.loader.failure),
+                          self._ledger(st), production)
         return self._loaded is not None
 
     def _ledger(self, st: RolloutState) -> Ledger:
@@ -166,6 +170,10 @@ class CanaryRole:
         parts.finish(prod_batch, production, out, None)
         ledger.add(candidate=(len(cand_batch), int(cand_failed.sum())),
                    production=(int(own.sum()), prod_errors))
+        if self.metrics is not None:
+            self.metrics.percent.set(st.canary.percent)
+            self.metrics.count("candidate", len(cand_batch), int(cand_failed.sum()))
+            self.metrics.count("production", int(own.sum()), prod_errors)
         decision = judge(st.canary, ledger)
         kept = cand_batch.select(~cand_failed)
         if decision.verdict == Verdict.ROLLBACK:
@@ -206,6 +214,8 @@ class CanaryRole:
             return
         log.info("canary %s:%s: %s (%s)", st.model_name, st.candidate_version,
                  decision.verdict.value, decision.reason)
+        if self.metrics is not None:
+            self.metrics.decisions.labels(stream=st.stream, verdict=decision.verdict.value).inc()
         try:
             if decision.verdict == Verdict.ROLLBACK:
                 self._end(self.outcomes.rollback(st, decision.reason, ledger,
@@ -236,7 +246,8 @@ def _factory(ctx: TapContext) -> CanaryRole | None:
                                max_batch=s.batch_size,
                                sizes=Sizing(max_batch_bytes=s.max_batch_bytes,
                                             device_memory_mb=s.device_memory_mb)),
-        outcomes=CanaryOutcomes(ctx.conn, ControlTopics.of(ctx.settings), ctx.settings.dfs_root))
+        outcomes=CanaryOutcomes(ctx.conn, ControlTopics.of(ctx.settings), ctx.settings.dfs_root),
+        metrics=CanaryMetrics(ctx.metrics))
     st = role._canary(None)
     if st is not None and st.candidate_version is not None:
         # A (re)started scorer routes from its first batch, as the replicas before it did.

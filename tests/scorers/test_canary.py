@@ -36,6 +36,7 @@ from tests.scorers.conftest import (
     CLASSES,
     FEATURES,
     eventually,
+    http_get,
     publish_tf,
     ready_scorer,
     rows,
@@ -165,10 +166,14 @@ def test_a_candidate_returning_nan_rolls_back_by_itself_within_one_batch(
     st = start_canary(conn=conn, topics=CONTROL, root=dfs, ref=f"{stream}:{bad.version}",
                       stream=stream, percent=20, steps=[50, 100], min_records=10)
     send_json(conn, data, rows(3000, seed=4), key_prefix="c")  # waiting: full batches of 512
-    with ready_scorer(settings, conn):
+    with ready_scorer(settings, conn) as scorer:
         preds = _predictions(conn, stream, 3000)
         ended = eventually(lambda: (c := current_rollout(conn, CONTROL, stream)) is not None
                            and c.candidate_version is None and c, what="the rollout's end")
+        metrics = http_get(scorer.http_port, "/metrics")[1].decode()
+    assert (f'headrace_scorer_canary_decisions_total{{stream="{stream}",verdict="rollback"}} 1.0'
+            in metrics)
+    assert f'headrace_scorer_canary_percent{{stream="{stream}"}} 0.0' in metrics
     by_source = _one_each(preds)
     assert len(by_source) == 3000  # every record exactly one prediction, from production
     assert {p["model_version"] for p in by_source.values()} == {v1.version}
