@@ -15,8 +15,6 @@ from headrace.streams.reading import Follower
 log = logging.getLogger(__name__)
 
 POLL_S = 0.5
-# The first fetch after an assignment takes a while: an empty poll before it says nothing.
-FIRST_FETCH_S = 1.0
 
 
 class RolloutWatch:
@@ -71,12 +69,11 @@ class RolloutWatch:
 
     def _run(self, stop: threading.Event) -> None:
         follower = Follower(self.conn, [self.topic], from_beginning=True)
-        started = time.monotonic()
         try:
             while not stop.is_set():
                 records = follower.poll(POLL_S, max_messages=1000)
                 if not records:
-                    if self._idle_since is None and time.monotonic() - started >= FIRST_FETCH_S:
+                    if self._idle_since is None:
                         self._idle_since = time.monotonic()
                     continue
                 self._idle_since = None
