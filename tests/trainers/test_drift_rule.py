@@ -267,3 +267,13 @@ def test_the_control_plane_starts_one_job_per_episode_across_a_restart(
         kinds = [e.kind for e in events if e.job_id == jid]
         assert kinds == [JobEventKind.QUEUED, JobEventKind.FAILED], (jid, kinds)
     assert sorted(d.name for d in (dfs / "jobs").iterdir()) == sorted([job1, job2])
+
+
+def test_headrace_control_refuses_a_bad_drift_rule_in_one_line(
+        broker: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from headrace.cli import main
+
+    path = write_triggers(tmp_path / "t.yaml", min_windows="two")
+    assert main(["--bootstrap", broker, "control", "--triggers", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rules.0.drift.min_windows" in err[0], err
