@@ -225,11 +225,23 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
         @app.agent(drift, name="drift-episodes")
         async def follow_drift(stream: Any) -> None:
             async for event in stream.events():
+                await _drift_one(_record(event.message))
+
+        async def _drift_one(record: RecordRef) -> None:
+            # A request that could not be sent leaves the rule's row unchanged, so a retry
+            # sends the same key again (never a second episode).
+            for attempt in range(1, cfg.route_attempts + 1):
                 try:
-                    on_drift(_record(event.message), episodes)
-                except HeadraceError as exc:  # e.g. the broker refused the request: logged,
-                    # and the row is unchanged, so the next record of the episode fires it
-                    log.error("drift record at offset %s: %s", event.message.offset, exc)
+                    on_drift(record, episodes)
+                    return
+                except HeadraceError as exc:
+                    if isinstance(exc, PermanentError) or attempt == cfg.route_attempts:
+                        log.error("drift record at offset %s not acted on: %s", record.offset,
+                                  exc)
+                        return
+                    log.warning("drift record at offset %s (attempt %d): %s", record.offset,
+                                attempt, exc)
+                    await asyncio.sleep(cfg.route_backoff_s * 2 ** (attempt - 1))
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _stop(app_: Any, **kw: Any) -> None:
