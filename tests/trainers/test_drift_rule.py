@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from headrace.contracts import DriftDetected, JobEventKind, TrainRequested
+from headrace.contracts import DriftDetected, Framework, JobEventKind, Task, TrainRequested
 from headrace.core.errors import ConfigError
+from headrace.store import versions
+from headrace.store.manifest import Manifest
 from headrace.streams.clients import KafkaConnection, make_producer
 from headrace.streams.producing import send_events
 from headrace.streams.reading import Record, iter_records, read_events
@@ -145,7 +147,7 @@ def test_min_windows_features_and_model_filter_what_starts_an_episode(
     assert p.catch_up() == ["drift:drifted:1"]
 
 
-def test_a_new_model_version_starts_clean_and_older_versions_are_stale(
+def test_without_a_production_alias_the_newest_version_counts_and_starts_clean(
         conn: KafkaConnection, topics: ControlTopics, plane: Callable[..., Plane]) -> None:
     p = plane()
     publish(conn, topics, drift("f0", True, version=1))
@@ -158,6 +160,43 @@ def test_a_new_model_version_starts_clean_and_older_versions_are_stale(
     assert p.table["drifted"]["versions"] == {"demo": 2}
     publish(conn, topics, drift("f0", True, version=2))
     assert p.catch_up() == ["drift:drifted:2"]
+
+
+def _publish_versions(root: Path, n: int) -> None:
+    for _ in range(n):
+        versions.publish(root, Manifest(
+            name="demo", framework=Framework.MXNET, task=Task.CLASSIFIER, features=("f0",),
+            label="label", classes=("a", "b"), metrics={"accuracy": 0.9}),
+            lambda d: (d / "weights.bin").write_bytes(b"\0" * 8))
+
+
+def test_only_the_production_versions_drift_counts_through_promotions_and_rollbacks(
+        conn: KafkaConnection, dfs: Path, topics: ControlTopics,
+        plane: Callable[..., Plane]) -> None:
+    _publish_versions(dfs, 3)
+    versions.set_alias(dfs, "demo", 1)
+    p = plane()
+    publish(conn, topics, drift("f0", True, version=1))
+    assert p.catch_up() == ["drift:drifted:1"]
+    # A canary of version 3 drifts, and version 2 waits unpromoted: neither is production.
+    publish(conn, topics, drift("f0", True, version=3), drift("f0", False, version=3),
+            drift("f0", True, version=2))
+    assert p.catch_up() == []
+    assert p.table["drifted"]["active"] is True and p.table["drifted"]["versions"] == {
+        "demo": 1}
+    # Version 2 promoted: version 1's records are stale, version 2's drift is a new episode.
+    versions.set_alias(dfs, "demo", 2)
+    publish(conn, topics, drift("f0", True, version=1, consecutive=2))
+    assert p.catch_up() == []
+    publish(conn, topics, drift("f0", True, version=2))
+    assert p.catch_up() == ["drift:drifted:2"]
+    # Rolled back to version 1, which still drifts: episode 3.
+    versions.set_alias(dfs, "demo", 1)
+    publish(conn, topics, drift("f0", True, version=2, consecutive=2),
+            drift("f0", True, version=1, consecutive=3))
+    assert p.catch_up() == ["drift:drifted:3"]
+    assert [k for k, _, _ in requested(conn, topics)] == [
+        "drift:drifted:1", "drift:drifted:2", "drift:drifted:3"]
 
 
 def test_tombstones_and_unreadable_drift_records_are_skipped(

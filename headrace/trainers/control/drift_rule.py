@@ -8,13 +8,16 @@ schedule's last slot). The fold:
 1. A record at an offset the row has already folded is skipped: faust may redeliver records
    whose table write it already made, and a replay must not end and restart an episode.
 2. A record of another stream, model or feature (``features:``) is ignored.
-3. A newer version of the model ends the episode and starts clean (a retrained model has no
-   drift yet); a record of an older version than the newest seen is stale and ignored.
-4. Drifting state is kept per (scorer, feature): two scorers of the stream see the same
-   drift in their own partitions, and one scorer's "back to normal" does not end the drift
-   the other still sees.
-5. The episode ends when no (scorer, feature) drifts any more; a new one starts (and fires)
-   when one has drifted ``min_windows`` windows in a row.
+3. Only the production version's drift counts: when the model has a production alias, a
+   record of any other version (a canary's or shadow's candidate, or a version production
+   has left) is ignored; without an alias, the newest version seen counts and older ones
+   are stale. When the counted version changes (a promotion, a rollback), the episode ends
+   and that model's drift starts clean: a retrained model has no drift yet.
+4. Drifting state is kept per (model, scorer, feature): two scorers of the stream see the
+   same drift in their own partitions, and one scorer's "back to normal" does not end the
+   drift the other still sees.
+5. The episode ends when nothing drifts any more; a new one starts (and fires) when a
+   feature has drifted ``min_windows`` windows in a row.
 
 A fired episode's request has the idempotency key ``drift:<rule>:<episode>``. The request is
 sent before the row is written: a control plane that dies in between folds the record again
@@ -96,8 +99,9 @@ class Fold:
 
 
 def fold(rule: DriftRule, state: EpisodeState, ev: DriftDetected, *, partition: int,
-         offset: int) -> Fold:
-    """``state`` after the record ``ev`` at ``partition``/``offset`` (steps in the module doc)."""
+         offset: int, production: int | None = None) -> Fold:
+    """``state`` after the record ``ev`` at ``partition``/``offset`` (steps in the module doc);
+    ``production``: the production version of ``ev``'s model (None: it has no alias)."""
     part = str(partition)
     if offset < state.offsets.get(part, 0):
         return Fold(state)
@@ -106,7 +110,9 @@ def fold(rule: DriftRule, state: EpisodeState, ev: DriftDetected, *, partition: 
         return Fold(state)
     model = ev.model_name
     seen = state.versions.get(model)
-    if seen is not None and ev.model_version < seen:
+    if production is not None and ev.model_version != production:
+        return Fold(state)  # a candidate's drift, or a version production has left
+    if production is None and seen is not None and ev.model_version < seen:
         return Fold(state)  # stale: a scorer not yet on the newer version
     ended = None
     drifting = dict(state.drifting)

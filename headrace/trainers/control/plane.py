@@ -32,6 +32,7 @@ from headrace.contracts import (
     parse,
 )
 from headrace.core.errors import HeadraceError, PermanentError, RecordRef
+from headrace.store import versions
 from headrace.store.dfs import resolve_dataset
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import EventSink
@@ -326,9 +327,15 @@ class ControlPlane:
                         record.offset, str(exc).splitlines()[0] if str(exc) else exc)
             return []
         fired: list[TrainRequested] = []
-        for rule in self.triggers.of_kind(DriftRule):
+        rules = self.triggers.of_kind(DriftRule)
+        # Read once per record, and only when a rule cares (RetriableError: retried).
+        alias = (versions.read_alias(self.root, ev.model_name)
+                 if any(r.matches(ev) for r in rules) else None)
+        production = alias.version if alias is not None else None
+        for rule in rules:
             before = EpisodeState.from_row(episodes.get(rule.name))
-            step = fold(rule, before, ev, partition=record.partition, offset=record.offset)
+            step = fold(rule, before, ev, partition=record.partition, offset=record.offset,
+                        production=production)
             if step.ended:
                 log.info("drift rule %s: episode %d ended (%s)", rule.name, before.episode,
                          step.ended)
