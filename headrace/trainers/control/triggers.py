@@ -101,7 +101,8 @@ class EventRule(BaseModel):
     request: dict[str, Any]
 
 
-# Every rule kind: `kind:` in the triggers file -> its model.
+# Every rule kind: `kind:` in the triggers file -> its model (a new kind is added here and to
+# the tagged union `Rule` below, with the same tag).
 RULE_KINDS: dict[str, type[EventRule] | type[DriftRule]] = {"event": EventRule,
                                                             "drift": DriftRule}
 R = TypeVar("R", EventRule, DriftRule)
