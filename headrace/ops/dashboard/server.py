@@ -142,6 +142,7 @@ class Api:
             (re.compile(r"/api/dlq"), {"stream": NameParam("stream name", required=True),
                                        "max": IntParam(20, 0, 500)}, self.dlq),
             (re.compile(r"/api/studies"), {}, self.studies),
+            (re.compile(r"/api/drift"), {"stream": NameParam("stream name")}, self.drift),
         ]
 
     def handle(self, path: str, query: str) -> Any:
@@ -191,6 +192,12 @@ class Api:
 
     def studies(self) -> dict[str, Any]:
         return studies.studies(self.state.root)
+
+    def drift(self, *, stream: str | None) -> dict[str, Any]:
+        out = self.state.drift.view(stream)
+        if self.state.conn is None:
+            out["error"] = "no Kafka given (--bootstrap): drift unknown"
+        return out
 
     def dlq(self, *, stream: str, max: int) -> dict[str, Any]:
         return self.state.dlq(stream, max_letters=max)
