@@ -9,7 +9,9 @@ from headrace.streams.producing import send_events
 from headrace.streams.topics import ControlTopics
 
 
-def publish_rollout(conn: KafkaConnection, topics: ControlTopics, state: RolloutState) -> None:
-    """Publish ``state`` and wait for its acknowledgement."""
+def publish_rollout(conn: KafkaConnection, topics: ControlTopics, state: RolloutState
+                    ) -> RolloutState:
+    """Publish ``state`` on ``topics.rollout`` (key: the stream) and wait for the ack."""
     ensure_topics(conn, [s for s in topics.specs() if s.name == topics.rollout])
     send_events(conn, topics.rollout, [state], key_of=lambda s: s.stream)
+    return state
