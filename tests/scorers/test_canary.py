@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from headrace.contracts import (
     JobEvent,
@@ -24,8 +26,10 @@ from headrace.core.settings import Settings
 from headrace.ops.canary import current_rollout, start_canary
 from headrace.ops.rollout_control import publish_rollout
 from headrace.rollout import routing
+from headrace.scorers import taps
 from headrace.scorers.canary import ROLE_HEADER
 from headrace.scorers.canary_outcomes import audit_id
+from headrace.scorers.taps import Scored
 from headrace.store.manifest import Manifest
 from headrace.store.versions import ModelVersion, publish, read_alias
 from headrace.streams.clients import KafkaConnection
@@ -194,8 +198,37 @@ def test_a_candidate_returning_nan_rolls_back_by_itself_within_one_batch(
     assert pointer is not None and pointer.version == v1.version  # the alias never moved
 
 
+class RoleTap:
+    """Notes who scored each row the taps see: (partition, offset) -> (role, version)."""
+
+    name = "roles"
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[tuple[int, int], tuple[str | None, int]]] = []
+
+    def after_scoring(self, scored: Scored) -> None:
+        for m in scored.messages().tolist():
+            self.seen.append(((int(scored.batch.partitions[m]), int(scored.batch.offsets[m])),
+                              (scored.role.value if scored.role else None,
+                               scored.model.version)))
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.fixture
+def role_tap() -> Iterator[RoleTap]:
+    tap = RoleTap()
+    taps.register("roles", lambda ctx: tap)
+    try:
+        yield tap
+    finally:
+        taps.unregister("roles")
+
+
 def test_rows_a_candidate_fails_are_scored_by_production_in_the_same_batch(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str,
+        role_tap: RoleTap) -> None:
     v1 = publish_tf(dfs, stream, seed=1)
     half = publish_broken(dfs, stream, nan_when_a_positive=True)
     st = start_canary(conn=conn, topics=CONTROL, root=dfs, ref=f"{stream}:{half.version}",
@@ -222,6 +255,12 @@ def test_rows_a_candidate_fails_are_scored_by_production_in_the_same_batch(
             assert p["model_version"] == v1.version and not _is_canary(msg)
             served["fallback"] += routed
     assert served["canary"] > 100 and served["fallback"] > 100, served
+    # The taps saw each row once, with the role and version of the prediction it got.
+    seen = dict(role_tap.seen)
+    assert len(seen) == len(role_tap.seen) == 1000
+    for src, p in _one_each(preds).items():
+        assert seen[src] == (("canary", half.version) if p["model_version"] == half.version
+                             else (None, v1.version))
 
 
 def test_steps_advance_by_records_and_the_last_promotes(
