@@ -41,11 +41,16 @@ def to_candidate(key: bytes, salt: bytes, percent: float) -> bool:
 
 
 def candidate_mask(keys: Iterable[bytes], salt: bytes, percent: float) -> list[bool]:
-    """One decision per key, the threshold computed once."""
+    """One decision per key, the threshold computed once. The salted state is built once and
+    copied per key (a keyed BLAKE2b first hashes a whole block of key: ~35% of the cost)."""
     limit = threshold(percent)
-    s = salt[:64]
-    return [int.from_bytes(hashlib.blake2b(k, digest_size=8, key=s).digest(), "little")
-            % BUCKETS < limit for k in keys]
+    copy = hashlib.blake2b(digest_size=8, key=salt[:64]).copy
+    out: list[bool] = []
+    for k in keys:
+        h = copy()
+        h.update(k)
+        out.append(int.from_bytes(h.digest(), "little") % BUCKETS < limit)
+    return out
 
 
 def unkeyed(topic: str, partition: int, offset: int) -> bytes:

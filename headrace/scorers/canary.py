@@ -56,10 +56,12 @@ CANDIDATE_PASSES = 3
 
 def route(batch: RawBatch, salt: bytes, percent: float) -> np.ndarray:
     """Which messages of ``batch`` the candidate scores."""
-    keys = [k if k is not None else routing.unkeyed(t, int(p), int(o))
-            for k, t, p, o in zip(batch.keys, batch.topics, batch.partitions.tolist(),
-                                  batch.offsets.tolist(), strict=True)]
-    return np.asarray(routing.candidate_mask(keys, salt, percent), bool)
+    keys = batch.keys
+    if None in keys:  # rare: only then are the coordinates looked at
+        keys = [k if k is not None else routing.unkeyed(t, int(p), int(o))
+                for k, t, p, o in zip(keys, batch.topics, batch.partitions.tolist(),
+                                      batch.offsets.tolist(), strict=True)]
+    return np.asarray(routing.candidate_mask(keys, salt, percent), bool)  # type: ignore[arg-type]
 
 
 def failed_messages(batch: RawBatch, out: Outputs) -> np.ndarray:
