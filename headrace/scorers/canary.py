@@ -169,7 +169,8 @@ class CanaryRole:
         out = parts.core.score(prod_batch, production)
         own = ~to_cand[scored_here]  # production's own records, in prod_batch
         prod_errors = int((failed_messages(prod_batch, out) & own).sum())
-        parts.finish(prod_batch, production, out, None)
+        if len(prod_batch):  # empty when every record of a small batch went to the candidate
+            parts.finish(prod_batch, production, out, None)
         ledger.add(candidate=(len(cand_batch), int(cand_failed.sum())),
                    production=(int(own.sum()), prod_errors))
         if self.metrics is not None:
