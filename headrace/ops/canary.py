@@ -13,11 +13,11 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
-from headrace.contracts import Canary, JobEvent, JobEventKind, RolloutRole, RolloutState
+from headrace.contracts import Canary, JobEventKind, RolloutRole, RolloutState
 from headrace.core.errors import ValidationFailed
 from headrace.core.naming import check_name
 from headrace.ops.rollout_control import publish_rollout
-from headrace.scorers.canary_outcomes import audit_id
+from headrace.scorers.canary_outcomes import audit_event
 from headrace.store.versions import PRODUCTION, read_alias, resolve
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import send_events
@@ -114,7 +114,5 @@ def stop_canary(*, conn: KafkaConnection, topics: ControlTopics, stream: str, na
 
 def _audit(conn: KafkaConnection, topics: ControlTopics, state: RolloutState,
            kind: JobEventKind, reason: str) -> None:
-    send_events(conn, topics.jobs, [JobEvent(job_id=audit_id(state), kind=kind,
-                                             model_name=state.model_name, message=reason,
-                                             reason=reason)],
+    send_events(conn, topics.jobs, [audit_event(state, kind, reason)],
                 key_of=lambda e: e.job_id)

@@ -36,6 +36,16 @@ def audit_id(state: RolloutState) -> str:
     return f"canary.{state.stream}.{state.model_name}.v{state.candidate_version}.{salt}"[:128]
 
 
+def audit_event(state: RolloutState, kind: JobEventKind, text: str,
+                metrics: dict[str, float] | None = None) -> JobEvent:
+    """The canary's event on events.jobs. Only a FAILED one carries ``reason``: readers of
+    events.jobs take a SUCCEEDED job with a reason as "kept, not promoted"."""
+    return JobEvent(job_id=audit_id(state), kind=kind, model_name=state.model_name,
+                    message=text[:16_384],
+                    reason=text[:4096] if kind == JobEventKind.FAILED else None,
+                    metrics=metrics or {})
+
+
 def counts(ledger: Ledger) -> dict[str, float]:
     return {"percent": ledger.percent,
             "candidate_records": float(ledger.candidate.records),
@@ -106,7 +116,5 @@ class CanaryOutcomes:
 
     def _audit(self, state: RolloutState, kind: JobEventKind, reason: str,
                ledger: Ledger) -> None:
-        self.sink.send(self.topics.jobs, JobEvent(
-            job_id=audit_id(state), kind=kind, model_name=state.model_name,
-            message=reason[:16_384], reason=reason[:4096], metrics=counts(ledger)),
-            key=audit_id(state))
+        self.sink.send(self.topics.jobs, audit_event(state, kind, reason, counts(ledger)),
+                       key=audit_id(state))

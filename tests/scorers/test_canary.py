@@ -192,6 +192,7 @@ def test_a_candidate_returning_nan_rolls_back_by_itself_within_one_batch(
     audit = _audit(conn, audit_id(st))
     assert [e.kind for e in audit] == [JobEventKind.STARTED, JobEventKind.FAILED]
     # Within one batch: the candidate was given one batch's share (~20% of 512), no more.
+    assert audit[-1].reason == ended.reason
     assert 0 < audit[-1].metrics["candidate_records"] <= 512
     assert audit[-1].metrics["candidate_errors"] == audit[-1].metrics["candidate_records"]
     pointer = read_alias(dfs, stream)
@@ -296,7 +297,8 @@ def test_steps_advance_by_records_and_the_last_promotes(
     assert [e.kind for e in audit] == [JobEventKind.STARTED, JobEventKind.PROGRESS,
                                        JobEventKind.SUCCEEDED]
     assert audit[1].metrics["percent"] == 10 and audit[1].metrics["candidate_records"] >= 150
-    assert audit[1].reason is not None and "advanced to 50%" in audit[1].reason
+    assert "advanced to 50%" in audit[1].message
+    assert audit[2].reason is None and "canary promoted" in audit[2].message  # not "kept"
     assert audit[2].metrics["percent"] == 50
     assert audit[2].metrics["candidate_records"] - audit[1].metrics["candidate_records"] >= 150
     last = {p["model_version"] for p in _one_each(preds).values() if p["key"].startswith("d")}
