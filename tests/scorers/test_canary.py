@@ -163,14 +163,16 @@ def test_predictions_follow_the_salted_routing_exactly_across_a_restart_and_a_ri
     assert read_all(conn, dlq_topic(stream)) == []
 
 
+@pytest.mark.parametrize("transactional", [False, True], ids=["at-least-once", "transactions"])
 def test_a_candidate_returning_nan_rolls_back_by_itself_within_one_batch(
-        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str,
+        transactional: bool) -> None:
     v1 = publish_tf(dfs, stream, seed=1)
     bad = publish_broken(dfs, stream)
     st = start_canary(conn=conn, topics=CONTROL, root=dfs, ref=f"{stream}:{bad.version}",
                       stream=stream, percent=20, steps=[50, 100], min_records=10)
     send_json(conn, data, rows(3000, seed=4), key_prefix="c")  # waiting: full batches of 512
-    with ready_scorer(settings, conn) as scorer:
+    with ready_scorer(settings, conn, transactional=transactional) as scorer:
         preds = _predictions(conn, stream, 3000)
         ended = eventually(lambda: (c := current_rollout(conn, CONTROL, stream)) is not None
                            and c.candidate_version is None and c, what="the rollout's end")
