@@ -215,6 +215,8 @@ class CanaryRole:
                  production: LoadedModel) -> None:
         if decision.verdict == Verdict.HOLD:
             return
+        if decision.verdict != Verdict.ROLLBACK and self.watch.current != st:
+            return  # another replica moved the canary meanwhile: never publish an older step
         log.info("canary %s:%s: %s (%s)", st.model_name, st.candidate_version,
                  decision.verdict.value, decision.reason)
         if self.metrics is not None:
