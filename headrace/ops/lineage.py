@@ -15,6 +15,8 @@ never the data or predictions topics.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,7 @@ from headrace.store import versions
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.codecs import decode_arrow
-from headrace.streams.reading import Record, probe_ends, read_one, read_range
+from headrace.streams.reading import RangeReader, Record, probe_ends, read_one, read_range
 from headrace.streams.topics import ControlTopics, predictions_topic
 from headrace.trainers.jobs import read_request
 
@@ -55,22 +57,35 @@ def parse_where(text: str) -> Where:
 # --- the index ---------------------------------------------------------------------------
 
 
-def read_index(conn: KafkaConnection, topic: str) -> list[LineageRange]:
-    """Every range in the index (the latest record per key, as compaction would keep)."""
+def read_index(conn: KafkaConnection, topic: str,
+               keep: Callable[[list[bytes]], bool] | None = None) -> list[LineageRange]:
+    """The index's ranges (the latest record per key, as compaction would keep); ``keep``
+    chooses by the key's fields (stream, partition, first, model, version, role) so only the
+    wanted records are parsed."""
     n = partition_count(conn, topic)
     if n is None:
         return []
     bounds = probe_ends(conn, topic, range(n))
-    latest: dict[bytes, LineageRange] = {}
-    for rec in read_range(conn, topic, {p: (lo, end) for p, (lo, end) in bounds.items()}):
-        if rec.value is None:
-            continue
+    latest: dict[bytes, bytes] = {}
+    with RangeReader(conn, topic, {p: (lo, end) for p, (lo, end) in bounds.items()},
+                     purpose="lineage") as reader:
+        deadline = time.monotonic() + conn.timeout_s
+        while not reader.done and time.monotonic() < deadline:
+            for m in reader.poll(50_000, 0.2):
+                key, value = m.key(), m.value()
+                if key is None:
+                    continue
+                if value is None:
+                    latest.pop(key, None)  # a tombstone
+                elif keep is None or keep(key.split(b"|")):
+                    latest[key] = value
+    out: list[LineageRange] = []
+    for value in latest.values():
         try:
-            rng = parse(LineageRange, rec.value)
+            out.append(parse(LineageRange, value))
         except ValidationFailed:
             continue  # a record this version does not understand: not lineage we can use
-        latest[rec.key or rng.key()] = rng
-    return list(latest.values())
+    return out
 
 
 def merged(ranges: list[LineageRange]) -> list[LineageRange]:
@@ -94,10 +109,13 @@ def merged(ranges: list[LineageRange]) -> list[LineageRange]:
 def scored_ranges(conn: KafkaConnection, topics: ControlTopics, name: str, version: int, *,
                   stream: str | None = None) -> list[LineageRange]:
     """The offset ranges ``name:version`` scored (every role), from the index."""
-    want = [r for r in read_index(conn, topics.lineage)
-            if r.model_name == name and r.version == version
-            and (stream is None or r.stream == stream)]
-    return merged(want)
+    m, v, st = name.encode(), str(version).encode(), stream.encode() if stream else None
+
+    def keep(key: list[bytes]) -> bool:  # stream|partition|first|model|version|role
+        return (len(key) == 6 and key[3] == m and key[4] == v
+                and (st is None or key[0] == st))
+
+    return merged(read_index(conn, topics.lineage, keep))
 
 
 def parse_version_ref(ref: str) -> tuple[str, int] | None:
