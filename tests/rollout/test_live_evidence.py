@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import urllib.request
 import uuid
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -18,6 +19,7 @@ from scipy import stats
 from headrace.cli import main
 from headrace.contracts import LiveCounts, ModelPublished, RolloutRole, parse
 from headrace.core.settings import Settings, load_settings
+from headrace.ops.dashboard import Dashboard
 from headrace.store.versions import read_alias, set_alias
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import send_events
@@ -114,6 +116,17 @@ def test_compare_sums_every_partition_and_equals_the_offline_recount(
     code, text, _ = _cli(s, topics, "models", "compare", f"{name}:1", f"{name}:2", "--stream",
                          stream)
     assert code == 0 and "McNemar exact" in text and "Wilson" in text
+
+    # The dashboard's panel shows the same figures.
+    dash = Dashboard(settings=s, conn=conn)
+    url = dash.start()
+    try:
+        with urllib.request.urlopen(url + "api/rollout", timeout=10) as r:
+            (panel,) = json.loads(r.read())["pairs"]
+    finally:
+        dash.stop()
+    assert panel["matrix"] == got["matrix"] and panel["agreement"] == got["agreement"]
+    assert panel["summary"][0].startswith(f"{name} v1 vs v2 on {stream}: 600 rows")
 
 
 def test_before_labels_compare_shows_the_cbpe_estimate_labelled_as_such(
