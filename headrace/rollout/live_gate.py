@@ -107,7 +107,7 @@ def check_live(gate: LiveGate, ev: LiveEvidence) -> list[LiveCheck]:
         p = ev.mcnemar_p(alternative="greater")
         b, c = ev.only_production_right, ev.only_candidate_right
         out.append(LiveCheck(rule="better_than_production", held=p < alpha,
-                             line=f"better than production: McNemar p={p:.4g} (alpha {alpha}; "
+                             line=f"one-sided McNemar p={p:.4g} (alpha {alpha}; "
                              f"only candidate right {c}, only production right {b})"))
     return out
 
