@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from headrace.cli import _context
+from headrace.contracts import RolloutRole
 from headrace.core.errors import ValidationFailed
 from headrace.streams.topics import ControlTopics
 
@@ -26,6 +27,12 @@ def lineage(
         "--key", help="Walk back from this key's latest prediction (with --stream).")] = None,
     stream: Annotated[str | None, typer.Option(
         "--stream", help="The stream (with --key; with NAME:VERSION: only this stream).")] = None,
+    role: Annotated[RolloutRole | None, typer.Option(
+        "--role", help="With NAME:VERSION: only the ranges it scored in this role.")] = None,
+    rescore_with: Annotated[int | None, typer.Option(
+        "--rescore-with", metavar="VERSION", help="With NAME:VERSION: print the `headrace "
+        "replay` line that re-scores each range with NAME:VERSION (e.g. what a rolled-back "
+        "canary scored).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Where a prediction came from (input record, model version, role, training job, dataset,
@@ -42,7 +49,7 @@ def lineage(
     version_ref = lin.parse_version_ref(ref) if ref is not None else None
     if version_ref is not None:
         name, version = version_ref
-        ranges = lin.scored_ranges(conn, topics, name, version, stream=stream)
+        ranges = lin.scored_ranges(conn, topics, name, version, stream=stream, role=role)
         if as_json:
             out.print_json(json.dumps([json.loads(r.model_dump_json(exclude={"schema_version"}))
                                        for r in ranges]))
@@ -55,6 +62,9 @@ def lineage(
             table.add_row(r.stream, r.topic, str(r.partition), str(r.first), str(r.last),
                           str(r.records), r.role.value)
         out.print(table)
+        if rescore_with is not None:
+            for r in ranges:
+                out.print(lin.replay_command(r, name, rescore_with))
         return
     if key is not None and stream is not None:
         wheres = lin.latest_for_key(conn, stream, key)

@@ -107,15 +107,27 @@ def merged(ranges: list[LineageRange]) -> list[LineageRange]:
 
 
 def scored_ranges(conn: KafkaConnection, topics: ControlTopics, name: str, version: int, *,
-                  stream: str | None = None) -> list[LineageRange]:
-    """The offset ranges ``name:version`` scored (every role), from the index."""
-    m, v, st = name.encode(), str(version).encode(), stream.encode() if stream else None
+                  stream: str | None = None, role: RolloutRole | None = None
+                  ) -> list[LineageRange]:
+    """The offset ranges ``name:version`` scored (in ``role``, else every role), from the
+    index."""
+    m, v = name.encode(), str(version).encode()
+    st = stream.encode() if stream else None
+    ro = role.value.encode() if role else None
 
     def keep(key: list[bytes]) -> bool:  # stream|partition|first|model|version|role
         return (len(key) == 6 and key[3] == m and key[4] == v
-                and (st is None or key[0] == st))
+                and (st is None or key[0] == st) and (ro is None or key[5] == ro))
 
     return merged(read_index(conn, topics.lineage, keep))
+
+
+def replay_command(r: LineageRange, name: str, version: int) -> str:
+    """The ``headrace replay`` line that re-scores ``r`` with ``name:version`` into a side
+    topic (e.g. what a rolled-back canary scored, with the version it rolled back to)."""
+    return (f"headrace replay {r.topic} --partition {r.partition} --from-offset {r.first} "
+            f"--to-offset {r.last + 1} --model {name}:{version} "
+            f"--into {r.topic}.rescored-v{version}")
 
 
 def parse_version_ref(ref: str) -> tuple[str, int] | None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import io
 import json
+import shlex
 import time
 import uuid
 from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from headrace.cli import main
 from headrace.contracts import LineageRange, ModelPublished, RolloutRole
@@ -17,7 +20,7 @@ from headrace.core.settings import Settings
 from headrace.ops import lineage
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.producing import send_events
-from headrace.streams.topics import MODEL_EVENTS, ControlTopics, predictions_topic
+from headrace.streams.topics import MODEL_EVENTS, ControlTopics, TopicSpec, predictions_topic
 from tests.fixtures import eventually, read_all, read_topic, ready_scorer
 from tests.ops.lineage_models import trained_tf
 from tests.scorers.conftest import data, rows, send_json, stream  # noqa: F401  (fixtures)
@@ -44,6 +47,7 @@ def _runs(preds: list[dict[str, Any]]) -> list[tuple[int, int, int, int, int]]:
     return [(a, b, c, d, e) for a, b, c, d, e in out]
 
 
+@pytest.mark.slow  # a real scorer, a model swap and a re-score: ~30 s on 2 cores
 def test_back_to_the_train_request_and_forward_to_exact_ranges(
         settings: Settings, conn: KafkaConnection, dfs: Path, demo: str, data: str,  # noqa: F811
         stream: str) -> None:  # noqa: F811
@@ -76,6 +80,20 @@ def test_back_to_the_train_request_and_forward_to_exact_ranges(
     assert sorted((r["partition"], r["first"], r["last"], r["records"]) for r in cli_ranges) \
         == sorted((a, c, d, e) for a, b, c, d, e in _runs(preds) if b == 2)
     assert {r["role"] for r in cli_ranges} == {"production"}
+
+    # What v1 scored, re-scored with v2 by the replay lines lineage prints, and nothing else.
+    target = f"data.{stream}.rescored-v2"
+    ensure_topics(conn, [TopicSpec(target, 3, "test")])
+    code, text = _cli(settings, "lineage", f"{stream}:1", "--role", "production",
+                      "--rescore-with", "2")
+    lines = [ln for ln in text.splitlines() if ln.startswith("headrace replay ")]
+    assert len(lines) == len([r for r in _runs(preds) if r[1] == 1]) > 0
+    for line in lines:
+        assert _cli(settings, *shlex.split(line)[1:], "--no-progress")[0] == 0
+    rescored = [json.loads(r.value or b"") for r in read_all(conn, target)]
+    assert {p["model_version"] for p in rescored} == {2}
+    assert sorted((p["source_partition"], p["source_offset"]) for p in rescored) == sorted(
+        (p["source_partition"], p["source_offset"]) for p in preds if p["model_version"] == 1)
 
     # Backward, from a prediction written by v1 to the TrainRequested that made v1.
     rec = next(r for r, p in zip(preds_recs, preds, strict=True) if p["key"] == "a7")
