@@ -45,7 +45,8 @@ class LineageTap:
         self.topic = topic  # control.lineage
         self.rollout = rollout
         self._open: dict[tuple[int, RolloutRole], _Open] = {}
-        self._next: dict[int, int] = {}  # partition -> the offset after this scorer's last batch
+        # partition -> (first offset, the offset after the last) of this scorer's last batch
+        self._span: dict[int, tuple[int, int]] = {}
         self._batch: object | None = None
 
     def after_scoring(self, scored: taps.Scored) -> None:
@@ -76,16 +77,21 @@ class LineageTap:
         scored.add(taps.SideOutput(self.topic, values, keys))
 
     def _follow(self, partitions: np.ndarray, offsets: np.ndarray) -> None:
-        """Close every open range of a partition whose batch does not continue the last one."""
+        """Close every open range of a partition whose batch does not continue the last one.
+        A batch inside the last one's span is a part of it (a role's share of the same
+        records), not a rewind."""
         parts = np.asarray(partitions)
         offs = np.asarray(offsets)
         for p in np.unique(parts).tolist():
             mine = offs[parts == p]
             lo, hi = int(mine.min()), int(mine.max())
-            if self._next.get(p) != lo:
+            span = self._span.get(p)
+            if span is not None and span[0] <= lo and hi < span[1]:
+                continue
+            if span is None or span[1] != lo:
                 for k in [k for k in self._open if k[0] == p]:
                     del self._open[k]
-            self._next[p] = hi + 1
+            self._span[p] = (lo, hi + 1)
 
     def _extend(self, p: int, role: RolloutRole, model: str, version: int, first: int,
                 last: int, n: int, topic: str) -> LineageRange:
@@ -107,6 +113,7 @@ class LineageTap:
 
     def close(self) -> None:
         self._open.clear()
+        self._span.clear()
 
 
 def make(context: taps.TapContext) -> LineageTap:

@@ -64,10 +64,14 @@ def test_ranges_grow_split_on_version_and_gaps_and_skip_dead_letters() -> None:
     # A gap (another replica scored 15..19 after a rebalance): a new range, same version.
     got = _published(tap, _scored(_batch([0], [20]), [0], 2))
     assert list(map(_span, got)) == [(0, 2, 20, 20, "production", 1)]
-    # A rewind (re-delivery after a failed commit) also starts a new range.
-    got = _published(tap, _scored(_batch([0], [20]), [0], 2))
-    assert list(map(_span, got)) == [(0, 2, 20, 20, "production", 1)]
+    got = _published(tap, _scored(_batch([0], [21]), [0], 2))
+    assert list(map(_span, got)) == [(0, 2, 20, 21, "production", 2)]
+    # A rewind (re-delivery after a failed commit) starts a new range.
+    got = _published(tap, _scored(_batch([0, 0], [20, 21]), [0, 1], 2))
+    assert list(map(_span, got)) == [(0, 2, 20, 21, "production", 2)]
     assert got[0].key() == b"s|0|20|m|2|production"
+    got = _published(tap, _scored(_batch([0], [22]), [0], 2))
+    assert list(map(_span, got)) == [(0, 2, 20, 22, "production", 3)]
 
 
 def test_canary_and_shadow_rows_get_ranges_of_their_own() -> None:
@@ -81,9 +85,15 @@ def test_canary_and_shadow_rows_get_ranges_of_their_own() -> None:
     b2 = _batch([0, 0], [6, 7])
     canary = _published(tap, _scored(b2, [1], 2, RolloutRole.CANARY))
     assert list(map(_span, canary)) == [(0, 2, 1, 7, "canary", 3)]
+    # The candidate's rows handed over as a batch of their own (a part of the same records)
+    # are not mistaken for a rewind.
+    b3 = _batch([0, 0, 0], [8, 9, 10])
+    _published(tap, _scored(b3, [0, 2], 1))
+    canary = _published(tap, _scored(_batch([0], [9]), [0], 2, RolloutRole.CANARY))
+    assert list(map(_span, canary)) == [(0, 2, 1, 9, "canary", 4)]
     # A shadow candidate scores the same records as production: both get a range.
     watch.current = RolloutState(stream="s", model_name="m", candidate_version=3,
                                  role=RolloutRole.SHADOW)
-    both = _published(tap, _scored(_batch([0], [8]), [0], 1))
-    assert sorted(map(_span, both)) == [(0, 1, 0, 8, "production", 5),
-                                        (0, 3, 8, 8, "shadow", 1)]
+    both = _published(tap, _scored(_batch([0], [11]), [0], 1))
+    assert sorted(map(_span, both)) == [(0, 1, 0, 11, "production", 7),
+                                        (0, 3, 11, 11, "shadow", 1)]
