@@ -331,7 +331,7 @@ def datasets_make_demo(
 def control(
     ctx: typer.Context,
     triggers: Annotated[Path | None, typer.Option(
-        help="Schedules and event rules (YAML; env HEADRACE_TRIGGERS).")] = None,
+        help="Schedules, event rules and drift rules (YAML; env HEADRACE_TRIGGERS).")] = None,
     concurrency: Annotated[str, typer.Option(help="Jobs at once per framework (local).")]
         = "tensorflow=1,mxnet=1",
     job_timeout: Annotated[float, typer.Option(help="Seconds before a job is killed.")]
@@ -387,7 +387,7 @@ def schedule_fire(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Schedule name in the triggers file.")],
     triggers: Annotated[Path | None, typer.Option(
-        help="Schedules and event rules (YAML; env HEADRACE_TRIGGERS).")] = None,
+        help="Schedules, event rules and drift rules (YAML; env HEADRACE_TRIGGERS).")] = None,
     at: Annotated[str | None, typer.Option(
         help="Fire the slot at this ISO time (default: now).")] = None,
     topic_prefix: PrefixOpt = "",

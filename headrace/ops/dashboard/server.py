@@ -144,6 +144,7 @@ class Api:
             (re.compile(r"/api/dlq"), {"stream": NameParam("stream name", required=True),
                                        "max": IntParam(20, 0, 500)}, self.dlq),
             (re.compile(r"/api/studies"), {}, self.studies),
+            (re.compile(r"/api/drift"), {"stream": NameParam("stream name")}, self.drift),
             (re.compile(r"/api/rollout"), {}, self.rollout),
         ]
         self.rollout_board = RolloutBoard(state.conn, ControlTopics.of(state.settings))
@@ -195,6 +196,12 @@ class Api:
 
     def studies(self) -> dict[str, Any]:
         return studies.studies(self.state.root)
+
+    def drift(self, *, stream: str | None) -> dict[str, Any]:
+        out = self.state.drift.view(stream)
+        if self.state.conn is None:
+            out["error"] = "no Kafka given (--bootstrap): drift unknown"
+        return out
 
     def rollout(self) -> dict[str, Any]:
         return self.rollout_board.view()
