@@ -12,6 +12,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from headrace.cli import main
@@ -154,3 +155,47 @@ def test_bad_lineage_input_is_one_line(settings: Settings, capsys: Any) -> None:
     assert _cli(settings, "lineage", "--key", "k")[0] != 0
     err = capsys.readouterr().err
     assert "Traceback" not in err and "TOPIC:PARTITION:OFFSET" in err and "--stream" in err
+
+
+def test_back_from_an_arrow_prediction_and_a_shadow_topic(
+        settings: Settings, conn: KafkaConnection, dfs: Path, demo: str,
+        data: str, stream: str) -> None:  # noqa: F811
+    """An Arrow batch scored by the scorer's own core (as the worker does) and its predictions
+    produced to the predictions topic and to the shadow topic: both trace back to the
+    batch's record; the shadow one says so."""
+    import pyarrow as pa
+
+    from headrace.scorers.core import ScoringCore
+    from headrace.scorers.encoding import ARROW_HEADERS
+    from headrace.scorers.models import load_ref
+    from headrace.streams.consuming import from_messages
+    from tests.fixtures import read_topic as read_messages
+    from tests.scorers.conftest import FEATURES, send_arrow
+
+    mv, req = trained_tf(dfs, stream, seed=1, dataset=demo)
+    table = pa.table({f: pa.array(np.linspace(-1, 1, 5), pa.float32()) for f in FEATURES})
+    send_arrow(conn, data, [table])
+    (msg,) = read_messages(conn, data, expect=1, settle_s=0)
+    model = load_ref(root=dfs, ref=f"{stream}:1", device="cpu", max_batch=64)
+    out = ScoringCore().score(from_messages([msg]), model)
+    (value,) = out.arrow_values
+    shadow = f"{predictions_topic(stream)}.shadow"
+    ensure_topics(conn, [TopicSpec(shadow, 3, "test")])
+    p = make_producer(conn)
+    for topic in (predictions_topic(stream), shadow):
+        p.produce(topic, value, b"batch0", headers=ARROW_HEADERS)
+    assert p.flush(15) == 0
+    topics = ControlTopics.of(settings)
+    for topic, role in ((predictions_topic(stream), RolloutRole.PRODUCTION),
+                        (shadow, RolloutRole.SHADOW)):
+        (rec,) = read_all(conn, topic)
+        t = lineage.trace(conn, dfs, topics, lineage.Where(topic, rec.partition, rec.offset),
+                          index=[])
+        assert (t.source.topic, t.source.partition, t.source.offset) == (
+            data, msg.partition(), msg.offset())
+        assert (t.model_name, t.version, t.role) == (stream, 1, role)
+        assert t.source_value.startswith("<Arrow batch")
+        assert t.train_requested is not None
+        assert t.train_requested["event_id"] == req.event_id
+        assert t.dataset is not None and t.dataset["fingerprint"] == \
+            mv.manifest.dataset.fingerprint  # type: ignore[union-attr]
