@@ -391,6 +391,24 @@ async function loadStudies() {
   document.getElementById("studies").replaceChildren(...parts);
 }
 
+async function loadRollout() {
+  // headrace models compare, for every pair: the summary lines and production x candidate.
+  const { pairs, error } = await api("/api/rollout");
+  const parts = error ? [el("p", { class: "muted" }, error)] : [];
+  for (const p of pairs) {
+    parts.push(el("h3", {}, `${p.stream}: ${p.model} v${p.production_version} vs v${p.candidate_version}`));
+    for (const line of p.summary) parts.push(el("p", { class: "small" }, line));
+    parts.push(el("table", { class: "study" }, el("thead", {}, el("tr", {},
+      el("th", {}, `v${p.production_version} \\ v${p.candidate_version}`),
+      ...p.classes.map((c) => el("th", {}, c)))),
+      el("tbody", {}, ...p.matrix.map((row, i) => el("tr", {}, el("td", {}, p.classes[i]),
+        ...row.map((n) => el("td", {}, String(n))))))));
+  }
+  if (!pairs.length && !error) parts.push(hint("no live comparison yet: ",
+    ["cmd", "headrace models shadow NAME:VERSION --stream S"], " starts one"));
+  document.getElementById("rollout").replaceChildren(...parts);
+}
+
 async function loadDrift() {
   // events.drift (compacted): per stream the latest state of each feature, drifting first.
   const { streams, error } = await api("/api/drift");
@@ -417,7 +435,7 @@ async function loadDrift() {
 }
 
 async function tick() {
-  for (const f of [loadOverview, loadJobs, loadModels, loadStudies, loadScorers, loadDrift, loadStreams]) {
+  for (const f of [loadOverview, loadJobs, loadModels, loadStudies, loadRollout, loadScorers, loadDrift, loadStreams]) {
     try { await f(); } catch (e) { console.error(f.name, e); }
   }
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
