@@ -20,7 +20,8 @@ record):
    produced) and the ended state is applied at once, so no later batch is routed to it.
 5. The outputs merge into one batch: each input gets exactly one prediction on the predictions
    topic, naming its model version; the candidate's carry the header ``prediction.role:
-   canary`` (production's carry none, as before). The taps see each part with its role.
+   canary`` (production's carry none, as before). The taps see the whole batch once per part,
+   with the part's role (``Scored.role``) and its messages (``Scored.part``).
 """
 
 from __future__ import annotations
@@ -170,7 +171,8 @@ class CanaryRole:
         own = ~to_cand[scored_here]  # production's own records, in prod_batch
         prod_errors = int((failed_messages(prod_batch, out) & own).sum())
         if len(prod_batch):  # empty when every record of a small batch went to the candidate
-            parts.finish(prod_batch, production, out, None)
+            parts.finish(prod_batch, production, out, None,
+                         within=(batch, np.flatnonzero(scored_here)))
         ledger.add(candidate=(len(cand_batch), int(cand_failed.sum())),
                    production=(int(own.sum()), prod_errors))
         if self.metrics is not None:
@@ -179,13 +181,14 @@ class CanaryRole:
             self.metrics.count("production", int(own.sum()), prod_errors)
         decision = judge(st.canary, ledger)
         kept = cand_batch.select(~cand_failed)
+        kept_at = np.flatnonzero(to_cand)[~cand_failed]  # in the whole batch
         if decision.verdict == Verdict.ROLLBACK:
             if len(kept):  # this batch's candidate records: production's predictions instead
                 again = parts.core.score(kept, production)
-                parts.finish(kept, production, again, None)
+                parts.finish(kept, production, again, None, within=(batch, kept_at))
                 merge(out, again)
         elif len(kept):
-            parts.finish(kept, cand, cand_out, RolloutRole.CANARY)
+            parts.finish(kept, cand, cand_out, RolloutRole.CANARY, within=(batch, kept_at))
             merge(out, cand_out, headers=(CANARY_HEADER,))
         out.batch = batch  # a refused output is traced back to its input in the whole batch
         self._decided(st, decision, ledger, production)

@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from headrace.contracts import RolloutRole
     from headrace.scorers.core import Outputs, ScoringCore
     from headrace.scorers.models import LoadedModel
@@ -34,9 +36,11 @@ class Parts(Protocol):
         """The worker's scoring core (production's; its settings for another model's core)."""
 
     def finish(self, batch: RawBatch, model: LoadedModel, out: Outputs,
-               role: RolloutRole | None) -> None:
+               role: RolloutRole | None, *, within: tuple[RawBatch, np.ndarray] | None = None
+               ) -> None:
         """A part of the batch is final: split its large outputs and run the taps on it
-        (``role``: None for production)."""
+        (``role``: None for production). ``within``: the whole batch and the index in it of
+        each message of ``batch``; the taps then see the whole batch (``Scored.part``)."""
 
 
 class Routing(Protocol):

@@ -20,8 +20,10 @@ from types import FrameType
 from headrace.core import heap
 from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings
-from headrace.scorers import role_registry  # noqa: F401  (registers the routing roles)
-from headrace.scorers import tap_registry  # noqa: F401  (each tap registers itself)
+from headrace.scorers import (
+    role_registry,  # noqa: F401  (registers the routing roles)
+    tap_registry,  # noqa: F401  (each tap registers itself)
+)
 from headrace.scorers.budget import MessageCaps
 from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.inputs import InputLimits

@@ -68,6 +68,9 @@ class Scored:
     inputs: Features | Decoded | None
     scores: list[np.ndarray]
     role: RolloutRole | None = None  # None: production; CANARY for rows a canary scored
+    # A canary scores a batch in two parts: then ``inputs`` index the part's messages and
+    # ``part[i]`` is the index in ``batch`` of the part's message i (``messages`` maps them).
+    part: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -77,7 +80,8 @@ class Scored:
         """The message (index in ``batch``) of each scored row."""
         if self.inputs is None:
             return np.zeros(0, np.int64)
-        return np.asarray(self.inputs.message, np.int64)
+        m = np.asarray(self.inputs.message, np.int64)
+        return m if self.part is None else self.part[m]
 
     def add(self, side: SideOutput) -> None:
         self.out.side.append(side)

@@ -303,12 +303,15 @@ class Worker:
         return None
 
     def finish(self, batch: RawBatch, model: LoadedModel, out: Outputs,
-               role: RolloutRole | None) -> None:
+               role: RolloutRole | None, *, within: tuple[RawBatch, np.ndarray] | None = None
+               ) -> None:
         """A scored part of the batch (all of it, without a routing role): split its large
-        outputs, run the taps (``role``: who scored it; None: production)."""
+        outputs, run the taps (``role``: who scored it; None: production; ``within``: the
+        whole batch and where the part's messages are in it)."""
         self._split(out, batch)
         if self.taps:
-            run_taps(self.taps, Scored(batch, model, out, out.inputs, out.scores, role),
+            whole, part = within if within is not None else (batch, None)
+            run_taps(self.taps, Scored(whole, model, out, out.inputs, out.scores, role, part),
                      self.metrics)
         out.inputs, out.scores = None, []  # not kept while the batch is acknowledged
 

@@ -17,6 +17,7 @@ import pytest
 from headrace.contracts import (
     JobEvent,
     JobEventKind,
+    LineageRange,
     ModelAction,
     ModelPublished,
     RolloutRole,
@@ -264,6 +265,17 @@ def test_rows_a_candidate_fails_are_scored_by_production_in_the_same_batch(
     for src, p in _one_each(preds).items():
         assert seen[src] == (("canary", half.version) if p["model_version"] == half.version
                              else (None, v1.version))
+    # The lineage index: one run per partition and role, holding exactly that role's records.
+    ranges: dict[bytes, LineageRange] = {}
+    for r in read_events(conn, CONTROL.lineage, LineageRange, idle_s=0.5):
+        if r.stream == stream:
+            ranges[r.key()] = r
+    runs = sorted((r.partition, r.role.value, r.version, r.records) for r in ranges.values())
+    want: dict[tuple[int, str, int], int] = {}
+    for (part, _), p in _one_each(preds).items():
+        role = "canary" if p["model_version"] == half.version else "production"
+        want[(part, role, p["model_version"])] = want.get((part, role, p["model_version"]), 0) + 1
+    assert runs == sorted((*k, n) for k, n in want.items())
 
 
 def test_steps_advance_by_records_and_the_last_promotes(
