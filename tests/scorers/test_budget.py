@@ -154,9 +154,11 @@ def test_the_scorer_creates_its_topics_with_min_insync_replicas(broker: str, dfs
     s = Settings(bootstrap=broker, dfs_root=dfs, replication_factor=2, min_insync_replicas=2)
     stream = f"s{uuid.uuid4().hex[:6]}"
     specs = scorer_topics(s, stream)  # the specs ensure_topics gets (the broker has one node)
-    assert {sp.name for sp in specs} == {topics.data_topic(stream),
-                                         topics.predictions_topic(stream),
-                                         topics.dlq_topic(stream), topics.MODEL_EVENTS}
+    control = topics.ControlTopics()
+    assert {sp.name for sp in specs} == {
+        topics.data_topic(stream), topics.predictions_topic(stream), topics.dlq_topic(stream),
+        control.models, control.jobs, control.rollout, control.rollout_live, control.drift,
+        control.lineage}
     assert all(sp.config.get("min.insync.replicas") == "2" for sp in specs)
 
 
