@@ -430,3 +430,6 @@ def register(app: typer.Typer) -> None:
 
 
 __all__ = ["PermanentError", "register"]
+
+
+from headrace.cli import shadow_cmd as _shadow_cmd  # noqa: E402,F401  (models shadow)
