@@ -23,7 +23,7 @@ import numpy as np
 
 from headrace.contracts import LiveCounts, RolloutRole, parse
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.reading import Follower
+from headrace.streams.reading import Follower, follow_ends
 
 log = logging.getLogger(__name__)
 
@@ -246,10 +246,11 @@ class LiveCountsFollower:
     def _run(self, stop: threading.Event) -> None:
         follower = Follower(self.conn, [self.topic], from_beginning=True)
         try:
+            ends = follow_ends(self.conn, self.topic)  # idle means caught up only past them
             while not stop.is_set():
                 records = follower.poll(0.2, max_messages=5000)
                 if not records:
-                    if self._idle_since is None:
+                    if self._idle_since is None and follower.reached(ends):
                         self._idle_since = time.monotonic()
                     continue
                 self._idle_since = None
