@@ -50,7 +50,7 @@ def test_shadow_predictions_and_live_matrix_equal_an_offline_recount(
     start_shadow(root=dfs, conn=conn, ref=f"{stream}:2", topics=topics)
     n = 1200
     send_json(conn, data, rows(n))
-    with ready_scorer(settings, conn, batch_size=100) as scorer:
+    with ready_scorer(settings, conn, batch_size=100, shadow_budget_ms=5000) as scorer:
         prod = read_topic(conn, predictions_topic(stream), expect=n)
         shadow = read_topic(conn, shadow_topic(stream), expect=n)
         eventually(lambda: summed(live_counts(conn, topics, stream))["rows"] == n,

@@ -5,7 +5,6 @@ published but not committed are delivered again and must not be counted twice)."
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.topics import ControlTopics, shadow_topic
 from tests.scorers.conftest import eventually, publish_tf, read_topic, rows, send_json
 from tests.scorers.shadow_helpers import live_counts, matrix, offline_labels, summed
-from tests.scorers.test_process_faults import _spawn
+from tests.scorers.test_process_faults import _committed, _spawn
 
 pytestmark = pytest.mark.slow
 
@@ -28,28 +27,32 @@ def test_live_matrix_after_kill_9_and_restart_equals_the_offline_recount(
     publish_tf(dfs, stream, seed=3, alias=False)
     topics = ControlTopics.of(settings)
     start_shadow(root=dfs, conn=conn, ref=f"{stream}:2", topics=topics)
-    n, head = 4000, 800
-    send_json(conn, data, rows(head))
+    n = 12_000
+    send_json(conn, data, rows(n))  # a backlog: the scorer is busy, a batch always in flight
     env = {"HEADRACE_SCORER_STREAM": stream, "HEADRACE_SCORER_PARTITIONS": "0,1,2",
-           "HEADRACE_SCORER_HTTP_PORT": "0", "HEADRACE_SCORER_BATCH_SIZE": "150",
-           "HEADRACE_SCORER_DEVICE": "cpu"}
+           "HEADRACE_SCORER_HTTP_PORT": "0", "HEADRACE_SCORER_BATCH_SIZE": "100",
+           "HEADRACE_SCORER_DEVICE": "cpu",
+           "HEADRACE_SCORER_SHADOW_BUDGET_MS": "5000"}  # counting, not the budget
     first = _spawn(settings, cli=False, **env)
-    tail = rows(n - head, seed=3)
-    feeder = threading.Thread(target=lambda: [
-        send_json(conn, data, tail[s:s + 200], start=head + s)
-        for s in range(0, len(tail), 200) if not time.sleep(0.1)], daemon=True)
     try:
         eventually(lambda: partition_count(conn, shadow_topic(stream)), timeout_s=90,
                    what="the shadow topic")
         read_topic(conn, shadow_topic(stream), expect=500, settle_s=0, timeout_s=90)
-        feeder.start()
-        time.sleep(0.5)
+        # Kill it where next_offset matters: a batch's counts published, its offsets not yet
+        # committed (freeze the process, look, let it go on until that moment comes).
+        for _ in range(100):
+            first.send_signal(signal.SIGSTOP)
+            if _counted_past_commit(conn, topics, stream, data):
+                break
+            first.send_signal(signal.SIGCONT)
+            time.sleep(0.02)
+        else:
+            pytest.fail("never caught a batch counted but not committed")
         first.kill()  # SIGKILL: no flush, no commit, no last snapshot
         first.wait(10)
     finally:
         if first.poll() is None:
             first.kill()
-    feeder.join(30)
     at_kill = summed(live_counts(conn, topics, stream))["rows"]
     assert 0 < at_kill < n, "the kill came too late to be mid-stream"
     second = _spawn(settings, cli=False, **env)
@@ -66,3 +69,10 @@ def test_live_matrix_after_kill_9_and_restart_equals_the_offline_recount(
     assert len(a) == n
     assert got["rows"] == n and got["candidate_errors"] == 0
     assert got["matrix"] == matrix(got["classes"], a, b)
+
+
+def _counted_past_commit(conn: KafkaConnection, topics: ControlTopics, stream: str,
+                         data: str) -> bool:
+    committed = _committed(conn, stream, data)
+    return any(lc.next_offset > committed.get(p, 0)
+               for p, lc in live_counts(conn, topics, stream).items())
