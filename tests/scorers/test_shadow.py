@@ -17,8 +17,14 @@ from headrace.core.settings import Settings
 from headrace.ops.rollout_control import start_shadow
 from headrace.scorers import shadow_tap
 from headrace.scorers.models import LoadedModel
-from headrace.streams.clients import KafkaConnection
-from headrace.streams.topics import ControlTopics, predictions_topic, shadow_topic
+from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
+from headrace.streams.topics import (
+    ControlTopics,
+    TopicSpec,
+    labels_topic,
+    predictions_topic,
+    shadow_topic,
+)
 from tests.scorers.conftest import (
     eventually,
     http_get,
@@ -135,3 +141,50 @@ def test_a_crashing_candidate_never_fails_a_production_row(
     _wrapped(monkeypatch, crash)
     _production_alone(settings, conn, dfs, data, stream, reasons={"error"})
     assert read_topic(conn, f"data.{stream}.dlq", expect=1, timeout_s=1) == []
+
+
+def test_labels_join_both_versions_and_their_truth_matrices_equal_the_offline_ones(
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
+    publish_tf(dfs, stream, seed=0)
+    publish_tf(dfs, stream, seed=3, alias=False)
+    topics = ControlTopics.of(settings)
+    ensure_topics(conn, [TopicSpec(labels_topic(stream), 3, "labels")])
+    start_shadow(root=dfs, conn=conn, ref=f"{stream}:2", topics=topics)
+    n = 600
+    records = rows(n)
+    truth = {f"k{i}".encode(): "yes" if r["a"] + r["b"] > 0 else "no"
+             for i, r in enumerate(records)}
+    keys = list(truth)
+    early, late = keys[:200], keys[200:450]  # labels before their records, and after
+
+    def send_labels(which: list[bytes]) -> None:
+        p = make_producer(conn)
+        for k in which:
+            p.produce(labels_topic(stream), json.dumps({"label": truth.get(k, "no")}).encode(),
+                      k)
+        assert p.flush(15) == 0
+
+    send_labels(early)
+    with ready_scorer(settings, conn, batch_size=100, shadow_budget_ms=5000) as scorer:
+        send_json(conn, data, records)
+        read_topic(conn, shadow_topic(stream), expect=n)
+        send_labels(late)
+        send_labels([b"nobody"])  # a label with no prediction: waits, never joins
+        port = scorer.http_port
+        eventually(lambda: _metric(port, "headrace_live_labelled") == 450,
+                   what="450 labels joined")
+        accuracy = {v: _metric(port, "headrace_live_accuracy", version=v)
+                    for v in ("production", "candidate")}
+    # Labels joined after the last batch are persisted when the scorer stops.
+    got = summed(live_counts(conn, topics, stream))
+    a = offline_labels(dfs, f"{stream}:1", conn, stream)
+    b = offline_labels(dfs, f"{stream}:2", conn, stream)
+    labelled = early + late
+    assert got["labelled"] == 450
+    assert got["production_truth"] == matrix(got["classes"], truth, a, labelled)
+    assert got["candidate_truth"] == matrix(got["classes"], truth, b, labelled)
+    assert accuracy["production"] == pytest.approx(
+        sum(a[k] == truth[k] for k in labelled) / 450)
+    assert accuracy["candidate"] == pytest.approx(
+        sum(b[k] == truth[k] for k in labelled) / 450)
+    assert got["production_truth"] != got["candidate_truth"]
