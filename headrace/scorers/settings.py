@@ -90,7 +90,7 @@ class ScorerSettings(BaseSettings):
                     "this many milliseconds plus shadow_budget_share of the time production "
                     "took to score the batch; a candidate over it is dropped for the batch.")
     shadow_budget_share: float = Field(
-        default=0.5, ge=0.0, le=100.0,
+        default=1.0, ge=0.0, le=100.0,
         description="The share of production's scoring time a shadow candidate may add to a "
                     "batch (on top of shadow_budget_ms).")
     label_window_records: int = Field(
