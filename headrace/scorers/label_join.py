@@ -94,6 +94,7 @@ class LabelJoin:
         now = self.clock()
         joins: list[tuple[int, str, int, int]] = []
         with self._lock:
+            self._expire(now)  # a label past the window never joins
             for key, part, p, c in zip(keys, partitions.tolist(), production.tolist(),
                                        candidate.tolist(), strict=True):
                 if key is None:
@@ -116,6 +117,7 @@ class LabelJoin:
     def labelled(self, key: bytes, truth: str) -> None:
         now = self.clock()
         with self._lock:
+            self._expire(now)  # a prediction past the window never joins
             waiting = self._preds.get(key)
             if not waiting:
                 self._seq += 1
