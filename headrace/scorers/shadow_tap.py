@@ -238,8 +238,11 @@ class ShadowTap:
         ps = (scored.scores[0].reshape(len(pm), -1) if scored.scores
               else np.zeros((0, len(comp.classes)), np.float32))
         if run is not None and len(pm):
-            _, ip, ic = np.intersect1d((pm << 32) | prow, (run.message << 32) | run.row,
-                                       assume_unique=True, return_indices=True)
+            if np.array_equal(pm, run.message) and np.array_equal(prow, run.row):
+                ip = ic = np.arange(len(pm))  # the same rows (production's decoded inputs)
+            else:
+                _, ip, ic = np.intersect1d((pm << 32) | prow, (run.message << 32) | run.row,
+                                           assume_unique=True, return_indices=True)
             cs = run.scores[ic]
             c_idx = self._maps[(comp.pair.production_version, comp.pair.candidate_version)][
                 np.argmax(cs, axis=1)] if len(cs) else np.zeros(0, np.int64)
