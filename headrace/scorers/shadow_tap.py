@@ -142,6 +142,14 @@ class ShadowTap:
                                                      self.join, self.stop),
                          name="labels", daemon=True).start()
 
+    def watch(self) -> None:
+        """Start loading a new candidate as soon as the rollout names it, not at the next
+        batch (a thread, until the tap closes)."""
+        while not self.stop.wait(0.5):
+            version = self.wanted()
+            if version is not None:
+                self._ready(version)
+
     def _ready(self, version: int) -> LoadedModel | None:
         with self._lock:
             cand = self._candidate
@@ -321,6 +329,7 @@ def make_shadow_tap(ctx: TapContext) -> Tap | None:
     if version is not None:
         tap._loading = version
         tap.prepare(version)
+    threading.Thread(target=tap.watch, name="shadow-watch", daemon=True).start()
     return tap
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from headrace.core.settings import Settings
+from headrace.models import load
 from headrace.ops.rollout_control import start_shadow
 from headrace.scorers import shadow_tap
 from headrace.scorers.models import LoadedModel
@@ -188,3 +189,35 @@ def test_labels_join_both_versions_and_their_truth_matrices_equal_the_offline_on
     assert accuracy["candidate"] == pytest.approx(
         sum(b[k] == truth[k] for k in labelled) / 450)
     assert got["production_truth"] != got["candidate_truth"]
+
+
+def test_a_candidate_on_a_subset_of_the_columns_is_sliced_and_one_on_other_columns_decoded(
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
+    publish_tf(dfs, stream, seed=0, features=("a", "b", "c", "d", "e"))
+    publish_tf(dfs, stream, seed=3, alias=False, features=("d", "a"))  # a subset, reordered
+    publish_tf(dfs, stream, seed=4, alias=False, features=("a", "b", "f"))  # "f": not in prod
+    topics = ControlTopics.of(settings)
+    start_shadow(root=dfs, conn=conn, ref=f"{stream}:2", topics=topics)
+    records = rows(300, features=("a", "b", "c", "d", "e", "f"))
+    with ready_scorer(settings, conn, batch_size=100, shadow_budget_ms=5000) as scorer:
+        send_json(conn, data, records)
+        sliced = read_topic(conn, shadow_topic(stream), expect=300)
+        assert _metric(scorer.http_port, "headrace_shadow_decoded_again_total") == 0
+        start_shadow(root=dfs, conn=conn, ref=f"{stream}:3", topics=topics)
+        eventually(lambda: _metric(scorer.http_port, "headrace_shadow_dropped_rows_total")
+                   == 0 and scorer.worker is not None and any(
+                       getattr(t, "_candidate", None) is not None
+                       and t._candidate.version == 3 for t in scorer.worker.taps),
+                   what="candidate 3 loaded")
+        send_json(conn, data, records, key_prefix="x")
+        eventually(lambda: _metric(scorer.http_port, "headrace_shadow_rows_total",
+                                   candidate=f"{stream}:3") == 300, what="candidate 3's rows")
+        assert _metric(scorer.http_port, "headrace_shadow_decoded_again_total") > 0
+        both = read_topic(conn, shadow_topic(stream), expect=600)
+    for version, msgs in ((2, sliced), (3, [m for m in both if m.key().startswith(b"x")])):
+        offline = load(f"{stream}:{version}", dfs_root=dfs).predict(records)
+        got = {m.key(): json.loads(m.value()) for m in msgs}
+        assert len(got) == 300 and {p["model_version"] for p in got.values()} == {version}
+        prefix = "k" if version == 2 else "x"
+        assert [got[f"{prefix}{i}".encode()]["label"] for i in range(300)] == [
+            p["label"] for p in offline]
