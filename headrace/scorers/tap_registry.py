@@ -1,3 +1,5 @@
-"""Every scorer tap, registered by importing its module (one line per tap)."""
+"""Imports every scorer tap module, so each registers its factory (``taps.register``).
+One line per tap."""
 
-from headrace.scorers import shadow_tap  # noqa: F401  (shadow scoring, live comparison)
+import headrace.scorers.shadow_tap  # noqa: F401  (shadow scoring, live comparison)
+from headrace.scorers import lineage_tap  # noqa: F401
