@@ -15,6 +15,7 @@ import pytest
 
 from headrace.core.settings import Settings
 from headrace.models import load
+from headrace.ops.live_evidence import compare
 from headrace.ops.rollout_control import start_shadow
 from headrace.scorers import shadow_tap
 from headrace.scorers.models import LoadedModel
@@ -78,6 +79,9 @@ def test_shadow_predictions_and_live_matrix_equal_an_offline_recount(
     assert agreement == pytest.approx(agree / n)
     # The shadow's predictions are the candidate's, record by record.
     assert {m.key(): json.loads(m.value())["label"] for m in shadow} == b
+    # What `headrace models compare` reads from the topic is the same.
+    ev = compare(conn, topics, stream=stream, name=stream, a=1, b=2)
+    assert ev.rows == n and ev.matrix.tolist() == got["matrix"]
 
 
 def _wrapped(monkeypatch: pytest.MonkeyPatch, fn: Any) -> None:
