@@ -10,6 +10,8 @@ from rich.console import Console
 
 from headrace.cli import _context
 from headrace.cli.trainers_cmd import PrefixOpt, _topics, models_app
+from headrace.contracts import RolloutRole
+from headrace.core.errors import PermanentError
 from headrace.ops import rollout_control
 
 console = Console()
@@ -31,8 +33,14 @@ def models_shadow(
     topics = _topics(ctx, topic_prefix)
     if stop:
         name = ref.partition(":")[0]
-        st = rollout_control.stop_rollout(conn=_context.connection(ctx), stream=stream or name,
-                                          model_name=name, topics=topics)
+        conn = _context.connection(ctx)
+        now = rollout_control.current_rollout(conn, stream or name, topics=topics)
+        if now is not None and now.role not in (None, RolloutRole.SHADOW):
+            raise PermanentError(f"stream {now.stream} runs a {now.role.value} of "
+                                 f"{now.model_name}:{now.candidate_version}, not a shadow; "
+                                 f"`models shadow --stop` stops only a shadow")
+        st = rollout_control.stop_rollout(conn=conn, stream=stream or name, model_name=name,
+                                          topics=topics)
         console.print(f"stopped the rollout of {st.model_name} on stream {st.stream}")
         return
     st = rollout_control.start_shadow(root=_context.base_settings(ctx).dfs_root,

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from headrace.cli import main
-from headrace.contracts import RolloutRole, RolloutState, parse
-from headrace.ops.rollout_control import current_rollout, start_shadow
+from headrace.contracts import Canary, RolloutRole, RolloutState, parse
+from headrace.ops.rollout_control import current_rollout, publish_rollout, start_shadow
 from headrace.store.versions import VersionNotFound
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.topics import ControlTopics
@@ -53,3 +53,15 @@ def test_shadow_of_a_missing_version_is_refused_in_one_line_and_publishes_nothin
     with pytest.raises(VersionNotFound):
         start_shadow(root=dfs, conn=conn, ref="nope:1", topics=topics)
     assert current_rollout(conn, "m", topics=topics) is None
+
+
+def test_stop_refuses_to_clear_a_canary(broker: str, conn: KafkaConnection, dfs: Path,
+                                        topics: ControlTopics,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    publish_rollout(conn, topics, RolloutState(
+        stream="s2", model_name="m", candidate_version=2, role=RolloutRole.CANARY,
+        canary=Canary(percent=5, salt="x")))
+    assert _cli(broker, dfs, topics, "m", "--stream", "s2", "--stop") != 0
+    assert "runs a canary of m:2, not a shadow" in capsys.readouterr().err
+    latest = current_rollout(conn, "s2", topics=topics)
+    assert latest is not None and latest.role == RolloutRole.CANARY
