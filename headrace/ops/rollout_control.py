@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from headrace.contracts import RolloutRole, RolloutState, parse
-from headrace.core.errors import ValidationFailed
+from headrace.core.errors import PermanentError, ValidationFailed
 from headrace.core.naming import check_name
 from headrace.store.versions import load_version
 from headrace.streams.clients import KafkaConnection, ensure_topics
@@ -45,10 +45,14 @@ def start_shadow(*, root: Path, conn: KafkaConnection, ref: str, stream: str | N
     """Make every scorer of ``stream`` (default: the model's name) also run ``ref`` as a shadow.
 
     The version must exist and verify (every file's sha256): scorers would refuse it anyway,
-    but silently, one log line per replica."""
+    but silently, one log line per replica. A running canary is not replaced."""
     name, version = parse_ref(ref)
     stream = check_name(stream or name, what="stream name")
     load_version(root, name, version)  # VersionNotFound / IntegrityError: one line
+    now = current_rollout(conn, stream, topics=topics)
+    if now is not None and now.candidate_version is not None and now.role == RolloutRole.CANARY:
+        raise PermanentError(f"stream {stream} runs a canary of {now.model_name}:"
+                             f"{now.candidate_version}; stop it before starting a shadow")
     state = RolloutState(stream=stream, model_name=name, candidate_version=version,
                          role=RolloutRole.SHADOW, reason=reason or "shadow started")
     return publish_rollout(conn, topics, state)

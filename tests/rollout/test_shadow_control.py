@@ -55,7 +55,7 @@ def test_shadow_of_a_missing_version_is_refused_in_one_line_and_publishes_nothin
     assert current_rollout(conn, "m", topics=topics) is None
 
 
-def test_stop_refuses_to_clear_a_canary(broker: str, conn: KafkaConnection, dfs: Path,
+def test_shadow_neither_clears_nor_replaces_a_canary(broker: str, conn: KafkaConnection, dfs: Path,
                                         topics: ControlTopics,
                                         capsys: pytest.CaptureFixture[str]) -> None:
     publish_rollout(conn, topics, RolloutState(
@@ -63,5 +63,8 @@ def test_stop_refuses_to_clear_a_canary(broker: str, conn: KafkaConnection, dfs:
         canary=Canary(percent=5, salt="x")))
     assert _cli(broker, dfs, topics, "m", "--stream", "s2", "--stop") != 0
     assert "runs a canary of m:2, not a shadow" in capsys.readouterr().err
+    publish_tf(dfs, "m")
+    assert _cli(broker, dfs, topics, "m:1", "--stream", "s2") != 0
+    assert "runs a canary of m:2; stop it" in capsys.readouterr().err
     latest = current_rollout(conn, "s2", topics=topics)
     assert latest is not None and latest.role == RolloutRole.CANARY
