@@ -81,15 +81,25 @@ def _time_model_calls() -> None:
 
 
 def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: int,
-                    batch_size: int, max_wait_ms: int, idempotent: bool) -> dict[str, Any]:
+                    batch_size: int, max_wait_ms: int, idempotent: bool,
+                    shadow: bool = False) -> dict[str, Any]:
     """The real scorer on a preloaded (or paced) stream; the clock starts at its first batch
-    out (steady state), as in bench_scoring; decode helpers' RSS is added."""
+    out (steady state), as in bench_scoring; decode helpers' RSS is added. ``shadow``: version
+    2 of the model shadows production on the stream."""
     from headrace.core.settings import load_settings
     from headrace.scorers.serving import Scorer
     from headrace.scorers.settings import load_scorer_settings
 
     _time_model_calls()
     settings = load_settings(bootstrap=bootstrap, dfs_root=dfs, streams=[stream], partitions=1)
+    if shadow:
+        from pathlib import Path
+
+        from headrace.ops.rollout_control import start_shadow
+        from headrace.streams.topics import ControlTopics
+
+        start_shadow(root=Path(dfs), conn=_conn(bootstrap), ref=f"{model}:2", stream=stream,
+                     topics=ControlTopics.of(settings))
     scorer = Scorer(settings, load_scorer_settings(
         stream=stream, model=model, partitions="0", http_port=0, http_host="127.0.0.1",
         batch_size=batch_size, max_wait_ms=max_wait_ms, device="cpu", idempotent=idempotent),

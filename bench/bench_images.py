@@ -89,10 +89,10 @@ def arrow_messages(imgs: list[bytes], rows: int = ARROW_ROWS) -> list[bytes]:
             for s in range(0, len(imgs), rows)]
 
 
-def build_keras(family: str) -> Any:
+def build_keras(family: str, seed: int = 0) -> Any:
     import keras
 
-    keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(seed)
     inp = keras.Input((SIZE, SIZE, 3), name="image")
     if family == "mobilenet_v2":
         x = keras.layers.Rescaling(1 / 127.5, offset=-1)(inp)  # MobileNetV2's preprocessing
@@ -118,21 +118,30 @@ def build_keras(family: str) -> Any:
     return keras.Model(inp, out)
 
 
-def publish(root: Path, family: str) -> None:
+def publish(root: Path, family: str, *, candidate: bool = False) -> None:
+    """Version 1 (production); with ``candidate``, also version 2 (other weights, the shadow
+    candidate)."""
+    _publish(root, family, seed=0, alias=True)
+    if candidate:
+        _publish(root, family, seed=1, alias=False)
+
+
+def _publish(root: Path, family: str, *, seed: int, alias: bool) -> None:
     from headrace.store.manifest import Manifest
     from headrace.store.signature import InputKind, ModelInput, ModelOutput, OutputKind
     from headrace.store.versions import publish as put
     from headrace.store.versions import set_alias
 
     side = 224 if family == "resnet50" else SIZE
-    model = build_keras(family)
+    model = build_keras(family, seed)
     m = Manifest(name=family.replace("_", ""), framework="tensorflow", task="classifier",
                  features=(), label="y", classes=CLASSES, family=family,
                  inputs=(ModelInput(name="image", kind=InputKind.IMAGE, height=side, width=side,
                                     channels=3),),
                  outputs=(ModelOutput(name="digit", kind=OutputKind.CLASSES, classes=CLASSES),))
     mv = put(root, m, lambda d: model.save(d / "model.keras"))
-    set_alias(root, m.name, mv.version)
+    if alias:
+        set_alias(root, m.name, mv.version)
 
 
 def _keras_file(a: argparse.Namespace) -> Path:
@@ -169,7 +178,7 @@ def contender_app(a: argparse.Namespace) -> dict[str, Any]:
 def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
     return c.headrace_scorer(bootstrap=a.bootstrap, dfs=a.dfs, stream=a.stream, model=a.model,
                              rows=a.rows, batch_size=a.batch_size, max_wait_ms=a.max_wait_ms,
-                             idempotent=a.idempotent)
+                             idempotent=a.idempotent, shadow=a.shadow)
 
 
 def _loaded(a: argparse.Namespace) -> Any:
@@ -274,6 +283,12 @@ def bench_model(family: str, a: argparse.Namespace, bootstrap: str, dfs: Path) -
         c.load_topic(bootstrap, i, arrow, hdr.ARROW, key_prefix="b")
         results[arrow_k] = c.run_child(script, "headrace", stream=s, rows=n_batch, **run,
                                        **common)
+    if "shadow" in a.only.split(","):  # opt-in: the scorer with a shadow candidate, off/on
+        for shadow in (False, True):
+            s, i, o = c.stream_topics(bootstrap, "w")
+            c.load_topic(bootstrap, i, recs[:n_batch], hdr.JSON)
+            results[f"{json_k}, shadow {'on' if shadow else 'off'}"] = c.run_child(
+                script, "headrace", stream=s, rows=n_batch, shadow=shadow, **run, **common)
     if want("kafka-ml"):
         s, i, o = c.stream_topics(bootstrap, "k")
         c.load_topic(bootstrap, i, recs[:n_kml], hdr.JSON)
@@ -385,7 +400,7 @@ def parent_main(a: argparse.Namespace) -> None:
               f"cpus {os.cpu_count()}; load {os.getloadavg()[0]:.1f}; producers "
               f"{'idempotent' if a.idempotent else 'non-idempotent'}", flush=True)
         for family in a.models.split(","):
-            publish(dfs, family)
+            publish(dfs, family, candidate="shadow" in a.only.split(","))
             bench_model(family, a, bootstrap, dfs)
         if a.gpu:
             gpu_resnet(a, bootstrap, dfs)
@@ -401,13 +416,16 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=0.0,
                    help="offered images/s for the latency runs (default 4 MobileNetV2, 15 cnn)")
     p.add_argument("--only", default="",
-                   help="contenders to run: model,headrace,kafka-ml,app,mlserver,latency")
+                   help="contenders to run: model,headrace,kafka-ml,app,mlserver,latency; "
+                        "shadow (only when named): headrace JSON with a shadow candidate "
+                        "off and on")
     p.add_argument("--jpeg", action="store_true", help="JPEG instead of PNG")
     p.add_argument("--gpu", action="store_true", help="ResNet-50 on the GPU, if one is visible")
     p.add_argument("--bootstrap", default=None, help="a Kafka to use (default: embedded)")
     p.add_argument("--idempotent", action="store_true",
                    help="idempotent producers (the scorer's default); see bench_scoring.py")
     p.add_argument("--contender", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--shadow", action="store_true", help=argparse.SUPPRESS)
     for opt in ("input", "output", "stream", "dfs", "model"):
         p.add_argument(f"--{opt}", default=None, help=argparse.SUPPRESS)
     p.add_argument("--device", default="cpu", help=argparse.SUPPRESS)

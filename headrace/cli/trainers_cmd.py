@@ -445,3 +445,4 @@ def register(app: typer.Typer) -> None:
 __all__ = ["PermanentError", "register"]
 
 from headrace.cli import canary_cmd  # noqa: E402, F401  (attaches ``models canary``)
+from headrace.cli import shadow_cmd as _shadow_cmd  # noqa: E402,F401  (models shadow)

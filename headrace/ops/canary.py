@@ -16,12 +16,11 @@ from pathlib import Path
 from headrace.contracts import Canary, JobEventKind, RolloutRole, RolloutState
 from headrace.core.errors import ValidationFailed
 from headrace.core.naming import check_name
-from headrace.ops.rollout_control import publish_rollout
+from headrace.ops.rollout_control import current_rollout, publish_rollout
 from headrace.scorers.canary_outcomes import audit_event
 from headrace.store.versions import PRODUCTION, read_alias, resolve
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import send_events
-from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 
 
@@ -89,21 +88,13 @@ def publish_canary(*, conn: KafkaConnection, topics: ControlTopics, state: Rollo
     return state
 
 
-def current_rollout(conn: KafkaConnection, topics: ControlTopics, stream: str
-                    ) -> RolloutState | None:
-    """The stream's latest rollout state (None: never set), read from the compacted topic."""
-    states = [s for s in read_events(conn, topics.rollout, RolloutState, idle_s=0.5)
-              if s.stream == stream]
-    return states[-1] if states else None
-
-
 def stop_canary(*, conn: KafkaConnection, topics: ControlTopics, stream: str, name: str,
                 reason: str = "stopped by the operator") -> RolloutState | None:
     """End the stream's canary of model ``name`` (production scores every record again); the
     state that was running (None: there was no canary of ``name``)."""
     check_name(stream, what="stream name")
     ensure_topics(conn, topics.specs())
-    was = current_rollout(conn, topics, stream)
+    was = current_rollout(conn, stream, topics=topics)
     if (was is None or was.role != RolloutRole.CANARY or was.candidate_version is None
             or was.model_name != name):
         return None

@@ -13,6 +13,7 @@ tied to their message (and Arrow row), the bad rows as ``BadInput``s; then the r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -54,6 +55,7 @@ class Outputs:
     inputs: Features | Decoded | None = None
     scores: list[np.ndarray] = field(default_factory=list)
     side: list[SideOutput] = field(default_factory=list)
+    score_s: float = 0.0  # decode + model + format: a shadow's budget is a share of it
 
     def json_messages(self) -> np.ndarray:
         """The message each JSON value came from, in ``json_values`` order."""
@@ -75,6 +77,13 @@ class ScoringCore:
               ahead: DecodedAhead | Decoded | None = None) -> Outputs:
         """Everything ``batch`` publishes when scored by ``model``; ``ahead``: the batch as
         the decode helpers (tabular) or the decode thread (signature) already decoded it."""
+        t0 = time.perf_counter()
+        out = self._score(batch, model, ahead)
+        out.score_s = time.perf_counter() - t0
+        return out
+
+    def _score(self, batch: RawBatch, model: LoadedModel,
+               ahead: DecodedAhead | Decoded | None) -> Outputs:
         if not model.tabular:
             return self.score_signature(batch, model,
                                         ahead if isinstance(ahead, Decoded) else None)
@@ -88,14 +97,24 @@ class ScoringCore:
             scores = scores[keep]
             feats = Features(feats.x[keep], feats.message[keep], feats.row[keep],
                              feats.is_arrow, feats.arrow_tables, feats.bad)
-        out = Outputs(letters=[self._letter(batch, feats, b) for b in bad], inputs=feats,
-                      scores=[scores])
-        out.scored_rows = feats.num_rows
-        out.row_timestamps_ms = batch.timestamps_ms[feats.message]
-        row_is_arrow = feats.is_arrow[feats.message]
-        self._json(batch, feats, scores, model, ~row_is_arrow, out)
+        out = self.format(batch, model, feats, [scores])
+        out.letters = [self._letter(batch, feats, b) for b in bad]
+        return out
+
+    def format(self, batch: RawBatch, model: LoadedModel, inputs: Features | Decoded,
+               scores: list[np.ndarray]) -> Outputs:
+        """The predictions ``model`` publishes for rows already decoded and scored (one row of
+        ``scores`` per row of ``inputs``), without dead letters: the formatting step of
+        ``score``, for a shadow candidate run on production's decoded rows."""
+        if isinstance(inputs, Decoded):
+            return self._format_signature(batch, model, inputs, scores)
+        out = Outputs(inputs=inputs, scores=scores)
+        out.scored_rows = inputs.num_rows
+        out.row_timestamps_ms = batch.timestamps_ms[inputs.message]
+        row_is_arrow = inputs.is_arrow[inputs.message]
+        self._json(batch, inputs, scores[0], model, ~row_is_arrow, out)
         if row_is_arrow.any():
-            self._arrow(batch, feats, scores, model, row_is_arrow, out)
+            self._arrow(batch, inputs, scores[0], model, row_is_arrow, out)
         return out
 
     def score_signature(self, batch: RawBatch, model: LoadedModel,
@@ -109,8 +128,13 @@ class ScoringCore:
         if keep is not None:
             ys = [y[keep] for y in ys]
             decoded = decoded.take(keep)
-        out = Outputs(letters=[self._letter(batch, decoded, b) for b in bad],
-                      image_conversions=dict(decoded.conversions), inputs=decoded, scores=ys)
+        out = self._format_signature(batch, model, decoded, ys)
+        out.letters = [self._letter(batch, decoded, b) for b in bad]
+        return out
+
+    def _format_signature(self, batch: RawBatch, model: LoadedModel, decoded: Decoded,
+                          ys: list[np.ndarray]) -> Outputs:
+        out = Outputs(image_conversions=dict(decoded.conversions), inputs=decoded, scores=ys)
         msgs = decoded.message
         out.scored_rows = len(msgs)
         out.row_timestamps_ms = batch.timestamps_ms[msgs]

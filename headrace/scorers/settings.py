@@ -84,6 +84,23 @@ class ScorerSettings(BaseSettings):
     model_timeout_s: float = Field(default=60.0, gt=0, le=3600,
                                    description="Wait for a first model this long before retrying.")
 
+    shadow_budget_ms: float = Field(
+        default=5.0, ge=0.0, le=60_000,
+        description="A shadow candidate may delay a batch's production predictions by at most "
+                    "this many milliseconds plus shadow_budget_share of the time production "
+                    "took to score the batch; a candidate over it is dropped for the batch.")
+    shadow_budget_share: float = Field(
+        default=1.0, ge=0.0, le=100.0,
+        description="The share of production's scoring time a shadow candidate may add to a "
+                    "batch (on top of shadow_budget_ms).")
+    label_window_records: int = Field(
+        default=100_000, ge=1, le=100_000_000,
+        description="Predictions (and early labels) kept waiting for their label "
+                    "(labels.<stream>); the oldest goes first.")
+    label_window_s: float = Field(
+        default=3600.0, gt=0, le=30 * 24 * 3600,
+        description="A prediction and its label join only within this many seconds.")
+
     @field_validator("stream")
     @classmethod
     def _stream(cls, value: str) -> str:

@@ -351,6 +351,11 @@ class Follower:
         self._assigned: set[str] = set()
         self._consumer = _reader(conn, "follow")
         self._next_check = 0.0
+        self.positions: dict[tuple[str, int], int] = {}  # (topic, partition) -> next offset
+
+    def reached(self, ends: Mapping[tuple[str, int], int]) -> bool:
+        """Whether every record before ``ends`` (e.g. from ``follow_ends``) has been read."""
+        return all(self.positions.get(tp, 0) >= end for tp, end in ends.items())
 
     def _assign_new(self) -> None:
         now = time.monotonic()
@@ -375,10 +380,28 @@ class Follower:
             msgs = _consume(self._consumer, max_messages, timeout_s)
         except KafkaException:
             return []
-        return [record_of(m) for m in msgs if m.error() is None]
+        out = [record_of(m) for m in msgs if m.error() is None]
+        for r in out:
+            tp = (r.topic, r.partition)
+            self.positions[tp] = max(self.positions.get(tp, 0), r.offset + 1)
+        return out
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def follow_ends(conn: KafkaConnection, topic: str) -> dict[tuple[str, int], int]:
+    """Where ``topic``'s partitions end now, verified by reading (Tansu's high watermark can
+    be low): a ``Follower`` that ``reached`` them has read the topic to its end. Empty when
+    the topic is missing or cannot be read (the caller falls back to idleness)."""
+    try:
+        n = partition_count(conn, topic)
+        if not n:
+            return {}
+        return {(topic, p): end for p, (lo, end) in probe_ends(conn, topic, range(n)).items()
+                if end > lo}
+    except (KafkaException, RetriableError, FatalError):
+        return {}
 
 
 def _start_offsets(consumer: Any, topic: str, parts: list[int], since_ms: int | None

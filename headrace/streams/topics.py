@@ -30,6 +30,21 @@ def dlq_topic(stream: str) -> str:
     return f"data.{check_name(stream, what='stream name')}.dlq"
 
 
+def shadow_topic(stream: str) -> str:
+    """A shadow candidate's predictions (same format as ``predictions_topic``)."""
+    return f"predictions.{check_name(stream, what='stream name')}.shadow"
+
+
+def labels_topic(stream: str) -> str:
+    """Truth that arrives after the records, keyed like them (live accuracy of a rollout)."""
+    return f"labels.{check_name(stream, what='stream name')}"
+
+
+def shadow_spec(stream: str, partitions: int) -> TopicSpec:
+    return TopicSpec(shadow_topic(stream), partitions, f"shadow predictions ({stream})",
+                     {"retention.ms": _WEEK_MS})
+
+
 def scorer_group(stream: str) -> str:
     return f"headrace-scorer.{check_name(stream, what='stream name')}"
 

@@ -10,9 +10,8 @@ import pytest
 
 from headrace.cli import main
 from headrace.contracts import RolloutRole
-from headrace.ops.canary import current_rollout
+from headrace.ops.rollout_control import current_rollout
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.topics import ControlTopics
 from tests.scorers.conftest import publish_tf
 
 
@@ -33,14 +32,14 @@ def test_canary_starts_and_stops_on_the_streams_state(
                  "--steps", "25,50,100", "--min-records", "200"]) == 0
     out = capsys.readouterr().out
     assert f"canary {model}:2 on {stream}: 5% of the keys, then 25% -> 50% -> 100%" in out
-    st = current_rollout(conn, ControlTopics(), stream)
+    st = current_rollout(conn, stream)
     assert st is not None and st.role == RolloutRole.CANARY and st.candidate_version == 2
     assert st.canary is not None and (st.canary.percent, st.canary.steps,
                                       st.canary.min_records) == (5, [25, 50, 100], 200)
     assert f"salt {st.canary.salt}" in out
     assert main([*base, model, "--stream", stream, "--stop"]) == 0
     assert f"stopped the canary of {model}:2 on {stream}" in capsys.readouterr().out
-    ended = current_rollout(conn, ControlTopics(), stream)
+    ended = current_rollout(conn, stream)
     assert ended is not None and ended.candidate_version is None
     assert ended.reason == "stopped by the operator"
     assert main([*base, model, "--stream", stream, "--stop"]) == 0

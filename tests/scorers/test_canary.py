@@ -24,8 +24,8 @@ from headrace.contracts import (
     RolloutState,
 )
 from headrace.core.settings import Settings
-from headrace.ops.canary import current_rollout, start_canary
-from headrace.ops.rollout_control import publish_rollout
+from headrace.ops.canary import start_canary
+from headrace.ops.rollout_control import current_rollout, publish_rollout
 from headrace.rollout import routing
 from headrace.scorers import taps
 from headrace.scorers.canary import ROLE_HEADER
@@ -175,7 +175,7 @@ def test_a_candidate_returning_nan_rolls_back_by_itself_within_one_batch(
     send_json(conn, data, rows(3000, seed=4), key_prefix="c")  # waiting: full batches of 512
     with ready_scorer(settings, conn, transactional=transactional) as scorer:
         preds = _predictions(conn, stream, 3000)
-        ended = eventually(lambda: (c := current_rollout(conn, CONTROL, stream)) is not None
+        ended = eventually(lambda: (c := current_rollout(conn, stream, topics=CONTROL)) is not None
                            and c.candidate_version is None and c, what="the rollout's end")
         metrics = http_get(scorer.http_port, "/metrics")[1].decode()
     assert (f'headrace_scorer_canary_decisions_total{{stream="{stream}",verdict="rollback"}} 1.0'
@@ -288,13 +288,13 @@ def test_steps_advance_by_records_and_the_last_promotes(
         # ~100 candidate records at 10%: under min_records, the step holds.
         send_json(conn, data, rows(1000, seed=6), key_prefix="a")
         _predictions(conn, stream, 1000)
-        state = current_rollout(conn, CONTROL, stream)
+        state = current_rollout(conn, stream, topics=CONTROL)
         assert state is not None and state.canary is not None and state.canary.percent == 10
         # ~100 more: over 150, the canary steps to 50%; ~1000 at 50%: over 150, it promotes
         # (the audit trail below shows both).
         send_json(conn, data, rows(1000, seed=7), key_prefix="b")
         send_json(conn, data, rows(2000, seed=8), key_prefix="c")
-        eventually(lambda: (c := current_rollout(conn, CONTROL, stream)) is not None
+        eventually(lambda: (c := current_rollout(conn, stream, topics=CONTROL)) is not None
                    and c.candidate_version is None, what="the canary's end")
         eventually(lambda: scorer.holder.current is not None
                    and scorer.holder.current.version == v2.version, what="v2 swapped in")
@@ -331,7 +331,7 @@ def test_a_candidate_that_does_not_load_rolls_back_and_production_scores_everyth
     with ready_scorer(settings, conn):
         send_json(conn, data, rows(300, seed=10), key_prefix="k")  # the first batch decides
         preds = _predictions(conn, stream, 300)
-        ended = eventually(lambda: (c := current_rollout(conn, CONTROL, stream)) is not None
+        ended = eventually(lambda: (c := current_rollout(conn, stream, topics=CONTROL)) is not None
                            and c.candidate_version is None and c, what="the rollout's end")
     assert "does not load" in ended.reason and "sha256" in ended.reason
     assert len(_one_each(preds)) == 300

@@ -1,0 +1,271 @@
+"""The live comparison of a (production, candidate) pair, per data partition, exactly once.
+
+Each partition's counts (``PartitionCounts``) cover every record before its ``next_offset``
+and none after. A batch adds only its records at or past ``next_offset`` and moves it past the
+batch, so a record delivered again (at-least-once: a restart, a rewind) is never counted
+twice. The counts go out as a ``LiveCounts`` snapshot with the batch (a side output, flushed
+before the batch's offsets are committed); a restarted scorer starts from the latest snapshot
+of each partition (``LiveCountsFollower``), so after a kill -9 the counts are exactly those of
+the records committed or re-consumed, each once.
+
+All counts are integers (the confidence sums for CBPE's estimate aside), so partitions and
+replicas add up, and an offline recount of the same records gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from headrace.contracts import LiveCounts, RolloutRole, parse
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.reading import Follower, follow_ends
+
+log = logging.getLogger(__name__)
+
+
+def _zeros(k: int) -> np.ndarray:
+    return np.zeros((k, k), np.int64)
+
+
+@dataclass
+class PartitionCounts:
+    classes: int
+    next_offset: int = 0
+    rows: int = 0
+    matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    candidate_errors: int = 0
+    production_errors: int = 0
+    production_confidence: float = 0.0
+    candidate_confidence: float = 0.0
+    labelled: int = 0
+    production_truth: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    candidate_truth: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+
+    def __post_init__(self) -> None:
+        k = self.classes
+        for name in ("matrix", "production_truth", "candidate_truth"):
+            if getattr(self, name).shape != (k, k):
+                setattr(self, name, _zeros(k))
+
+    @classmethod
+    def restored(cls, rec: LiveCounts) -> PartitionCounts:
+        k = len(rec.classes)
+
+        def m(rows: list[list[int]]) -> np.ndarray:
+            return np.asarray(rows, np.int64).reshape(k, k) if rows else _zeros(k)
+
+        return cls(k, rec.next_offset, rec.rows, m(rec.matrix), rec.candidate_errors,
+                   rec.production_errors, rec.production_confidence, rec.candidate_confidence,
+                   rec.labelled, m(rec.production_truth), m(rec.candidate_truth))
+
+
+@dataclass(frozen=True)
+class Pair:
+    stream: str
+    model_name: str
+    production_version: int
+    candidate_version: int
+    role: RolloutRole = RolloutRole.SHADOW
+
+    def key(self, partition: int) -> bytes:
+        return (f"{self.stream}|{self.model_name}|{self.production_version}|"
+                f"{self.candidate_version}|{partition}").encode()
+
+
+@dataclass(frozen=True)
+class BatchRows:
+    """One batch's compared rows of one partition: each row's record offset, both versions'
+    class index and top-class probability; ``candidate_missing``: the partition's rows that
+    production scored and the candidate did not (failed, dropped, over budget)."""
+
+    partition: int
+    end_offset: int  # the batch's last offset of this partition + 1
+    offsets: np.ndarray
+    production: np.ndarray
+    candidate: np.ndarray
+    production_confidence: np.ndarray
+    candidate_confidence: np.ndarray
+    candidate_missing_offsets: np.ndarray  # the record offset of each such row
+    production_failed_offsets: np.ndarray  # records production dead-lettered at the model
+
+
+class LiveComparison:
+    """One pair's counts by partition. Thread-safe: batches arrive on the scoring thread,
+    labels on the label thread."""
+
+    def __init__(self, pair: Pair, classes: tuple[str, ...],
+                 follower: LiveCountsFollower | None = None) -> None:
+        self.pair = pair
+        self.classes = classes
+        self.index = {c: i for i, c in enumerate(classes)}
+        self.follower = follower
+        self.parts: dict[int, PartitionCounts] = {}
+        self.dirty: set[int] = set()
+        self.lock = threading.Lock()
+        if follower is not None:
+            for p, rec in follower.latest_for(pair).items():
+                self._adopt(p, rec)
+
+    def _adopt(self, partition: int, rec: LiveCounts) -> bool:
+        if tuple(rec.classes) != self.classes:
+            log.warning("ignoring live counts of %s with other classes", rec.key().decode())
+            return False
+        self.parts[partition] = PartitionCounts.restored(rec)
+        return True
+
+    def counts(self, partition: int, first_offset: int) -> PartitionCounts:
+        """The partition's counts, adopting a newer snapshot when the batch starts past them
+        (another replica counted the records in between before a rebalance)."""
+        pc = self.parts.get(partition)
+        if pc is None or first_offset > pc.next_offset:
+            newer = (self.follower.newest(self.pair, partition)
+                     if self.follower is not None else None)
+            if newer is not None and (pc is None or newer.next_offset > pc.next_offset) \
+                    and self._adopt(partition, newer):
+                pc = self.parts[partition]
+        if pc is None:
+            pc = self.parts[partition] = PartitionCounts(len(self.classes))
+        return pc
+
+    def add(self, rows: BatchRows) -> np.ndarray:
+        """Count the rows at or past the partition's ``next_offset``; the mask of those."""
+        with self.lock:
+            first = min(int(rows.offsets.min()) if len(rows.offsets) else rows.end_offset,
+                        int(rows.candidate_missing_offsets.min())
+                        if len(rows.candidate_missing_offsets) else rows.end_offset)
+            pc = self.counts(rows.partition, first)
+            fresh = rows.offsets >= pc.next_offset
+            p, c = rows.production[fresh], rows.candidate[fresh]
+            np.add.at(pc.matrix, (p, c), 1)
+            pc.rows += int(p.size)
+            pc.production_confidence += float(rows.production_confidence[fresh].sum())
+            pc.candidate_confidence += float(rows.candidate_confidence[fresh].sum())
+            pc.candidate_errors += int(np.count_nonzero(
+                rows.candidate_missing_offsets >= pc.next_offset))
+            pc.production_errors += int(np.count_nonzero(
+                rows.production_failed_offsets >= pc.next_offset))
+            pc.next_offset = max(pc.next_offset, rows.end_offset)
+            self.dirty.add(rows.partition)
+            return fresh
+
+    def add_truth(self, partition: int, truth: str, production: int, candidate: int) -> bool:
+        """A label joined to a counted record; False for a class the model does not have."""
+        t = self.index.get(truth)
+        if t is None:
+            return False
+        with self.lock:
+            pc = self.parts.get(partition)
+            if pc is None:
+                return False
+            pc.labelled += 1
+            pc.production_truth[t, production] += 1
+            pc.candidate_truth[t, candidate] += 1
+            self.dirty.add(partition)
+        return True
+
+    def snapshots(self, *, all_partitions: bool = False) -> list[LiveCounts]:
+        """A ``LiveCounts`` per partition changed since the last call (or every one)."""
+        with self.lock:
+            which = sorted(self.parts) if all_partitions else sorted(self.dirty)
+            self.dirty.clear()
+            return [self._record(p, self.parts[p]) for p in which]
+
+    def _record(self, partition: int, pc: PartitionCounts) -> LiveCounts:
+        pr = self.pair
+        return LiveCounts(
+            stream=pr.stream, model_name=pr.model_name,
+            production_version=pr.production_version, candidate_version=pr.candidate_version,
+            role=pr.role, partition=partition, next_offset=pc.next_offset,
+            classes=list(self.classes), rows=pc.rows, matrix=pc.matrix.tolist(),
+            candidate_errors=pc.candidate_errors, production_errors=pc.production_errors,
+            production_confidence=pc.production_confidence,
+            candidate_confidence=pc.candidate_confidence, labelled=pc.labelled,
+            production_truth=pc.production_truth.tolist(),
+            candidate_truth=pc.candidate_truth.tolist())
+
+    def total(self) -> PartitionCounts:
+        """Every partition this scorer holds, summed (for /metrics)."""
+        with self.lock:
+            out = PartitionCounts(len(self.classes))
+            for pc in self.parts.values():
+                out.rows += pc.rows
+                out.matrix += pc.matrix
+                out.candidate_errors += pc.candidate_errors
+                out.production_errors += pc.production_errors
+                out.production_confidence += pc.production_confidence
+                out.candidate_confidence += pc.candidate_confidence
+                out.labelled += pc.labelled
+                out.production_truth += pc.production_truth
+                out.candidate_truth += pc.candidate_truth
+            return out
+
+
+class LiveCountsFollower:
+    """The latest ``LiveCounts`` of each key of one stream (the one with the highest
+    ``next_offset``: robust to a snapshot produced again), followed from the beginning of the
+    compacted topic in a thread."""
+
+    def __init__(self, conn: KafkaConnection, topic: str, stream: str) -> None:
+        self.conn, self.topic, self.stream = conn, topic, stream
+        self._latest: dict[bytes, LiveCounts] = {}
+        self._lock = threading.Lock()
+        self._idle_since: float | None = None
+        self._thread: threading.Thread | None = None
+        self._prefix = f"{stream}|".encode()
+
+    def start(self, stop: threading.Event) -> LiveCountsFollower:
+        self._thread = threading.Thread(target=self._run, args=(stop,), name="live-counts",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def wait_caught_up(self, timeout_s: float = 10.0, idle_s: float = 0.3) -> bool:
+        """Block until the topic has been read to its end (idle for ``idle_s``)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            idle = self._idle_since
+            if idle is not None and time.monotonic() - idle >= idle_s:
+                return True
+            time.sleep(0.02)
+        return False
+
+    def latest_for(self, pair: Pair) -> dict[int, LiveCounts]:
+        head = pair.key(0).rsplit(b"|", 1)[0] + b"|"
+        with self._lock:
+            return {rec.partition: rec for k, rec in self._latest.items() if k.startswith(head)}
+
+    def newest(self, pair: Pair, partition: int) -> LiveCounts | None:
+        with self._lock:
+            return self._latest.get(pair.key(partition))
+
+    def _run(self, stop: threading.Event) -> None:
+        follower = Follower(self.conn, [self.topic], from_beginning=True)
+        try:
+            ends = follow_ends(self.conn, self.topic)  # idle means caught up only past them
+            while not stop.is_set():
+                records = follower.poll(0.2, max_messages=5000)
+                if not records:
+                    if self._idle_since is None and follower.reached(ends):
+                        self._idle_since = time.monotonic()
+                    continue
+                self._idle_since = None
+                for rec in records:
+                    if not rec.value or not (rec.key or b"").startswith(self._prefix):
+                        continue
+                    try:
+                        lc = parse(LiveCounts, rec.value)
+                    except Exception as exc:
+                        log.warning("ignoring unreadable live counts at offset %s: %s",
+                                    rec.offset, exc)
+                        continue
+                    with self._lock:
+                        old = self._latest.get(lc.key())
+                        if old is None or lc.next_offset >= old.next_offset:
+                            self._latest[lc.key()] = lc
+        finally:
+            follower.close()
