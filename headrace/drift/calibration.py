@@ -67,14 +67,21 @@ def window_statistics(ref: FeatureReference, values: np.ndarray, *,
 
 
 def _resampled(ref: FeatureReference, values: np.ndarray, test: str, idx: np.ndarray) -> np.ndarray:
-    if test == "ks":
+    if test == "ks":  # exact KS from counts on the reference's grid (ks_grid), no sort
         assert isinstance(ref, NumericReference)
-        x = np.asarray(values, dtype=np.float64)[idx]
-        return st.ks_windows(np.asarray(ref.sample), x)
-    bins = ref.bin_of(values)[idx]  # (resamples, window)
-    rows = np.arange(bins.shape[0])[:, None] * ref.bins
-    c = np.bincount((rows + bins).ravel(), minlength=bins.shape[0] * ref.bins)
-    return binned_statistic(test, ref, c.reshape(bins.shape[0], ref.bins))
+        grid = ref.grid()
+        cell, tie = grid.index(np.asarray(values))
+        below = _per_window(cell[idx], grid.size + 2)
+        ties = _per_window(np.where(tie, cell, grid.size)[idx], grid.size + 1)[:, :grid.size]
+        return grid.statistic(below, ties)
+    return binned_statistic(test, ref, _per_window(ref.bin_of(values)[idx], ref.bins))
+
+
+def _per_window(bins: np.ndarray, width: int) -> np.ndarray:
+    """Counts per row of ``bins`` (shape ``(windows, window)``): one offset ``bincount``."""
+    rows = np.arange(bins.shape[0])[:, None] * width
+    c = np.bincount((rows + bins).ravel(), minlength=bins.shape[0] * width)
+    return c.reshape(bins.shape[0], width)
 
 
 def calibrate(references: Mapping[str, FeatureReference], values: Mapping[str, np.ndarray], *,

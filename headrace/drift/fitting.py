@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from headrace.drift.calibration import Calibration, calibrate
 from headrace.drift.profile import FeatureReference, category_reference, numeric_reference
+from headrace.drift.summaries import ProfiledInput
 
 HOLDOUT = 0.25
 DEFAULT_WINDOW = 1000
@@ -29,6 +30,10 @@ class DriftProfile(BaseModel):
 
     features: dict[str, FeatureReference]
     calibration: Calibration
+    # How the scorer turns a batch into these features (``summaries``); the model's classes
+    # name the ``prediction:class`` values.
+    inputs: tuple[ProfiledInput, ...] = ()
+    classes: tuple[str, ...] = ()
 
 
 def _is_category(values: np.ndarray) -> bool:
@@ -56,3 +61,17 @@ def fit_profile(columns: Mapping[str, np.ndarray], *, window: int = DEFAULT_WIND
     cal = calibrate(refs, {k: a[:n][cal_rows] for k, a in arrays.items()}, window=window,
                     false_alarm_rate=false_alarm_rate, seed=seed)
     return DriftProfile(features=refs, calibration=cal)
+
+
+def merge(first: DriftProfile, second: DriftProfile) -> DriftProfile:
+    """One profile of two fitted on different rows (the inputs on the training split, the
+    prediction on the validation split). Each was calibrated at its own share of the
+    false-alarm rate; the union bound keeps the sum."""
+    a, b = first.calibration, second.calibration
+    if a.window != b.window:
+        raise ValueError(f"cannot merge profiles of windows {a.window} and {b.window}")
+    cal = Calibration(window=a.window, false_alarm_rate=a.false_alarm_rate + b.false_alarm_rate,
+                      resamples=a.resamples, thresholds={**a.thresholds, **b.thresholds})
+    return DriftProfile(features={**first.features, **second.features}, calibration=cal,
+                        inputs=first.inputs or second.inputs,
+                        classes=first.classes or second.classes)

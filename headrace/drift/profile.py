@@ -21,6 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
+from headrace.drift.ks_grid import KsGrid
+
 BINS = 10
 SAMPLE_SIZE = 1000
 MAX_CATEGORIES = 256
@@ -50,6 +52,9 @@ class NumericReference(BaseModel):
         """The window's counts per bin: the hot path (no index array is kept)."""
         return counts(self.bin_of(values), self.bins)
 
+    def grid(self) -> KsGrid:
+        """The KS grid: the sample's distinct values (``ks_grid``); callers keep it."""
+        return KsGrid.of(np.asarray(self.sample))
 
     @property
     def bins(self) -> int:

@@ -1,0 +1,89 @@
+"""The live window counts batches into fixed bins: its statistics equal those of the raw values
+(KS exactly, from the grid counts), and its counts survive a snapshot and restore."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+from scipy.stats import ks_2samp
+
+from headrace.drift import statistics as st
+from headrace.drift.calibration import REPORTED, window_statistics
+from headrace.drift.fitting import fit_profile
+from headrace.drift.ks_grid import KsGrid
+from headrace.drift.summaries import ProfiledInput, input_features, prediction_features
+from headrace.drift.windows import DriftWindow
+
+
+def test_ks_from_grid_counts_equals_scipy_and_the_sorted_statistic_ties_and_missing_included(
+        ) -> None:
+    rng = np.random.default_rng(3)
+    ref = np.sort(np.round(rng.normal(size=400), 1))  # many ties inside the reference
+    grid = KsGrid.of(ref)
+    for shift in (0.0, 0.3, 1.0):
+        live = np.round(rng.normal(shift, 1.0, size=150), 1)  # ties with the reference
+        live[:5] = np.nan
+        below, ties = grid.counts(live)
+        got = float(grid.statistic(below, ties))
+        finite = live[~np.isnan(live)]
+        assert abs(got - st.ks_statistic(ref, finite)) < 1e-12
+        assert abs(got - ks_2samp(ref, finite).statistic) < 1e-12
+    assert float(grid.statistic(*grid.counts(np.array([np.nan])))) == 0.0
+
+
+def _table(rng: np.random.Generator, n: int, shift: float = 0.0) -> dict[str, np.ndarray]:
+    return {"a": rng.normal(shift, 1.0, n), "b": rng.exponential(2.0, n),
+            "c": rng.choice(["x", "y", "z"], n, p=[0.6, 0.3, 0.1]).astype(object)}
+
+
+def test_counted_window_statistics_equal_those_of_the_raw_values() -> None:
+    rng = np.random.default_rng(4)
+    profile = fit_profile(_table(rng, 2000), window=300)
+    window = DriftWindow(profile.features, profile.calibration)
+    batches = [_table(rng, 100, shift=0.2) for _ in range(3)]
+    for b in batches:
+        window.add(b)
+    assert window.full and window.rows == 300
+    got = {d.feature: d.statistics for d in window.close()}
+    for name, ref in profile.features.items():
+        values = np.concatenate([b[name] for b in batches])
+        want = window_statistics(ref, values, names=REPORTED[ref.kind])
+        for stat, v in want.items():
+            assert abs(got[name][stat] - v) < 1e-12, (name, stat)
+    assert window.rows == 0 and window.statistics() == []
+
+
+def test_an_open_window_resumes_from_its_snapshot() -> None:
+    rng = np.random.default_rng(5)
+    profile = fit_profile(_table(rng, 2000), window=300)
+    first = DriftWindow(profile.features, profile.calibration)
+    first.add(_table(rng, 120, shift=0.5))
+    resumed = DriftWindow(profile.features, profile.calibration)
+    resumed.restore(first.snapshot(), first.rows)
+    more = _table(rng, 180)
+    first.add(more)
+    resumed.add(more)
+    assert resumed.rows == first.rows == 300
+    assert resumed.close() == first.close()
+
+
+def test_summaries_give_image_brightness_and_text_token_features() -> None:
+    images = np.stack([np.full((4, 4, 3), 10.0), np.full((4, 4, 3), 200.0)]).astype(np.float32)
+    images[1, 0, 0, 0] = 0.0
+    texts = np.array(["the cat sat", "zebra qux the", ""], dtype=object)
+
+    def tokenize(values: np.ndarray) -> pa.ListArray:
+        out: pa.ListArray = pa.compute.ascii_split_whitespace(pa.array(values, pa.string()))
+        return out
+
+    inputs = (ProfiledInput(name="img", kind="image"),
+              ProfiledInput(name="t", kind="text", vocabulary=("the", "cat", "sat")))
+    f = input_features(inputs[:1], {"img": images})
+    np.testing.assert_allclose(f["img:brightness"], [10.0, images[1].mean(dtype=np.float64)])
+    np.testing.assert_allclose(f["img:contrast"], [0.0, images[1].std(dtype=np.float64)])
+    t = input_features(inputs[1:], {"t": texts}, tokenize=tokenize)
+    np.testing.assert_allclose(t["t:tokens"], [3, 3, 0])
+    np.testing.assert_allclose(t["t:unknown"], [0.0, 2 / 3, 0.0])
+    p = prediction_features(np.array([[0.2, 0.8], [0.9, 0.1]]), ("no", "yes"))
+    assert list(p["prediction:class"]) == ["yes", "no"]
+    np.testing.assert_allclose(p["prediction:score"], [0.8, 0.9])
