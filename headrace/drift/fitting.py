@@ -9,7 +9,9 @@ on ``1 - HOLDOUT`` of them and the calibration windows drawn from the held-out `
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -18,6 +20,7 @@ from headrace.drift.calibration import Calibration, calibrate
 from headrace.drift.profile import FeatureReference, category_reference, numeric_reference
 from headrace.drift.summaries import ProfiledInput
 
+PROFILE_FILE = "drift_profile.json"  # beside the model files, hashed in the manifest
 HOLDOUT = 0.25
 DEFAULT_WINDOW = 1000
 DEFAULT_FALSE_ALARM_RATE = 0.01
@@ -75,3 +78,22 @@ def merge(first: DriftProfile, second: DriftProfile) -> DriftProfile:
     return DriftProfile(features={**first.features, **second.features}, calibration=cal,
                         inputs=first.inputs or second.inputs,
                         classes=first.classes or second.classes)
+
+
+class ProfileError(ValueError):
+    """A version's drift profile is unreadable or does not match its manifest's hash."""
+
+
+def load_profile(directory: Path, *, sha256: str | None) -> DriftProfile | None:
+    """The profile a model version carries (None: it has none); ``sha256`` is the manifest's
+    hash of the file, checked when given."""
+    path = directory / PROFILE_FILE
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise ProfileError(f"{path}: sha256 differs from the manifest's")
+    try:
+        return DriftProfile.model_validate_json(data)
+    except ValueError as exc:
+        raise ProfileError(f"{path}: {exc}") from None

@@ -83,6 +83,14 @@ class ScorerSettings(BaseSettings):
                               description="/livez fails when the poll loop is stuck this long.")
     model_timeout_s: float = Field(default=60.0, gt=0, le=3600,
                                    description="Wait for a first model this long before retrying.")
+    drift: bool = Field(
+        default=True,
+        description="Track drift against the served version's drift_profile.json (a version "
+                    "without one is not tracked).")
+    drift_time_s: float = Field(
+        default=3600.0, gt=0, le=30 * 86400,
+        description="A drift window also closes this long after it opened; a window closed "
+                    "short of the calibrated records is reported but never alarms.")
 
     @field_validator("stream")
     @classmethod

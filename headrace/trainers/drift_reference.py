@@ -17,14 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from headrace.contracts import ModelSpec
-from headrace.drift.fitting import DriftProfile, fit_profile, merge
+from headrace.drift.fitting import PROFILE_FILE, DriftProfile, fit_profile, merge
 from headrace.drift.summaries import ProfiledInput, input_features, prediction_features
 from headrace.store import tokens
 from headrace.trainers.inputs import Inputs, ModelPlan
 
 log = logging.getLogger(__name__)
 
-PROFILE_FILE = "drift_profile.json"
 MAX_ROWS = 20_000
 MAX_FEATURES = 64
 MIN_ROWS = 8  # fit_profile's least

@@ -1,0 +1,3 @@
+"""Every scorer tap, registered by importing its module (one line per tap)."""
+
+from headrace.scorers import drift_tap  # noqa: F401
