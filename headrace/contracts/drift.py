@@ -42,6 +42,8 @@ class DriftDetected(Contract):
     ranges: list[WindowRange] = Field(default_factory=list)
     scorer: str = Field(default="", max_length=256)  # the instance that saw it
     ts: datetime = Field(default_factory=utcnow)
+    # The window's counts in the reference profile's bins (``headrace drift --png`` draws them).
+    live: list[int] = Field(default_factory=list, max_length=4096)
 
     def key(self) -> bytes:
         return f"{self.stream}|{self.model_name}|{self.model_version}|{self.feature}".encode()

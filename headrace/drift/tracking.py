@@ -83,7 +83,7 @@ class VersionTracker:
                 threshold=fd.thresholds.get(test, 0.0), drifting=now_drifting,
                 statistics=fd.statistics, window=self.seq,
                 consecutive=self.consecutive[fd.feature], rows=rows, ranges=ranges,
-                scorer=self.scope))
+                scorer=self.scope, live=list(fd.counts)))
         return events
 
     def _ranges(self) -> list[WindowRange]:

@@ -30,6 +30,7 @@ class FeatureDrift:
     statistics: dict[str, float]
     thresholds: dict[str, float]
     rows: int
+    counts: tuple[int, ...] = ()  # the window's counts in the reference bins
 
     @property
     def fired(self) -> tuple[str, ...]:
@@ -111,7 +112,8 @@ class DriftWindow:
             thr = self.calibration.thresholds.get(feature, {})
             out.append(FeatureDrift(feature=feature, statistics=stats,
                                     thresholds={t: thr[t] for t in ALARM_TESTS[ref.kind]
-                                                if t in thr}, rows=seen))
+                                                if t in thr}, rows=seen,
+                                    counts=tuple(int(v) for v in c.bins)))
         return out
 
     def close(self) -> list[FeatureDrift]:

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from headrace.cli import main
 from headrace.contracts import DriftDetected, DriftWindowState, ModelSpec, TrainRequested, parse
 from headrace.core.settings import Settings
 from headrace.drift.fitting import PROFILE_FILE
@@ -121,7 +122,7 @@ def test_a_half_sd_shift_in_one_feature_is_published_within_two_windows_naming_i
 
 def test_a_new_dominant_category_drifts_and_drift_state_survives_a_scorer_restart(
         settings: Settings, conn: KafkaConnection, dfs: Path, stream: str, data: str,
-        tmp_path: Path) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     train(dfs, tmp_path, stream, "tensorflow")
     rng = np.random.default_rng(2)
     purple = table(rng, 2 * WINDOW, dominant="purple")
@@ -146,3 +147,16 @@ def test_a_new_dominant_category_drifts_and_drift_state_survives_a_scorer_restar
     firsts = {r.partition: r.first for r in colour[-1].ranges}
     b_offsets = {r.partition: r.first for r in before.ranges}
     assert all(firsts[p] <= o for p, o in b_offsets.items())
+
+    # `headrace drift STREAM --png` shows what events.drift holds, and draws it.
+    png = tmp_path / "drift.png"
+    assert main(["--bootstrap", settings.bootstrap or "", "--dfs-root", str(dfs), "drift",
+                 stream, "--png", str(png)]) == 0
+    lines = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines()[2:]
+             if ln.strip() and not ln.startswith("wrote")}
+    assert lines["colour"][1:3] == ["DRIFTING", "chi_square"] and lines["colour"][5] == "2"
+    assert lines["w"][1] == "-" and lines["size"][1] == "-"  # never drifted: no event
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main(["--bootstrap", settings.bootstrap or "", "--dfs-root", str(dfs), "drift",
+                 "nostream"]) == 1
+    assert "no drift published for stream 'nostream'" in capsys.readouterr().err
