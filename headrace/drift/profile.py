@@ -21,8 +21,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
-from headrace.drift.ks_grid import KsGrid
-
 BINS = 10
 SAMPLE_SIZE = 1000
 MAX_CATEGORIES = 256
@@ -51,10 +49,6 @@ class NumericReference(BaseModel):
     def count(self, values: np.ndarray) -> np.ndarray:
         """The window's counts per bin: the hot path (no index array is kept)."""
         return counts(self.bin_of(values), self.bins)
-
-    def grid(self) -> KsGrid:
-        """The KS grid: the sample's distinct values (``ks_grid``); callers keep it."""
-        return KsGrid.of(np.asarray(self.sample))
 
     @property
     def bins(self) -> int:

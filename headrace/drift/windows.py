@@ -2,8 +2,8 @@
 once per window.
 
 ``DriftWindow.add`` counts each batch into the fixed bins at once (one ``searchsorted`` or
-``index_in`` and one ``bincount`` per feature; numeric features also into the KS grid,
-``ks_grid``), so a window holds a few integers per bin and never the values. ``close`` computes
+``index_in`` and one ``bincount`` per feature), so a window holds one integer per bin and never
+the values. ``close`` computes
 every statistic from the counts, compares the alarm tests with their calibrated thresholds and
 starts the next window. ``snapshot``/``restore`` carry the open window's counts across a restart.
 """
@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from headrace.drift.calibration import ALARM_TESTS, REPORTED, Calibration, binned_statistic
-from headrace.drift.ks_grid import KsGrid
-from headrace.drift.profile import FeatureReference, NumericReference
+from headrace.drift.profile import FeatureReference
 
 
 @dataclass(frozen=True)
@@ -39,27 +38,13 @@ class FeatureDrift:
 
 
 @dataclass
-class _Counts:
-    bins: np.ndarray
-    below: np.ndarray | None = None  # numeric: KS grid counts
-    ties: np.ndarray | None = None
-
-    def parts(self) -> list[np.ndarray]:
-        return [a for a in (self.bins, self.below, self.ties) if a is not None]
-
-
-@dataclass
 class DriftWindow:
     references: Mapping[str, FeatureReference]
     calibration: Calibration
     rows: int = 0
-    _grids: dict[str, KsGrid] = field(default_factory=dict)
-    _counts: dict[str, _Counts] = field(default_factory=dict)
+    _counts: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name, ref in self.references.items():
-            if isinstance(ref, NumericReference):
-                self._grids[name] = ref.grid()
         self.reset()
 
     @property
@@ -68,13 +53,8 @@ class DriftWindow:
 
     def reset(self) -> None:
         self.rows = 0
-        self._counts = {}
-        for name, ref in self.references.items():
-            grid = self._grids.get(name)
-            self._counts[name] = _Counts(
-                np.zeros(ref.bins, np.int64),
-                None if grid is None else np.zeros(grid.size + 2, np.int64),
-                None if grid is None else np.zeros(grid.size, np.int64))
+        self._counts = {name: np.zeros(ref.bins, np.int64)
+                        for name, ref in self.references.items()}
 
     def add(self, columns: Mapping[str, np.ndarray]) -> None:
         """Count a batch: each feature's values, all of the same length (the hot path)."""
@@ -83,14 +63,7 @@ class DriftWindow:
             col = columns.get(feature)
             if col is None:
                 continue
-            c = self._counts[feature]
-            c.bins += ref.count(col)
-            grid = self._grids.get(feature)
-            if grid is not None:
-                below, ties = grid.counts(col)
-                assert c.below is not None and c.ties is not None
-                c.below += below
-                c.ties += ties
+            self._counts[feature] += ref.count(col)
             n = max(n, len(col))
         self.rows += n
 
@@ -99,21 +72,16 @@ class DriftWindow:
         out = []
         for feature, ref in self.references.items():
             c = self._counts[feature]
-            seen = int(c.bins.sum())
+            seen = int(c.sum())
             if not seen:
                 continue
-            stats: dict[str, float] = {}
-            for name in REPORTED[ref.kind]:
-                if name == "ks":
-                    assert c.below is not None and c.ties is not None
-                    stats[name] = float(self._grids[feature].statistic(c.below, c.ties))
-                else:
-                    stats[name] = float(binned_statistic(name, ref, c.bins[None, :])[0])
+            stats = {name: float(binned_statistic(name, ref, c[None, :])[0])
+                     for name in REPORTED[ref.kind]}
             thr = self.calibration.thresholds.get(feature, {})
             out.append(FeatureDrift(feature=feature, statistics=stats,
                                     thresholds={t: thr[t] for t in ALARM_TESTS[ref.kind]
                                                 if t in thr}, rows=seen,
-                                    counts=tuple(int(v) for v in c.bins)))
+                                    counts=tuple(int(v) for v in c)))
         return out
 
     def close(self) -> list[FeatureDrift]:
@@ -124,13 +92,13 @@ class DriftWindow:
 
     def bin_counts(self, feature: str) -> np.ndarray:
         """The open window's counts in ``feature``'s reference bins (a copy)."""
-        return self._counts[feature].bins.copy()
+        return self._counts[feature].copy()
 
     def snapshot(self) -> dict[str, str]:
         """The open window's counts per feature, compact (zlib of int32, base64)."""
         return {name: base64.b64encode(zlib.compress(
-            np.concatenate(c.parts()).astype("<i4").tobytes(), 1)).decode()
-            for name, c in self._counts.items() if c.bins.any()}
+            c.astype("<i4").tobytes(), 1)).decode()
+            for name, c in self._counts.items() if c.any()}
 
     def restore(self, counts: Mapping[str, str], rows: int) -> None:
         """Resume an open window from ``snapshot`` (features the profile lacks are ignored)."""
@@ -140,10 +108,7 @@ class DriftWindow:
             if c is None:
                 continue
             flat = np.frombuffer(zlib.decompress(base64.b64decode(blob)), "<i4").astype(np.int64)
-            if flat.size != sum(p.size for p in c.parts()):
+            if flat.size != c.size:
                 raise ValueError(f"drift state for {name!r} does not fit the profile's bins")
-            at = 0
-            for part in c.parts():
-                part[:] = flat[at: at + part.size]
-                at += part.size
+            c[:] = flat
         self.rows = rows

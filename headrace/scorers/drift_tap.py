@@ -84,6 +84,8 @@ class DriftTap:
         self.ctx = ctx
         self.root = ctx.settings.dfs_root
         self.time_bound_s = ctx.scorer.drift_time_s
+        self.cap = ctx.scorer.drift_rows_per_batch
+        self.rng = np.random.default_rng()
         self.scope = scope_of(ctx.scorer.partitions)
         topics = ControlTopics.of(ctx.settings)
         self.events_topic, self.state_topic = topics.drift, topics.drift_state
@@ -126,7 +128,8 @@ class DriftTap:
         if t is None or scored.rows == 0:
             return
         msgs = scored.messages()
-        t.add(features_of(scored, t.profile), scored.batch.partitions[msgs],
+        keep = sample(scored.rows, self.cap, self.rng)
+        t.add(features_of(scored, t.profile, keep), scored.batch.partitions[msgs],
               scored.batch.offsets[msgs])
         events: list[DriftDetected] = []
         now = utcnow()
@@ -144,21 +147,32 @@ class DriftTap:
         pass
 
 
-def features_of(scored: Scored, profile: DriftProfile) -> dict[str, np.ndarray]:
-    """A scored batch's drift features: its inputs as the profile summarises them, and its
-    predictions."""
+def sample(rows: int, cap: int, rng: np.random.Generator) -> slice:
+    """The rows of a batch the window counts: all, or every k-th from a random start so that
+    at most ``cap`` are (a systematic sample: its statistics are those of the stream)."""
+    if rows <= cap:
+        return slice(None)
+    step = -(-rows // cap)
+    return slice(int(rng.integers(step)), None, step)
+
+
+def features_of(scored: Scored, profile: DriftProfile, keep: slice = slice(None)
+                ) -> dict[str, np.ndarray]:
+    """A scored batch's drift features (of the rows ``keep``): its inputs as the profile
+    summarises them, and its predictions."""
     inputs = scored.inputs
     arrays: dict[str, np.ndarray]
     if isinstance(inputs, Features):  # the tabular fast path: one numeric input
         numeric = next((i for i in profile.inputs if i.kind == "numeric"), None)
-        arrays = {numeric.name: inputs.x} if numeric is not None else {}
+        arrays = {numeric.name: inputs.x[keep]} if numeric is not None else {}
     elif inputs is not None:
-        arrays = inputs.arrays
+        arrays = {k: v[keep] for k, v in inputs.arrays.items()}
     else:
         arrays = {}
     out = input_features(profile.inputs, arrays, tokenize=tokens.split_tokens)
     if scored.scores:
-        out.update(prediction_features(scored.scores[0], profile.classes or scored.model.classes))
+        out.update(prediction_features(scored.scores[0][keep],
+                                       profile.classes or scored.model.classes))
     return out
 
 

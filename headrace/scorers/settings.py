@@ -87,6 +87,10 @@ class ScorerSettings(BaseSettings):
         default=True,
         description="Track drift against the served version's drift_profile.json (a version "
                     "without one is not tracked).")
+    drift_rows_per_batch: int = Field(
+        default=1024, ge=1, le=1_000_000,
+        description="Most rows of a batch counted into the drift window (an evenly spaced "
+                    "sample of bigger batches): bounds the tap's cost at high throughput.")
     drift_time_s: float = Field(
         default=3600.0, gt=0, le=30 * 86400,
         description="A drift window also closes this long after it opened; a window closed "

@@ -1,5 +1,5 @@
 """The live window counts batches into fixed bins: its statistics equal those of the raw values
-(KS exactly, from the grid counts), and its counts survive a snapshot and restore."""
+(KS in its binned form), and its counts survive a snapshot and restore."""
 
 from __future__ import annotations
 
@@ -8,27 +8,24 @@ import pyarrow as pa
 from scipy.stats import ks_2samp
 
 from headrace.drift import statistics as st
-from headrace.drift.calibration import REPORTED, window_statistics
+from headrace.drift.calibration import REPORTED, binned_statistic, window_statistics
 from headrace.drift.fitting import fit_profile
-from headrace.drift.ks_grid import KsGrid
+from headrace.drift.profile import numeric_reference
 from headrace.drift.summaries import ProfiledInput, input_features, prediction_features
 from headrace.drift.windows import DriftWindow
 
 
-def test_ks_from_grid_counts_equals_scipy_and_the_sorted_statistic_ties_and_missing_included(
-        ) -> None:
+def test_binned_ks_is_scipys_two_sample_ks_of_the_bin_indices_missing_left_out() -> None:
     rng = np.random.default_rng(3)
-    ref = np.sort(np.round(rng.normal(size=400), 1))  # many ties inside the reference
-    grid = KsGrid.of(ref)
+    train = np.round(rng.normal(size=2000), 1)  # ties on the edges too
+    ref = numeric_reference(train)
     for shift in (0.0, 0.3, 1.0):
-        live = np.round(rng.normal(shift, 1.0, size=150), 1)  # ties with the reference
+        live = np.round(rng.normal(shift, 1.0, size=150), 1)
         live[:5] = np.nan
-        below, ties = grid.counts(live)
-        got = float(grid.statistic(below, ties))
-        finite = live[~np.isnan(live)]
-        assert abs(got - st.ks_statistic(ref, finite)) < 1e-12
-        assert abs(got - ks_2samp(ref, finite).statistic) < 1e-12
-    assert float(grid.statistic(*grid.counts(np.array([np.nan])))) == 0.0
+        got = float(binned_statistic("ks", ref, ref.count(live)[None, :])[0])
+        want = ks_2samp(ref.bin_of(train), ref.bin_of(live[~np.isnan(live)])).statistic
+        assert abs(got - want) < 1e-9
+    assert float(st.ks_binned(np.full(3, 1 / 3), np.zeros((1, 3)))[0]) == 0.0
 
 
 def _table(rng: np.random.Generator, n: int, shift: float = 0.0) -> dict[str, np.ndarray]:
