@@ -1,7 +1,7 @@
 """The profile the trainer writes (``trainers.drift_reference.build_profile``: inputs on the
 training split through the summaries registry, the prediction on validation outputs, each group at
 its share of the false-alarm rate) holds the rate on held-out rows window after window, and
-catches a brightness shift in images."""
+catches a brightness shift in images and new words in text."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from PIL import Image
 from headrace.contracts import ModelSpec
 from headrace.drift.summaries import ProfiledInput, input_features, prediction_features
 from headrace.drift.tracking import VersionTracker
+from headrace.store import tokens
 from headrace.store.signature import InputKind, ModelInput
 from headrace.trainers.drift_reference import build_profile
-from headrace.trainers.inputs import Inputs, ModelPlan
+from headrace.trainers.inputs import Inputs, InputStats, ModelPlan
 
 WINDOW = 200
 CLASSES = ("no", "yes")
@@ -96,3 +97,33 @@ def test_a_brightness_shift_in_images_is_caught_and_named() -> None:
               np.arange(WINDOW))
         fired.append({e.feature for e in t.close() if e.drifting})
     assert fired == [set(), {"image:brightness"}]
+
+
+def test_text_is_profiled_as_token_counts_and_unknown_share_and_new_words_drift() -> None:
+    rng = np.random.default_rng(23)
+    words = np.array(["the", "cat", "dog", "sat", "ran", "on", "mat", "far"], dtype=object)
+    sig = (ModelInput(name="t", kind=InputKind.TEXT, dtype="string", max_length=32),)
+    vocab = tuple(str(w) for w in words[:6])  # "mat" and "far" are rare and unknown
+    plan = ModelPlan("text", sig, (), 2, stats={"t": InputStats(vocabulary=vocab)})
+
+    def texts(n: int, new: float = 0.0) -> Inputs:
+        out = []
+        for _ in range(n):
+            k = int(rng.integers(3, 9))
+            w = rng.choice(words, k, p=[0.2, 0.15, 0.15, 0.15, 0.15, 0.1, 0.05, 0.05])
+            w = [("zebra" if rng.random() < new else str(x)) for x in w]
+            out.append(" ".join(w).upper() if rng.random() < 0.1 else " ".join(w))
+        return Inputs({"t": np.array(out, dtype=object)}, sig)
+
+    profile = build_profile(spec=ModelSpec(drift_window=WINDOW), plan=plan, x_train=texts(1500),
+                            val_outputs=np.full((40, 2), 0.5), classes=CLASSES)
+    assert profile is not None and profile.inputs[0].vocabulary == vocab
+    assert {"t:tokens", "t:unknown"} <= set(profile.features)
+    t = VersionTracker(stream="s", model_name="m", model_version=1, scope="p0", profile=profile)
+    fired = []
+    for new in (0.0, 0.3):
+        t.add(input_features(profile.inputs, texts(WINDOW, new).arrays(),
+                             tokenize=tokens.split_tokens), np.zeros(WINDOW, np.int32),
+              np.arange(WINDOW))
+        fired.append({e.feature for e in t.close() if e.drifting})
+    assert fired == [set(), {"t:unknown"}]
