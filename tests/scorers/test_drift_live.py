@@ -4,6 +4,7 @@ events.drift when a feature drifts, and resumes its open window after a restart.
 
 from __future__ import annotations
 
+import io
 import json
 import uuid
 from pathlib import Path
@@ -160,3 +161,48 @@ def test_a_new_dominant_category_drifts_and_drift_state_survives_a_scorer_restar
     assert main(["--bootstrap", settings.bootstrap or "", "--dfs-root", str(dfs), "drift",
                  "nostream"]) == 1
     assert "no drift published for stream 'nostream'" in capsys.readouterr().err
+
+
+def test_brighter_images_drift_on_the_broker_as_image_brightness(
+        settings: Settings, conn: KafkaConnection, dfs: Path, stream: str, data: str,
+        tmp_path: Path) -> None:
+    from PIL import Image
+
+    from tests.trainers.families_data import digits_folder
+
+    folder = digits_folder(tmp_path / "digits", rows=600)
+    uri = put_dataset(root=dfs, path=folder, name="digits").uri
+    req = TrainRequested(idempotency_key=uuid.uuid4().hex, model_name=stream,
+                         framework="tensorflow", dataset_uri=uri,
+                         spec=ModelSpec(model="cnn", epochs=1, batch_size=32, filters=(4,),
+                                        hidden=(8,), drift_window=100))
+    jid, _ = jobs.create_request(dfs, req)
+    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.OK
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.version is not None
+    versions.set_alias(dfs, stream, st.version)
+    profile = json.loads((versions.load_version(dfs, stream, st.version).path
+                          / PROFILE_FILE).read_text())
+    assert {"image:brightness", "image:contrast", "prediction:class"} <= set(profile["features"])
+
+    from sklearn.datasets import load_digits
+
+    pixels = np.clip(load_digits().images[600:900] * (255 / 16), 0, 255)
+
+    def pngs(imgs: np.ndarray, tag: str) -> list[tuple[str, bytes, str]]:
+        out = []
+        for i, img in enumerate(imgs):
+            buf = io.BytesIO()
+            Image.fromarray(img.astype(np.uint8), mode="L").save(buf, format="PNG")
+            out.append((f"{tag}{i}", buf.getvalue(), "image/png"))
+        return out
+
+    with ready_scorer(settings, conn, **OVERRIDES):
+        produce(conn, data, pngs(pixels[:100], "same"))
+        windows_closed(conn, stream, 1)
+        assert [e for e in drift_events(conn, stream) if e.drifting] == []
+        produce(conn, data, pngs(np.clip(pixels[100:300] + 50, 0, 255), "bright"))
+        windows_closed(conn, stream, 3)
+    events = [e for e in drift_events(conn, stream) if e.drifting]
+    assert "image:brightness" in {e.feature for e in events}, events
+    assert min(e.window for e in events if e.feature == "image:brightness") in (2, 3)
