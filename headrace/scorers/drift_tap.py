@@ -6,8 +6,9 @@ the trainer profiled with), are counted into fixed bins, and the window's state 
 ``DriftWindowState`` on ``control.drift.state`` (compacted). At a window close, one
 ``DriftDetected`` per feature that drifts or changed state goes to ``events.drift``. Both are
 side outputs: produced before the batch's offsets are committed, so a restarted scorer reads its
-last state back (``start``) and resumes the open window and each feature's run of drifting
-windows. A version without a profile is not tracked (logged once).
+last state back (at its first batch of a version with a profile) and resumes the open window
+and each feature's run of drifting windows. A version without a profile is not tracked (logged
+once).
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ class DriftMetrics:
 class DriftTap:
     name = NAME
 
-    def __init__(self, ctx: TapContext, *, restored: Mapping[bytes, DriftWindowState]) -> None:
+    def __init__(self, ctx: TapContext, *,
+                 restored: Mapping[bytes, DriftWindowState] | None = None) -> None:
         self.ctx = ctx
         self.root = ctx.settings.dfs_root
         self.time_bound_s = ctx.scorer.drift_time_s
@@ -89,7 +91,8 @@ class DriftTap:
         self.scope = scope_of(ctx.scorer.partitions)
         topics = ControlTopics.of(ctx.settings)
         self.events_topic, self.state_topic = topics.drift, topics.drift_state
-        self.restored = dict(restored)
+        # Read back when the first version with a profile is met (most have none: no wait).
+        self.restored = None if restored is None else dict(restored)
         self.trackers: dict[tuple[str, int], VersionTracker | None] = {}
         self.metrics = DriftMetrics(ctx)
 
@@ -111,6 +114,8 @@ class DriftTap:
             return None
         t = VersionTracker(stream=self.ctx.scorer.stream, model_name=model.name,
                            model_version=model.version, scope=self.scope, profile=profile)
+        if self.restored is None:
+            self.restored = read_states(self.ctx, self.scope)
         state = self.restored.pop(t.state().key(), None)
         if state is not None:
             try:
@@ -200,7 +205,7 @@ def read_states(ctx: TapContext, scope: str) -> dict[bytes, DriftWindowState]:
 def factory(ctx: TapContext) -> DriftTap | None:
     if not ctx.scorer.drift:
         return None
-    return DriftTap(ctx, restored=read_states(ctx, scope_of(ctx.scorer.partitions)))
+    return DriftTap(ctx)
 
 
 register(NAME, factory)

@@ -22,7 +22,7 @@ from headrace.drift.summaries import ProfiledInput, input_features, prediction_f
 from headrace.store import tokens
 from headrace.trainers.inputs import Inputs, ModelPlan
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("headrace.job")  # the job's log (events.jobs)
 
 MAX_ROWS = 20_000
 MAX_FEATURES = 64

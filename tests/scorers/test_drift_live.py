@@ -18,6 +18,7 @@ from headrace.cli import main
 from headrace.contracts import DriftDetected, DriftWindowState, ModelSpec, TrainRequested, parse
 from headrace.core.settings import Settings
 from headrace.drift.fitting import PROFILE_FILE
+from headrace.scorers.drift_tap import sample
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.topics import ControlTopics
@@ -206,3 +207,10 @@ def test_brighter_images_drift_on_the_broker_as_image_brightness(
     events = [e for e in drift_events(conn, stream) if e.drifting]
     assert "image:brightness" in {e.feature for e in events}, events
     assert min(e.window for e in events if e.feature == "image:brightness") in (2, 3)
+
+
+def test_the_scorers_row_sample_is_capped_and_evenly_spaced() -> None:
+    rng = np.random.default_rng(33)
+    assert sample(100, 1024, rng) == slice(None)
+    rows = np.arange(8192)[sample(8192, 1000, rng)]
+    assert 900 <= len(rows) <= 1000 and len(set(np.diff(rows).tolist())) == 1
