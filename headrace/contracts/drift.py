@@ -66,6 +66,8 @@ class DriftWindowState(Contract):
     consecutive: dict[str, int] = Field(default_factory=dict)  # feature -> windows drifting
     drifting: dict[str, bool] = Field(default_factory=dict)  # feature -> last published state
     ranges: list[WindowRange] = Field(default_factory=list)  # the open window's offsets
+    last: dict[str, str] = Field(default_factory=dict)  # the last closed window's counts
+    last_rows: int = Field(default=0, ge=0)
     opened_at: datetime = Field(default_factory=utcnow)
     ts: datetime = Field(default_factory=utcnow)
 

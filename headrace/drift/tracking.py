@@ -38,6 +38,8 @@ class VersionTracker:
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
     opened_at: datetime = field(default_factory=utcnow)
     last: list[FeatureDrift] = field(default_factory=list)  # the last closed window
+    last_counts: dict[str, str] = field(default_factory=dict)  # its counts (snapshot form)
+    last_rows: int = 0
 
     def __post_init__(self) -> None:
         self.window = DriftWindow(self.profile.features, self.profile.calibration)
@@ -61,6 +63,7 @@ class VersionTracker:
         full = self.window.full
         rows = self.window.rows
         ranges = self._ranges()
+        self.last_counts, self.last_rows = self.window.snapshot(), rows
         self.last = self.window.close()
         self.seq += 1
         self.ranges = {}
@@ -95,7 +98,8 @@ class VersionTracker:
             stream=self.stream, model_name=self.model_name, model_version=self.model_version,
             scope=self.scope, window=self.seq, rows=self.window.rows,
             counts=self.window.snapshot(), consecutive=dict(self.consecutive),
-            drifting=dict(self.drifting), ranges=self._ranges(), opened_at=self.opened_at)
+            drifting=dict(self.drifting), ranges=self._ranges(), last=self.last_counts,
+            last_rows=self.last_rows, opened_at=self.opened_at)
 
     def resume(self, state: DriftWindowState) -> None:
         """Continue from a persisted state of this stream, version and scope."""
@@ -104,6 +108,7 @@ class VersionTracker:
         self.consecutive = dict(state.consecutive)
         self.drifting = dict(state.drifting)
         self.ranges = {r.partition: (r.first, r.last) for r in state.ranges}
+        self.last_counts, self.last_rows = dict(state.last), state.last_rows
         self.opened_at = state.opened_at
 
 

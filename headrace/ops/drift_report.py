@@ -120,19 +120,25 @@ def _profile(root: Path, name: str, version: int) -> DriftProfile | None:
 
 
 def live_counts(rep: DriftReport, feature: str) -> np.ndarray | None:
-    """The live counts to draw: the latest event's window, else the open windows summed."""
+    """The live counts to draw: the latest event's window, else the scorers' last closed
+    windows summed, else their open windows summed."""
     e = rep.events.get(feature)
     if e is not None and e.live:
         return np.asarray(e.live, dtype=np.int64)
     if rep.profile is None or feature not in rep.profile.features:
         return None
-    total: np.ndarray | None = None
-    for st in rep.open_windows:
-        w = DriftWindow({feature: rep.profile.features[feature]}, rep.profile.calibration)
-        w.restore({k: v for k, v in st.counts.items() if k == feature}, st.rows)
-        c = w.bin_counts(feature)
-        total = c if total is None else total + c
-    return total if total is not None and total.sum() > 0 else None
+    ref = {feature: rep.profile.features[feature]}
+    for pick in ((lambda s: (s.last, s.last_rows)), (lambda s: (s.counts, s.rows))):
+        total = np.zeros(ref[feature].bins, np.int64)
+        for st in rep.open_windows:
+            counts, rows = pick(st)
+            if feature in counts:
+                w = DriftWindow(ref, rep.profile.calibration)
+                w.restore({feature: counts[feature]}, rows)
+                total += w.bin_counts(feature)
+        if total.sum() > 0:
+            return total
+    return None
 
 
 def bin_labels(ref: FeatureReference) -> list[str]:

@@ -154,7 +154,9 @@ def test_a_new_dominant_category_drifts_and_drift_state_survives_a_scorer_restar
     png = tmp_path / "drift.png"
     assert main(["--bootstrap", settings.bootstrap or "", "--dfs-root", str(dfs), "drift",
                  stream, "--png", str(png)]) == 0
-    lines = {ln.split()[0]: ln.split() for ln in capsys.readouterr().out.splitlines()[2:]
+    out = capsys.readouterr().out
+    assert f"wrote {png} (5 features)" in out  # every feature: the last closed window's counts
+    lines = {ln.split()[0]: ln.split() for ln in out.splitlines()[2:]
              if ln.strip() and not ln.startswith("wrote")}
     assert lines["colour"][1:3] == ["DRIFTING", "chi_square"] and lines["colour"][5] == "2"
     assert lines["w"][1] == "-" and lines["size"][1] == "-"  # never drifted: no event
