@@ -12,7 +12,7 @@ The real scorer (``--scorer``): the bench_scoring MLP (32 float32 features, Arro
 on and off (alternating runs, best of each), on an embedded broker: the ratio of rows/s and
 the extra nanoseconds per row and drift feature (32 inputs + 2 prediction features).
 
-    python bench/bench_drift.py --scorer [--quick]
+    python bench/bench_drift.py --scorer [--quick] [--rows-per-batch 1024]
 """
 
 from __future__ import annotations
@@ -43,11 +43,13 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=8192)
     ap.add_argument("--scorer", action="store_true", help="the real scorer, drift on vs off")
     ap.add_argument("--quick", action="store_true", help="with --scorer: a shorter run")
+    ap.add_argument("--rows-per-batch", type=int, default=1024,
+                    help="with --scorer: HEADRACE_SCORER_DRIFT_ROWS_PER_BATCH")
     args = ap.parse_args()
     if args.scorer:
         from bench_drift_scorer import run  # bench/ is on sys.path when run as a script
 
-        run(quick=args.quick, window=args.window)
+        run(quick=args.quick, window=args.window, rows_per_batch=args.rows_per_batch)
         return
     rng = np.random.default_rng(0)
     train = {f"f{i}": rng.normal(size=20_000) for i in range(args.features)}

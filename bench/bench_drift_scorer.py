@@ -56,8 +56,8 @@ def publish_with_profile(dfs: Path, window: int) -> int:
     return len(profile.features)
 
 
-def scorer_rows_per_s(bootstrap: str, dfs: Path, stream: str, rows: int, *, drift: bool
-                      ) -> tuple[float, float]:
+def scorer_rows_per_s(bootstrap: str, dfs: Path, stream: str, rows: int, *, drift: bool,
+                      rows_per_batch: int) -> tuple[float, float]:
     """(rows/s in steady state, drift windows closed) of one run on a preloaded stream."""
     from headrace.core.settings import load_settings
     from headrace.scorers.serving import Scorer
@@ -92,7 +92,7 @@ def scorer_rows_per_s(bootstrap: str, dfs: Path, stream: str, rows: int, *, drif
     return (rows - first) / took, windows
 
 
-def run(*, quick: bool, window: int) -> None:
+def run(*, quick: bool, window: int, rows_per_batch: int) -> None:
     from headrace.streams import headers as hdr
     from headrace.streams.broker import EmbeddedBroker
     from headrace.streams.topics import data_topic, predictions_topic
@@ -112,15 +112,16 @@ def run(*, quick: bool, window: int) -> None:
                 s = f"bd{uuid.uuid4().hex[:8]}"
                 ensure(broker.bootstrap, data_topic(s), predictions_topic(s), f"data.{s}.dlq")
                 load_topic(broker.bootstrap, data_topic(s), arrow, hdr.ARROW)
-                rate, windows = scorer_rows_per_s(broker.bootstrap, dfs, s, rows, drift=drift)
+                rate, windows = scorer_rows_per_s(broker.bootstrap, dfs, s, rows, drift=drift,
+                                                  rows_per_batch=rows_per_batch)
                 print(f"round {r + 1}: drift {'on ' if drift else 'off'} {rate:,.0f} rows/s"
                       + (f" ({windows:.0f} windows)" if drift else ""), flush=True)
                 best[drift] = max(best[drift], rate)
                 info[f"windows_{r}"] = windows
         ratio = best[True] / best[False]
         ns = (1 / best[True] - 1 / best[False]) * 1e9 / n_features
-        print(f"rows {rows} ({len(arrow)} Arrow messages), drift features {n_features}, "
-              f"window {window}")
+        print(f"rows {rows} ({len(arrow)} Arrow messages, batches of 8192), drift features "
+              f"{n_features}, window {window}, at most {rows_per_batch} rows counted a batch")
         print(f"best rows/s: drift off {best[False]:,.0f}, on {best[True]:,.0f}; "
               f"ratio on/off {ratio:.3f} (goal >= 0.95)")
         print(f"extra cost with drift on: {ns:.1f} ns per row and feature (goal <= 30)")
