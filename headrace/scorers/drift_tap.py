@@ -85,8 +85,9 @@ class DriftTap:
                  restored: Mapping[bytes, DriftWindowState] | None = None) -> None:
         self.ctx = ctx
         self.root = ctx.settings.dfs_root
-        self.time_bound_s = ctx.scorer.drift_time_s
-        self.cap = ctx.scorer.drift_rows_per_batch
+        self.settings = ctx.scorer.drift
+        self.time_bound_s = self.settings.window_seconds
+        self.cap = self.settings.rows_per_batch
         self.rng = np.random.default_rng()
         self.scope = scope_of(ctx.scorer.partitions)
         topics = ControlTopics.of(ctx.settings)
@@ -112,6 +113,14 @@ class DriftTap:
         if profile is None:
             log.info("drift not tracked for %s: the version has no %s", model.ref, PROFILE_FILE)
             return None
+        cal, want = profile.calibration, self.settings
+        if (want.window_records not in (None, cal.window)
+                or want.false_alarm_rate not in (None, cal.false_alarm_rate)):
+            log.warning("%s is calibrated for windows of %d records at a %g false-alarm rate; "
+                        "HEADRACE_DRIFT_WINDOW_RECORDS/FALSE_ALARM_RATE (%s, %s) do not apply to "
+                        "it (retrain with drift_window/drift_false_alarm_rate)", model.ref,
+                        cal.window, cal.false_alarm_rate, want.window_records,
+                        want.false_alarm_rate)
         t = VersionTracker(stream=self.ctx.scorer.stream, model_name=model.name,
                            model_version=model.version, scope=self.scope, profile=profile)
         if self.restored is None:
@@ -203,7 +212,7 @@ def read_states(ctx: TapContext, scope: str) -> dict[bytes, DriftWindowState]:
 
 
 def factory(ctx: TapContext) -> DriftTap | None:
-    if not ctx.scorer.drift:
+    if not ctx.scorer.drift.enabled:
         return None
     return DriftTap(ctx)
 

@@ -216,3 +216,22 @@ def test_the_scorers_row_sample_is_capped_and_evenly_spaced() -> None:
     assert sample(100, 1024, rng) == slice(None)
     rows = np.arange(8192)[sample(8192, 1000, rng)]
     assert 900 <= len(rows) <= 1000 and len(set(np.diff(rows).tolist())) == 1
+
+
+def test_the_chart_variables_turn_the_tap_off_and_set_its_time_bound(
+        settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    from headrace.scorers.drift_tap import DriftTap, factory
+    from headrace.scorers.metrics import ScorerMetrics
+    from headrace.scorers.settings import load_scorer_settings
+    from headrace.scorers.taps import TapContext
+
+    def tap() -> DriftTap | None:
+        scorer = load_scorer_settings(stream=settings.streams[0])
+        return factory(TapContext(settings, scorer, None,
+                                  ScorerMetrics(stream=scorer.stream, model="m")))
+
+    monkeypatch.setenv("HEADRACE_DRIFT_WINDOW_SECONDS", "300")
+    on = tap()
+    assert on is not None and on.time_bound_s == 300.0 and on.cap == 1024
+    monkeypatch.setenv("HEADRACE_DRIFT_ENABLED", "false")
+    assert tap() is None
