@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from headrace.cli import main
 from headrace.contracts import DriftDetected, DriftWindowState, ModelSpec, TrainRequested, parse
 from headrace.core.settings import Settings
 from headrace.drift.fitting import PROFILE_FILE
@@ -120,50 +119,6 @@ def test_a_half_sd_shift_in_one_feature_is_published_within_two_windows_naming_i
     text = body.decode()
     assert status == 200 and 'headrace_scorer_drift_windows_total{full="true"' in text
     assert 'headrace_scorer_drift_drifting{feature="size"' in text
-
-
-def test_a_new_dominant_category_drifts_and_drift_state_survives_a_scorer_restart(
-        settings: Settings, conn: KafkaConnection, dfs: Path, stream: str, data: str,
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    train(dfs, tmp_path, stream, "tensorflow")
-    rng = np.random.default_rng(2)
-    purple = table(rng, 2 * WINDOW, dominant="purple")
-    with ready_scorer(settings, conn, **OVERRIDES):
-        send(conn, data, {k: v[:WINDOW] for k, v in purple.items()}, "a")
-        windows_closed(conn, stream, 1)
-        half = {k: v[WINDOW: WINDOW + WINDOW // 2] for k, v in purple.items()}
-        send(conn, data, half, "b")
-        eventually(lambda: states(conn, stream)[-1].rows == WINDOW // 2, timeout_s=30,
-                   what="half a window counted")
-    before = states(conn, stream)[-1]
-    assert before.consecutive["colour"] == 1 and before.drifting["colour"]
-    # A new scorer process (same partitions) resumes the half-open window and the run.
-    with ready_scorer(settings, conn, **OVERRIDES):
-        send(conn, data, {k: v[WINDOW + WINDOW // 2:] for k, v in purple.items()}, "c")
-        windows_closed(conn, stream, 2)
-    colour = [e for e in drift_events(conn, stream) if e.feature == "colour"]
-    assert [(e.window, e.drifting, e.consecutive) for e in colour] == [(1, True, 1),
-                                                                       (2, True, 2)]
-    assert colour[-1].rows == WINDOW and colour[-1].statistic == "chi_square"
-    # The resumed window holds the offsets counted before the restart.
-    firsts = {r.partition: r.first for r in colour[-1].ranges}
-    b_offsets = {r.partition: r.first for r in before.ranges}
-    assert all(firsts[p] <= o for p, o in b_offsets.items())
-
-    # `headrace drift STREAM --png` shows what events.drift holds, and draws it.
-    png = tmp_path / "drift.png"
-    assert main(["--bootstrap", settings.bootstrap or "", "--dfs-root", str(dfs), "drift",
-                 stream, "--png", str(png)]) == 0
-    out = capsys.readouterr().out
-    assert f"wrote {png} (5 features)" in out  # every feature: the last closed window's counts
-    lines = {ln.split()[0]: ln.split() for ln in out.splitlines()[2:]
-             if ln.strip() and not ln.startswith("wrote")}
-    assert lines["colour"][1:3] == ["DRIFTING", "chi_square"] and lines["colour"][5] == "2"
-    assert lines["w"][1] == "-" and lines["size"][1] == "-"  # never drifted: no event
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert main(["--bootstrap", settings.bootstrap or "", "--dfs-root", str(dfs), "drift",
-                 "nostream"]) == 1
-    assert "no drift published for stream 'nostream'" in capsys.readouterr().err
 
 
 def test_brighter_images_drift_on_the_broker_as_image_brightness(
