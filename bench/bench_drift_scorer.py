@@ -66,7 +66,8 @@ def scorer_rows_per_s(bootstrap: str, dfs: Path, stream: str, rows: int, *, drif
     settings = load_settings(bootstrap=bootstrap, dfs_root=dfs, streams=[stream], partitions=1)
     scorer = Scorer(settings, load_scorer_settings(
         stream=stream, model=MODEL, partitions="0", http_port=0, http_host="127.0.0.1",
-        batch_size=8192, max_wait_ms=10, device="cpu", idempotent=False, drift=drift),
+        batch_size=8192, max_wait_ms=10, device="cpu", idempotent=False,
+        drift={"enabled": drift, "rows_per_batch": rows_per_batch}),
         conn=_conn(bootstrap))
     stop = threading.Event()
     t = threading.Thread(target=scorer.run, args=(stop,), daemon=True)
