@@ -45,12 +45,14 @@ class Calibration(BaseModel):
 
 
 def _ks(expected: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    return st.ks_binned(expected[:-1], counts[..., :-1])  # the last bin is "missing"
+    return st.ks_binned(expected[..., :-1], counts[..., :-1])  # the last bin is "missing"
 
 
-def binned_statistic(name: str, ref: FeatureReference, window_counts: np.ndarray) -> np.ndarray:
-    """``name`` of each window (rows of ``window_counts``, the counts in ``ref``'s bins)."""
-    expected = np.asarray(ref.expected)
+def binned_statistic(name: str, ref: FeatureReference, window_counts: np.ndarray, *,
+                     expected: np.ndarray | None = None) -> np.ndarray:
+    """``name`` of each window (rows of ``window_counts``, the counts in ``ref``'s bins);
+    ``expected``: one reference per row instead of ``ref``'s (features of the same bins)."""
+    expected = np.asarray(ref.expected) if expected is None else expected
     fn: Callable[[np.ndarray, np.ndarray], np.ndarray] = {
         "psi": st.psi, "chi_square": st.chi_square, "jensen_shannon": st.jensen_shannon,
         "ks": _ks}[name]

@@ -104,11 +104,10 @@ def ks_binned(expected: np.ndarray, counts: np.ndarray) -> np.ndarray:
     reference/live shares of bins ``0..j``, over the non-missing bins only (pass them without
     the missing bin). It is the two-sample KS statistic between the reference's and the
     window's bin indices; a window without values gives 0."""
-    e = np.asarray(expected, dtype=np.float64)
-    c = np.asarray(counts, dtype=np.float64)
-    e_total = e.sum()
-    a = proportions(c)
-    cum_e = np.cumsum(e / e_total if e_total > 0 else e)
+    e = proportions(np.asarray(expected, dtype=np.float64))  # renormalised without "missing"
+    a = proportions(np.asarray(counts, dtype=np.float64))
+    c = np.asarray(counts)
+    cum_e = np.cumsum(e, axis=-1)
     cum_a = np.cumsum(a, axis=-1)
     d = np.abs(cum_a - cum_e).max(axis=-1)
     return np.where(c.sum(axis=-1) > 0, d, 0.0)

@@ -54,7 +54,8 @@ def _numeric(values: np.ndarray, inp: ProfiledInput, _: Tokenize | None) -> dict
     x = np.asarray(values)
     if x.ndim == 1:
         return {inp.columns[0] if inp.columns else inp.name: x}
-    return {c: x[:, i] for i, c in enumerate(inp.columns)}
+    cols = np.ascontiguousarray(x.T)  # one pass; each column then reads contiguously
+    return {c: cols[i] for i, c in enumerate(inp.columns)}
 
 
 def _category(values: np.ndarray, inp: ProfiledInput, _: Tokenize | None

@@ -68,20 +68,31 @@ class DriftWindow:
         self.rows += n
 
     def statistics(self) -> list[FeatureDrift]:
-        """The open window's statistics per feature that has values."""
-        out = []
+        """The open window's statistics per feature that has values. Features of one kind and
+        bin count are computed together (one numpy call per statistic, not per feature)."""
+        groups: dict[tuple[str, int], list[str]] = {}
         for feature, ref in self.references.items():
-            c = self._counts[feature]
-            seen = int(c.sum())
-            if not seen:
+            if self._counts[feature].any():
+                groups.setdefault((ref.kind, ref.bins), []).append(feature)
+        stats: dict[str, dict[str, float]] = {}
+        for (kind, _), names in groups.items():
+            counts = np.stack([self._counts[f] for f in names])
+            expected = np.stack([np.asarray(self.references[f].expected) for f in names])
+            for stat in REPORTED[kind]:
+                values = binned_statistic(stat, self.references[names[0]], counts,
+                                          expected=expected)
+                for f, v in zip(names, values.tolist(), strict=True):
+                    stats.setdefault(f, {})[stat] = float(v)
+        out = []
+        for feature, ref in self.references.items():  # in profile order
+            if feature not in stats:
                 continue
-            stats = {name: float(binned_statistic(name, ref, c[None, :])[0])
-                     for name in REPORTED[ref.kind]}
+            c = self._counts[feature]
             thr = self.calibration.thresholds.get(feature, {})
-            out.append(FeatureDrift(feature=feature, statistics=stats,
+            out.append(FeatureDrift(feature=feature, statistics=stats[feature],
                                     thresholds={t: thr[t] for t in ALARM_TESTS[ref.kind]
-                                                if t in thr}, rows=seen,
-                                    counts=tuple(int(v) for v in c)))
+                                                if t in thr}, rows=int(c.sum()),
+                                    counts=tuple(c.tolist())))
         return out
 
     def close(self) -> list[FeatureDrift]:

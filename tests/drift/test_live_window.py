@@ -28,6 +28,21 @@ def test_binned_ks_is_scipys_two_sample_ks_of_the_bin_indices_missing_left_out()
     assert float(st.ks_binned(np.full(3, 1 / 3), np.zeros((1, 3)))[0]) == 0.0
 
 
+def test_bins_by_comparisons_equal_a_binary_search_edges_missing_and_float32_included() -> None:
+    rng = np.random.default_rng(6)
+    ref = numeric_reference(rng.normal(size=5000))
+    edges = np.asarray(ref.edges)
+    x = np.concatenate([rng.normal(size=2000), edges, np.nextafter(edges, np.inf),
+                        [-np.inf, np.inf, np.nan]])
+    want = np.searchsorted(edges, x, side="left")
+    want[np.isnan(x)] = len(edges) + 1
+    np.testing.assert_array_equal(ref.bin_of(x), want)
+    x32 = x.astype(np.float32)
+    want32 = np.searchsorted(edges, x32.astype(np.float64), side="left")
+    want32[np.isnan(x32)] = len(edges) + 1
+    np.testing.assert_array_equal(ref.bin_of(x32), want32)
+
+
 def _table(rng: np.random.Generator, n: int, shift: float = 0.0) -> dict[str, np.ndarray]:
     return {"a": rng.normal(shift, 1.0, n), "b": rng.exponential(2.0, n),
             "c": rng.choice(["x", "y", "z"], n, p=[0.6, 0.3, 0.1]).astype(object)}
