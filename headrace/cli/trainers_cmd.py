@@ -283,8 +283,21 @@ def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
 
 
 @models_app.command("promote")
-def models_promote(ctx: typer.Context, ref: str, topic_prefix: PrefixOpt = "") -> None:
+def models_promote(
+    ctx: typer.Context, ref: str, topic_prefix: PrefixOpt = "",
+    if_live_gate: Annotated[bool, typer.Option(
+        "--if-live-gate", help="Only when the live rules of gates.yaml hold on the version's "
+        "live comparison with production; prints every rule either way.")] = False,
+    stream: Annotated[str | None, typer.Option(
+        "--stream", help="With --if-live-gate: the stream it ran on (needed when several).")
+    ] = None,
+) -> None:
     """Point production at NAME:VERSION and publish ModelPublished."""
+    if if_live_gate:
+        from headrace.cli.compare_cmd import promote_on_live_gate
+
+        promote_on_live_gate(ctx, ref, stream=stream, topics=_topics(ctx, topic_prefix))
+        return
     ev = api.promote_model(root=_context.base_settings(ctx).dfs_root,
                            conn=_context.connection(ctx),
                            ref=ref, topics=_topics(ctx, topic_prefix))
@@ -318,7 +331,7 @@ def datasets_make_demo(
 def control(
     ctx: typer.Context,
     triggers: Annotated[Path | None, typer.Option(
-        help="Schedules and event rules (YAML; env HEADRACE_TRIGGERS).")] = None,
+        help="Schedules, event rules and drift rules (YAML; env HEADRACE_TRIGGERS).")] = None,
     concurrency: Annotated[str, typer.Option(help="Jobs at once per framework (local).")]
         = "tensorflow=1,mxnet=1",
     job_timeout: Annotated[float, typer.Option(help="Seconds before a job is killed.")]
@@ -374,7 +387,7 @@ def schedule_fire(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Schedule name in the triggers file.")],
     triggers: Annotated[Path | None, typer.Option(
-        help="Schedules and event rules (YAML; env HEADRACE_TRIGGERS).")] = None,
+        help="Schedules, event rules and drift rules (YAML; env HEADRACE_TRIGGERS).")] = None,
     at: Annotated[str | None, typer.Option(
         help="Fire the slot at this ISO time (default: now).")] = None,
     topic_prefix: PrefixOpt = "",

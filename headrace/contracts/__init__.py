@@ -12,6 +12,7 @@ from headrace.contracts.base import (
 from headrace.contracts.drift import DriftDetected, DriftWindowState, WindowRange
 from headrace.contracts.families import FAMILIES, Family, family
 from headrace.contracts.jobs import JobEvent, JobEventKind, JobState
+from headrace.contracts.lineage import LineageRange
 from headrace.contracts.models import ModelAction, ModelPublished
 from headrace.contracts.predictions import OutputValue, Prediction, TopLabel
 from headrace.contracts.rollout import Canary, LiveCounts, RolloutRole, RolloutState
@@ -36,7 +37,7 @@ from headrace.core.types import (
 
 CONTRACTS: dict[str, type[Contract]] = {
     c.SCHEMA: c for c in (TrainRequested, JobEvent, ModelPublished, Prediction,
-                          DriftDetected, RolloutState, LiveCounts)
+                          DriftDetected, RolloutState, LiveCounts, LineageRange)
 }
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "JobEvent",
     "JobEventKind",
     "JobState",
+    "LineageRange",
     "LiveCounts",
     "ModelAction",
     "ModelChoice",

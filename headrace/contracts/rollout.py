@@ -78,6 +78,10 @@ class LiveCounts(Contract):
     labelled: int = Field(default=0, ge=0)
     production_truth: list[list[int]] = Field(default_factory=list)
     candidate_truth: list[list[int]] = Field(default_factory=list)
+    # The labelled records only one version got right (McNemar's b and c): the paired test
+    # needs them and the two truth matrices alone cannot give them.
+    only_production_right: int = Field(default=0, ge=0)
+    only_candidate_right: int = Field(default=0, ge=0)
     ts: datetime = Field(default_factory=utcnow)
 
     def key(self) -> bytes:

@@ -54,6 +54,7 @@ class TriggerKind(StrEnum):
     SCHEDULE = "schedule"
     EVENT = "event"
     TUNE = "tune"  # a trial of a hyperparameter study (headrace.trainers.tuning)
+    DRIFT = "drift"  # a drift episode of a stream (a `kind: drift` rule)
 
 
 def _family(value: str) -> str:
@@ -151,7 +152,8 @@ class Trigger(BaseModel):
 
     kind: TriggerKind = TriggerKind.MANUAL
     source: str = Field(default="cli", max_length=256)  # schedule name, rule name, or caller
-    slot: str | None = Field(default=None, max_length=64)  # schedule slot (ISO time) or window
+    # schedule slot (ISO time), rule window, or drift episode number
+    slot: str | None = Field(default=None, max_length=64)
 
 
 class TrainRequested(Contract):

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 
 from headrace.contracts import RolloutState, parse
-from headrace.streams.clients import KafkaConnection
-from headrace.streams.reading import Follower
+from headrace.streams.clients import KafkaConnection, partitions_of
+from headrace.streams.reading import Follower, probe_ends
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.5
+POLL_S = 0.2
 
 
 class RolloutWatch:
@@ -25,7 +24,7 @@ class RolloutWatch:
         self._current: RolloutState | None = None
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._idle_since: float | None = None
+        self._caught_up = threading.Event()
         self._thread: threading.Thread | None = None
         self.version = 0  # bumped on every change (a tap can tell a new rollout from the last)
 
@@ -56,34 +55,38 @@ class RolloutWatch:
         self._thread.start()
         return self
 
-    def wait_caught_up(self, timeout_s: float = 10.0, idle_s: float = 0.5) -> bool:
-        """Block until the topic has been read to its end (no record for ``idle_s``: Tansu's
-        high watermark is unreliable); False on timeout."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            idle = self._idle_since
-            if idle is not None and time.monotonic() - idle >= idle_s:
-                return True
-            time.sleep(0.05)
-        return False
+    def wait_caught_up(self, timeout_s: float = 10.0) -> bool:
+        """Block until the topic has been read up to the end it had at start (verified by
+        reading to EOF: Tansu's high watermark can be low); False on timeout."""
+        return self._caught_up.wait(timeout_s)
+
+    def _ends(self) -> dict[int, int]:
+        try:
+            parts = partitions_of(self.conn, self.topic)
+            return {p: end for p, (low, end) in probe_ends(self.conn, self.topic, parts).items()
+                    if end > low}
+        except Exception as exc:  # a missing topic: nothing to catch up with
+            log.warning("cannot find the end of %s: %s", self.topic, exc)
+            return {}
 
     def _run(self, stop: threading.Event) -> None:
+        ends = self._ends()  # before following: whatever comes later is not waited for
+        if not ends:
+            self._caught_up.set()
         follower = Follower(self.conn, [self.topic], from_beginning=True)
         try:
             while not stop.is_set():
                 records = follower.poll(POLL_S, max_messages=1000)
-                if not records:
-                    if self._idle_since is None:
-                        self._idle_since = time.monotonic()
-                    continue
-                self._idle_since = None
                 for rec in records:
-                    if rec.key != self.stream.encode() or not rec.value:
-                        continue
-                    try:
-                        self.apply(parse(RolloutState, rec.value))
-                    except Exception as exc:
-                        log.warning("ignoring unreadable rollout state at offset %s: %s",
-                                    rec.offset, exc)
+                    if rec.key == self.stream.encode() and rec.value:
+                        try:
+                            self.apply(parse(RolloutState, rec.value))
+                        except Exception as exc:
+                            log.warning("ignoring unreadable rollout state at offset %s: %s",
+                                        rec.offset, exc)
+                    if ends and rec.offset + 1 >= ends.get(rec.partition, 0):
+                        ends.pop(rec.partition, None)
+                        if not ends:
+                            self._caught_up.set()
         finally:
             follower.close()

@@ -20,7 +20,7 @@ from types import FrameType
 from headrace.core import heap
 from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings
-from headrace.scorers import tap_registry  # noqa: F401  (registers every scorer tap)
+from headrace.scorers import tap_registry  # noqa: F401  (each tap registers itself)
 from headrace.scorers.budget import MessageCaps
 from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.inputs import InputLimits
@@ -163,7 +163,7 @@ def scorer_topics(settings: Settings, stream: str) -> list[topics.TopicSpec]:
     control = topics.ControlTopics.of(settings)  # under HEADRACE_TOPIC_PREFIX
     wanted = (topics.data_topic(stream), topics.predictions_topic(stream),
               topics.dlq_topic(stream), control.models, control.rollout, control.rollout_live,
-              control.drift, control.drift_state)
+              control.drift, control.drift_state, control.lineage)
     return [dataclasses.replace(spec, config={**spec.config, **settings.topic_config()})
             for spec in topics.catalog(settings.with_overrides(streams=[stream]))
             if spec.name in wanted]

@@ -1,3 +1,7 @@
-"""Every scorer tap, registered by importing its module (one line per tap)."""
+"""Imports every scorer tap module, so each registers its factory (``taps.register``).
+One line per tap (kept apart, so each helper's line merges on its own)."""
 
+# isort: off
 from headrace.scorers import drift_tap  # noqa: F401
+from headrace.scorers import lineage_tap  # noqa: F401
+# isort: on

@@ -116,6 +116,10 @@ def register(name: str, factory: TapFactory) -> None:
     _FACTORIES[name] = factory
 
 
+def unregister(name: str) -> None:
+    _FACTORIES.pop(name, None)
+
+
 def registered() -> tuple[str, ...]:
     return tuple(_FACTORIES)
 

@@ -16,6 +16,7 @@ DRIFT_EVENTS = "events.drift"  # compacted: DriftDetected per stream, model and 
 ROLLOUT = "control.rollout"  # compacted: RolloutState per stream
 ROLLOUT_LIVE = "control.rollout.live"  # compacted: LiveCounts per pair and partition
 DRIFT_STATE = "control.drift.state"  # compacted: each scorer's open drift window
+LINEAGE = "control.lineage"  # compacted: LineageRange per scored offset range
 
 
 def data_topic(stream: str) -> str:
@@ -44,6 +45,10 @@ class TopicSpec:
 
 _WEEK_MS = str(7 * 24 * 3600 * 1000)
 _MONTH_MS = str(30 * 24 * 3600 * 1000)
+# The open range is re-published with every batch: roll segments often so compaction keeps the
+# index near one record per range (a forward lineage query reads the whole topic).
+_LINEAGE_CONFIG = {"cleanup.policy": "compact", "segment.ms": str(600_000),
+                   "min.cleanable.dirty.ratio": "0.1"}
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,10 @@ class ControlTopics:
     def rollout_live(self) -> str:
         return self._n(ROLLOUT_LIVE)
 
+    @property
+    def lineage(self) -> str:
+        return self._n(LINEAGE)
+
     def data(self, stream: str) -> str:
         return self._n(data_topic(stream))
 
@@ -117,6 +126,9 @@ class ControlTopics:
             TopicSpec(self.rollout_live, 1,
                       "live production-vs-candidate counts per partition (compacted)",
                       {"cleanup.policy": "compact"}),
+            TopicSpec(self.lineage, 1,
+                      "offset ranges each model version scored, per partition (compacted)",
+                      _LINEAGE_CONFIG),
         ]
         specs += [TopicSpec(self.data(s), data_partitions, f"records ({s})") for s in data_streams]
         return specs

@@ -16,6 +16,8 @@ Configuration: ``<dfs>/config/gates.yaml`` (one file for every model; snapshotte
           - {true: "0", predicted: "1", max_fraction: 0.1}
         max_regression: {accuracy: 0.02, class_recall: 0.05}  # vs production, same data
         promote: true                            # false: store only, never promote
+        live: {min_rows: 5000, better_than_production: {alpha: 0.05}}
+                                                 # live rules: headrace.rollout.live_gate
 
 ``max_regression`` keys are metric names (direction known: loss/rmse/mae lower is better) or
 ``class_recall`` for every class's recall. No file: the default above.
@@ -39,6 +41,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from headrace.core.errors import ValidationFailed
+from headrace.rollout.live_gate import LiveGate
 from headrace.trainers import chance
 from headrace.trainers.evaluation import Evaluation, lower_is_better
 
@@ -91,6 +94,9 @@ class Gate(BaseModel):
     max_confusion: list[ConfusionLimit] = Field(default_factory=list)
     max_regression: dict[str, float] = Field(default_factory=dict)
     promote: bool = True
+    # Rules over the live comparison window (``models promote --if-live-gate``); the offline
+    # gate above ignores them.
+    live: LiveGate | None = None
 
     @field_validator("class_recall", mode="before")
     @classmethod

@@ -29,6 +29,13 @@ SCHEDULE = {"name": "nightly", "cron": "0 2 * * *",
                         "dataset_uri": "datasets/demo.parquet", "spec": {"epochs": 3}}}
 
 
+DRIFT_RULE = {"name": "drifted", "kind": "drift", "stream": "clicks", "features": ["f0"],
+              "min_windows": 2, "request": {"model_name": "demo", "framework": "mxnet",
+                                            "dataset_uri": "datasets/demo.parquet"}}
+EVENT_RULE = {"name": "fresh", "stream": "clicks", "every": 10000,
+              "request": DRIFT_RULE["request"]}
+
+
 def planner_values() -> dict[str, Any]:
     cluster = parse_cluster({
         "nodes": [gpu_node("a1", "r1", "z1", 2, "a100"), gpu_node("a2", "r2", "z1", 2, "a100"),
@@ -101,6 +108,16 @@ _VALUE_SETS: dict[str, dict[str, Any]] = {
     },
     "existing-service-accounts": {"serviceAccount": {"create": False, "name": "corp"},
                                   "scorerGroups": [GROUP]},
+    # Drift on every group but one (its own `drift:` turns it off), one with its own rate;
+    # a drift rule and an event rule in the triggers.
+    "drift": {"scorer": {"drift": {"enabled": True, "windowRecords": 500}},
+              "scorerGroups": [
+                  {**GROUP, "gpu": 0},
+                  {**GROUP, "gpu": 0, "name": "clicks-off", "partitions": [4],
+                   "drift": {"enabled": False}},
+                  {**GROUP, "gpu": 0, "name": "clicks-strict", "partitions": [5],
+                   "drift": {"falseAlarmRate": 0.001, "windowSeconds": 60}}],
+              "controlPlane": {"triggers": {"rules": [DRIFT_RULE, EVENT_RULE]}}},
 }
 VALUE_SETS = {name: with_dfs(v) for name, v in _VALUE_SETS.items()}
 
@@ -334,6 +351,43 @@ def test_schedules_render_a_cronjob_firing_each_with_the_triggers_file(rendered:
     assert json.loads(cenv["HEADRACE_K8S_TRAINER_ENV"])["HEADRACE_MAX_WORKERS"] == "4"
 
 
+def test_drift_values_set_the_scorers_drift_env_and_drift_rules_reach_the_control_plane(
+        rendered: Any, tmp_path: Path) -> None:
+    from headrace.trainers.control.triggers import load_triggers
+
+    docs = rendered["drift"]
+    scorers = {d["metadata"]["name"]: {e["name"]: e.get("value") for e in d["spec"]["template"][
+        "spec"]["containers"][0]["env"]} for d in kinds(docs, "Deployment")
+        if d["metadata"]["labels"]["app.kubernetes.io/component"] == "scorer"}
+    drift = {name: {k: v for k, v in env.items() if k.startswith("HEADRACE_DRIFT_")}
+             for name, env in scorers.items()}
+    assert drift == {
+        "hr-headrace-clicks-r1": {"HEADRACE_DRIFT_ENABLED": "true",
+                                  "HEADRACE_DRIFT_WINDOW_RECORDS": "500",
+                                  "HEADRACE_DRIFT_WINDOW_SECONDS": "300",
+                                  "HEADRACE_DRIFT_FALSE_ALARM_RATE": "0.01"},
+        "hr-headrace-clicks-off": {},
+        "hr-headrace-clicks-strict": {"HEADRACE_DRIFT_ENABLED": "true",
+                                      "HEADRACE_DRIFT_WINDOW_RECORDS": "500",
+                                      "HEADRACE_DRIFT_WINDOW_SECONDS": "60",
+                                      "HEADRACE_DRIFT_FALSE_ALARM_RATE": "0.001"}}
+    # No drift env unless asked: the default values set none.
+    assert not any(e["name"].startswith("HEADRACE_DRIFT_") for d in rendered["cpu-only"]
+                   if d["kind"] == "StatefulSet"
+                   for e in d["spec"]["template"]["spec"]["containers"][0]["env"])
+    # The triggers ConfigMap holds the rules as the control plane's own loader reads them.
+    [cm] = kinds(docs, "ConfigMap")
+    path = tmp_path / "triggers.yaml"
+    path.write_text(cm["data"]["triggers.yaml"])
+    trig = load_triggers(path)
+    assert [(r.name, r.kind) for r in trig.rules] == [("drifted", "drift"), ("fresh", "event")]
+    ctl = next(d for d in kinds(docs, "Deployment")
+               if d["metadata"]["labels"]["app.kubernetes.io/component"] == "control-plane")
+    env = {e["name"]: e.get("value") for e in ctl["spec"]["template"]["spec"]["containers"][0][
+        "env"]}
+    assert env["HEADRACE_TRIGGERS"] == "/etc/headrace/triggers/triggers.yaml"
+
+
 def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any) -> None:
     values = VALUE_SETS["planner"]
     sts = kinds(rendered["planner"], "StatefulSet")
@@ -369,6 +423,14 @@ def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any)
     {"serviceAccount": {"annotations": {"a": 1}}},
     {"imagePullSecrets": [{"secret": "x"}]},
     {"kafka": {"tls": {"clientCertSecret": "user"}}},  # a client certificate needs TLS on
+    {"scorer": {"drift": {"falseAlarmRate": 0.9}}},
+    {"scorer": {"drift": {"windowRecords": 5}}},
+    {"scorerGroups": [{**GROUP, "drift": {"enable": True}}]},
+    {"controlPlane": {"triggers": {"rules": [{**DRIFT_RULE, "every": 10}]}}},
+    {"controlPlane": {"triggers": {"rules": [{**EVENT_RULE, "min_windows": 2}]}}},
+    {"controlPlane": {"triggers": {"rules": [{**DRIFT_RULE, "kind": "drfit"}]}}},
+    {"controlPlane": {"triggers": {"rules": [{k: v for k, v in DRIFT_RULE.items()
+                                              if k != "request"}]}}},
 ])
 def test_values_schema_rejects_bad_values(chart: Any, bad: dict[str, Any]) -> None:
     bad = with_dfs(bad)  # so each case fails for its own reason

@@ -32,10 +32,11 @@ def test_the_example_cluster_places_every_partition() -> None:
     assert not result.unplaced
 
 
-def test_the_example_triggers_have_a_schedule_and_a_rule() -> None:
+def test_the_example_triggers_have_a_schedule_an_event_rule_and_a_drift_rule() -> None:
     trig = load_triggers(EXAMPLES / "triggers.yaml")
     assert [s.name for s in trig.schedules] == ["nightly"]
-    assert [r.name for r in trig.rules] == ["fresh-data"]
+    assert [(r.name, r.kind) for r in trig.rules] == [("fresh-data", "event"),
+                                                      ("drifted", "drift")]
 
 
 def test_the_example_gates_file_loads_for_its_model_and_as_the_default(tmp_path: Path) -> None:

@@ -25,7 +25,9 @@ from headrace.core.naming import check_name
 from headrace.core.ports import bind
 from headrace.ops.dashboard import records, studies
 from headrace.ops.dashboard import state as st
+from headrace.ops.dashboard.rollout import RolloutBoard
 from headrace.store.versions import VersionNotFound
+from headrace.streams.topics import ControlTopics
 
 STATIC_PACKAGE = "headrace.ops.dashboard_static"
 
@@ -142,7 +144,10 @@ class Api:
             (re.compile(r"/api/dlq"), {"stream": NameParam("stream name", required=True),
                                        "max": IntParam(20, 0, 500)}, self.dlq),
             (re.compile(r"/api/studies"), {}, self.studies),
+            (re.compile(r"/api/drift"), {"stream": NameParam("stream name")}, self.drift),
+            (re.compile(r"/api/rollout"), {}, self.rollout),
         ]
+        self.rollout_board = RolloutBoard(state.conn, ControlTopics.of(state.settings))
 
     def handle(self, path: str, query: str) -> Any:
         for pattern, spec, fn in self.routes:
@@ -191,6 +196,15 @@ class Api:
 
     def studies(self) -> dict[str, Any]:
         return studies.studies(self.state.root)
+
+    def drift(self, *, stream: str | None) -> dict[str, Any]:
+        out = self.state.drift.view(stream)
+        if self.state.conn is None:
+            out["error"] = "no Kafka given (--bootstrap): drift unknown"
+        return out
+
+    def rollout(self) -> dict[str, Any]:
+        return self.rollout_board.view()
 
     def dlq(self, *, stream: str, max: int) -> dict[str, Any]:
         return self.state.dlq(stream, max_letters=max)

@@ -1,8 +1,8 @@
 """What the dashboard shows, gathered from where it lives: the events.jobs topic (job
-lifecycle, progress, logs; folded here), the DFS (records.py), the scorers' /metrics endpoints
-(scrape.py), the broker's topics (streams.py) and the dead-letter topics. Every reader is
-defensive: a missing or malformed source shows as empty or as an error line, never as a
-crashed dashboard."""
+lifecycle, progress, logs; folded here), the compacted events.drift (drift.py), the DFS
+(records.py), the scorers' /metrics endpoints (scrape.py), the broker's topics (streams.py)
+and the dead-letter topics. Every reader is defensive: a missing or malformed source shows as
+empty or as an error line, never as a crashed dashboard."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from headrace.core.errors import HeadraceError, ValidationFailed
 from headrace.core.settings import Settings
 from headrace.ops.dashboard import records
 from headrace.ops.dashboard.dead_letters import DeadLetterBoard
+from headrace.ops.dashboard.drift import DriftBoard
 from headrace.ops.dashboard.records import MAX_LOG_LINES
 from headrace.ops.dashboard.scrape import ScorerBoard
 from headrace.ops.dashboard.streams import all_streams, streams_on_dfs
@@ -132,6 +133,7 @@ class DashboardState:
         self.settings = settings
         self.conn = conn
         self.jobs = JobBoard()
+        self.drift = DriftBoard()
         self.scorers = ScorerBoard(scorer_urls)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -147,6 +149,8 @@ class DashboardState:
         if self.conn is not None:
             self._threads.append(threading.Thread(target=self._follow_jobs, daemon=True,
                                                   name="dashboard-jobs"))
+            self._threads.append(threading.Thread(target=self._follow_drift, daemon=True,
+                                                  name="dashboard-drift"))
         self._threads.append(threading.Thread(target=self._scrape_loop, daemon=True,
                                               name="dashboard-scrape"))
         if self.conn is not None:
@@ -171,6 +175,23 @@ class DashboardState:
                 for rec in follower.poll(0.5):
                     self.jobs.apply(rec)
                 self.kafka_error = None
+            except HeadraceError as exc:
+                self.kafka_error = str(exc)
+                self._stop.wait(2.0)
+        if follower is not None:
+            follower.close()
+
+    def _follow_drift(self) -> None:
+        """The compacted events.drift from its beginning: the latest state per feature."""
+        assert self.conn is not None
+        follower = None
+        while not self._stop.is_set():
+            try:
+                if follower is None:
+                    follower = Follower(self.conn, [ControlTopics.of(self.settings).drift],
+                                        from_beginning=True)
+                for rec in follower.poll(0.5):
+                    self.drift.apply(rec)
             except HeadraceError as exc:
                 self.kafka_error = str(exc)
                 self._stop.wait(2.0)

@@ -391,8 +391,51 @@ async function loadStudies() {
   document.getElementById("studies").replaceChildren(...parts);
 }
 
+async function loadRollout() {
+  // headrace models compare, for every pair: the summary lines and production x candidate.
+  const { pairs, error } = await api("/api/rollout");
+  const parts = error ? [el("p", { class: "muted" }, error)] : [];
+  for (const p of pairs) {
+    parts.push(el("h3", {}, `${p.stream}: ${p.model} v${p.production_version} vs v${p.candidate_version}`));
+    for (const line of p.summary) parts.push(el("p", { class: "small" }, line));
+    parts.push(el("table", { class: "study" }, el("thead", {}, el("tr", {},
+      el("th", {}, `v${p.production_version} \\ v${p.candidate_version}`),
+      ...p.classes.map((c) => el("th", {}, c)))),
+      el("tbody", {}, ...p.matrix.map((row, i) => el("tr", {}, el("td", {}, p.classes[i]),
+        ...row.map((n) => el("td", {}, String(n))))))));
+  }
+  if (!pairs.length && !error) parts.push(hint("no live comparison yet: ",
+    ["cmd", "headrace models shadow NAME:VERSION --stream S"], " starts one"));
+  document.getElementById("rollout").replaceChildren(...parts);
+}
+
+async function loadDrift() {
+  // events.drift (compacted): per stream the latest state of each feature, drifting first.
+  const { streams, error } = await api("/api/drift");
+  const parts = error ? [el("p", { class: "muted" }, error)] : [];
+  const num = (x) => x === null || x === undefined ? "–" : Number(x).toPrecision(4);
+  for (const s of streams) {
+    parts.push(el("h3", {}, `${s.stream}: ${s.drifting} of ${s.features.length} drifting`));
+    parts.push(el("table", { class: "drift", "data-stream": s.stream }, el("thead", {}, el("tr", {},
+      ...["feature", "model", "statistic", "value", "threshold", "state", "since", "windows",
+        "scorer"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...s.features.map((f) => el("tr", { "data-feature": f.feature },
+        el("td", { class: "wrap" }, f.feature), el("td", { class: "nowrap" }, `${f.model}:${f.version}`),
+        el("td", {}, f.statistic), el("td", { class: "num" }, num(f.value)),
+        el("td", { class: "num" }, num(f.threshold)),
+        el("td", {}, el("span", { class: `badge ${f.drifting ? "drifting" : "stable"}` },
+          f.drifting ? "drifting" : "ok")),
+        el("td", { class: "small nowrap" }, new Date(f.since).toLocaleString()),
+        el("td", { class: "num" }, String(f.consecutive)),
+        el("td", { class: "small muted" }, f.scorer))))));
+  }
+  if (!streams.length && !error) parts.push(hint("no drift reported: scorers publish it to ",
+    ["cmd", "events.drift"], " when drift is on (", ["cmd", "headrace drift STREAM"], " prints it)"));
+  document.getElementById("drift").replaceChildren(...parts);
+}
+
 async function tick() {
-  for (const f of [loadOverview, loadJobs, loadModels, loadStudies, loadScorers, loadStreams]) {
+  for (const f of [loadOverview, loadJobs, loadModels, loadStudies, loadRollout, loadScorers, loadDrift, loadStreams]) {
     try { await f(); } catch (e) { console.error(f.name, e); }
   }
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;

@@ -1,5 +1,6 @@
 """The control-plane faust app: train requests in, a job table backed by a changelog topic,
-a periodic tick for the executor and schedules, and record counters for event rules.
+a periodic tick for the executor and schedules, record counters for event rules, and drift
+episodes for drift rules (from ``events.drift``).
 
 The logic lives in ``headrace.trainers.control`` and is handed in as plain callbacks, so this
 module (with ``faust_kafka``) is the only one of the control plane that imports faust.
@@ -57,6 +58,8 @@ class ControlHooks:
     on_schedules: Callable[[Table], object] | None = None
     # New records on data.<stream>: (stream, how many, the counters table).
     on_data: Callable[[str, int, Table], object] | None = None
+    # Each events.drift record, with the drift-episodes table (keyed by rule name).
+    on_drift: Callable[[RecordRef, Table], object] | None = None
     # Once, after the tables are recovered: resubmit jobs that were queued or running.
     on_ready: Callable[[Table], None] | None = None
     on_stop: Callable[[], None] | None = None
@@ -85,7 +88,8 @@ class ControlAppConfig:
         return f"{self.topics.prefix}-{self.app_id}" if self.topics.prefix else self.app_id
 
 
-TABLES = ("jobs", "rule-counters")  # faust names their changelogs <app id>-<table>-changelog
+# faust names their changelogs <app id>-<table>-changelog
+TABLES = ("jobs", "rule-counters", "drift-episodes")
 
 
 def topic_specs(cfg: ControlAppConfig) -> list[TopicSpec]:
@@ -136,6 +140,8 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
         changelog_topic=app.topic(cfg.topics.schedules, partitions=1, compacting=True))
     counters: Any = app.Table("rule-counters", default=None, partitions=1,
                               use_partitioner=True)
+    episodes: Any = app.Table("drift-episodes", default=None, partitions=1,
+                              use_partitioner=True)
     sink: dict[str, EventSink] = {}
 
     def _sink() -> EventSink:
@@ -146,11 +152,7 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
     @app.agent(requests)
     async def route(stream: Any) -> None:
         async for event in stream.events():
-            msg = event.message
-            record = RecordRef(
-                topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
-                value=msg.value, headers=tuple((k, v or b"") for k, v in (msg.headers or [])),
-                timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None)
+            record = _record(event.message)
             health.busy_since = health.clock()
             try:
                 await _route_one(record)
@@ -215,6 +217,32 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
 
             app.agent(data_topic, name=f"count-{stream_name}")(make_counter(stream_name))
 
+    if hooks.on_drift is not None:
+        on_drift = hooks.on_drift
+        drift = app.topic(cfg.topics.drift, value_type=bytes, value_serializer="raw",
+                          key_type=bytes, key_serializer="raw", partitions=1)
+
+        @app.agent(drift, name="drift-episodes")
+        async def follow_drift(stream: Any) -> None:
+            async for event in stream.events():
+                await _drift_one(_record(event.message))
+
+        async def _drift_one(record: RecordRef) -> None:
+            # A request that could not be sent leaves the rule's row unchanged, so a retry
+            # sends the same key again (never a second episode).
+            for attempt in range(1, cfg.route_attempts + 1):
+                try:
+                    on_drift(record, episodes)
+                    return
+                except HeadraceError as exc:
+                    if isinstance(exc, PermanentError) or attempt == cfg.route_attempts:
+                        log.error("drift record at offset %s not acted on: %s", record.offset,
+                                  exc)
+                        return
+                    log.warning("drift record at offset %s (attempt %d): %s", record.offset,
+                                attempt, exc)
+                    await asyncio.sleep(cfg.route_backoff_s * 2 ** (attempt - 1))
+
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def _stop(app_: Any, **kw: Any) -> None:
         if hooks.on_stop is not None:
@@ -223,6 +251,13 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
             sink["s"].close()
 
     return app
+
+
+def _record(msg: Any) -> RecordRef:
+    return RecordRef(
+        topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
+        value=msg.value, headers=tuple((k, v or b"") for k, v in (msg.headers or [])),
+        timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None)
 
 
 def run_control_app(cfg: ControlAppConfig, hooks: ControlHooks) -> None:

@@ -1,5 +1,6 @@
 """The control plane's logic: route train requests into jobs exactly once, drive the executor,
-fire schedules and event rules. The faust app (``headrace.trainers.control.app``) calls it.
+fire schedules, event rules and drift rules. The faust app (``headrace.trainers.control.app``)
+calls it.
 
 Dedup, in two layers:
 
@@ -23,21 +24,29 @@ from pathlib import Path
 from typing import Any
 
 from headrace.contracts import (
+    DriftDetected,
     JobEvent,
     JobEventKind,
     JobState,
     TrainRequested,
-    TriggerKind,
     parse,
 )
 from headrace.core.errors import HeadraceError, PermanentError, RecordRef
+from headrace.store import versions
 from headrace.store.dfs import resolve_dataset
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.admission import admit
-from headrace.trainers.control.triggers import Triggers, make_request, schedule_request, slot_key
+from headrace.trainers.control.drift_rule import DriftRule, EpisodeState, episode_key, fold
+from headrace.trainers.control.triggers import (
+    EventRule,
+    Triggers,
+    make_request,
+    schedule_request,
+    slot_key,
+)
 from headrace.trainers.executors.base import Adopting, Executor, JobOutcome, JobSpec
 from headrace.trainers.limits import RequestCaps
 
@@ -290,7 +299,7 @@ class ControlPlane:
 
     def on_data(self, stream: str, count: int, counters: Table) -> list[TrainRequested]:
         fired: list[TrainRequested] = []
-        for rule in self.triggers.rules:
+        for rule in self.triggers.of_kind(EventRule):
             if rule.stream != stream:
                 continue
             row = counters.get(rule.name) or {"count": 0, "window": 0}
@@ -298,11 +307,49 @@ class ControlPlane:
             while total >= rule.every:
                 total -= rule.every
                 window += 1
-                req = make_request(rule.request, key=f"rule:{rule.name}:{window}",
-                                   kind=TriggerKind.EVENT, source=rule.name, slot=str(window))
+                req = make_request(rule.request, key=f"{rule.key_prefix}:{rule.name}:{window}",
+                                   kind=rule.trigger_kind, source=rule.name, slot=str(window))
                 self.sink.send(self.topics.train_requests, req, key=req.idempotency_key)
                 fired.append(req)
             counters[rule.name] = {"count": total, "window": window}
+        return fired
+
+    def on_drift(self, record: RecordRef, episodes: Table) -> list[TrainRequested]:
+        """Fold one ``events.drift`` record into every drift rule's episode state (the
+        ``episodes`` table, keyed by rule name); request training for each episode that
+        starts (``drift_rule`` says how, and why the request is sent before the row)."""
+        if not record.value:
+            return []  # a tombstone: a feature's state removed, nothing drifts
+        try:
+            ev = parse(DriftDetected, record.value)
+        except PermanentError as exc:
+            log.warning("ignoring an unreadable drift record at %s/%s: %s", record.partition,
+                        record.offset, str(exc).splitlines()[0] if str(exc) else exc)
+            return []
+        fired: list[TrainRequested] = []
+        rules = self.triggers.of_kind(DriftRule)
+        # Read once per record, and only when a rule cares (RetriableError: retried).
+        alias = (versions.read_alias(self.root, ev.model_name)
+                 if any(r.matches(ev) for r in rules) else None)
+        production = alias.version if alias is not None else None
+        for rule in rules:
+            before = EpisodeState.from_row(episodes.get(rule.name))
+            step = fold(rule, before, ev, partition=record.partition, offset=record.offset,
+                        production=production)
+            if step.ended:
+                log.info("drift rule %s: episode %d ended (%s)", rule.name, before.episode,
+                         step.ended)
+            if step.fire is not None:
+                req = make_request(rule.request, key=episode_key(rule, step.fire),
+                                   kind=rule.trigger_kind, source=rule.name,
+                                   slot=str(step.fire))
+                self.sink.send(self.topics.train_requests, req, key=req.idempotency_key)
+                log.info("drift rule %s: episode %d started (%s:%d %s, %s %.4g > %.4g)",
+                         rule.name, step.fire, ev.model_name, ev.model_version, ev.feature,
+                         ev.statistic, ev.value, ev.threshold)
+                fired.append(req)
+            if step.state != before:
+                episodes[rule.name] = step.state.to_row()
         return fired
 
     def close(self) -> None:

@@ -19,9 +19,10 @@ from headrace.core.errors import ConfigError, RecordRef
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.topics import ControlTopics
 from headrace.trainers.control.app import ControlAppConfig, ControlHooks, run_control_app
+from headrace.trainers.control.drift_rule import DriftRule
 from headrace.trainers.control.plane import ControlPlane, Table, utcnow
 from headrace.trainers.control.settings import ControlSettings
-from headrace.trainers.control.triggers import Triggers
+from headrace.trainers.control.triggers import EventRule, Triggers
 from headrace.trainers.executors.base import Executor
 from headrace.trainers.executors.local import LocalExecutor
 from headrace.trainers.limits import RequestCaps
@@ -137,7 +138,8 @@ def run_control(
         choice, root=root, conn=conn, topics=topics, triggers=triggers,
         concurrency=concurrency, timeout_s=timeout_s, max_attempts=max_attempts,
         backoff_s=backoff_s, now=now, kafka_password_file=kafka_password_file, caps=caps)
-    streams = tuple(sorted({r.stream for r in triggers.rules}))
+    counted = triggers.of_kind(EventRule)
+    streams = tuple(sorted({r.stream for r in counted}))
 
     def on_request(record: RecordRef, table: Table) -> None:
         plane.on_request(record, table)
@@ -146,7 +148,8 @@ def run_control(
         on_request=on_request,
         on_tick=plane.on_tick,
         on_schedules=plane.on_schedules if triggers.schedules else None,
-        on_data=plane.on_data if triggers.rules else None,
+        on_data=plane.on_data if counted else None,
+        on_drift=plane.on_drift if triggers.of_kind(DriftRule) else None,
         on_ready=plane.on_ready,
         on_stop=plane.close,
         on_request_failed=plane.on_request_failed,

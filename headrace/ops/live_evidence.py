@@ -1,0 +1,152 @@
+"""Live evidence from ``control.rollout.live``: ``models compare`` (the stream's comparison of
+two versions) and ``models promote --if-live-gate`` (promotion on it).
+
+The topic holds one ``LiveCounts`` per (stream, model, production version, candidate version,
+partition), compacted; the latest per key is that partition's running total, and the stream's
+figures are their sum (``rollout.evidence.LiveEvidence``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from headrace.contracts import LiveCounts, ModelPublished, parse
+from headrace.core.errors import PermanentError, ValidationFailed
+from headrace.rollout.evidence import LiveEvidence
+from headrace.rollout.live_gate import LiveCheck, check_live
+from headrace.store.versions import PRODUCTION, read_alias
+from headrace.streams.clients import KafkaConnection, ensure_topics, partition_count
+from headrace.streams.producing import EventSink
+from headrace.streams.reading import probe_ends, read_range
+from headrace.streams.topics import ControlTopics
+from headrace.trainers import promotion
+from headrace.trainers.gate import load_gates
+
+Pair = tuple[str, str, int, int]  # stream, model, production version, candidate version
+
+
+def latest_counts(conn: KafkaConnection, topic: str) -> dict[Pair, list[LiveCounts]]:
+    """Every pair's latest counts, one per partition."""
+    n = partition_count(conn, topic)
+    if n is None:
+        return {}
+    bounds = probe_ends(conn, topic, range(n))
+    latest: dict[bytes, LiveCounts] = {}
+    for rec in read_range(conn, topic, {p: (lo, end) for p, (lo, end) in bounds.items()}):
+        if rec.value is None:
+            if rec.key is not None:
+                latest.pop(rec.key, None)
+            continue
+        try:
+            c = parse(LiveCounts, rec.value)
+        except ValidationFailed:
+            continue  # a record this version does not understand
+        latest[rec.key or c.key()] = c
+    pairs: dict[Pair, list[LiveCounts]] = {}
+    for c in latest.values():
+        pairs.setdefault((c.stream, c.model_name, c.production_version, c.candidate_version),
+                         []).append(c)
+    return pairs
+
+
+def flipped(ev: LiveEvidence) -> LiveEvidence:
+    """The same evidence seen from the other side (A and B swapped)."""
+    return LiveEvidence(
+        ev.stream, ev.model_name, ev.candidate_version, ev.production_version, ev.classes,
+        partitions=ev.partitions, roles=ev.roles, rows=ev.rows, matrix=ev.matrix.T.copy(),
+        candidate_errors=ev.production_errors, production_errors=ev.candidate_errors,
+        production_confidence=ev.candidate_confidence,
+        candidate_confidence=ev.production_confidence, labelled=ev.labelled,
+        production_truth=ev.candidate_truth, candidate_truth=ev.production_truth,
+        only_production_right=ev.only_candidate_right,
+        only_candidate_right=ev.only_production_right)
+
+
+def compare(conn: KafkaConnection, topics: ControlTopics, *, stream: str, name: str,
+            a: int, b: int) -> LiveEvidence:
+    """The stream's live comparison of ``name:a`` (as production) with ``name:b``."""
+    pairs = latest_counts(conn, topics.rollout_live)
+    if (stream, name, a, b) in pairs:
+        return LiveEvidence.of(pairs[(stream, name, a, b)])
+    if (stream, name, b, a) in pairs:
+        return flipped(LiveEvidence.of(pairs[(stream, name, b, a)]))
+    known = sorted(f"{m}:{p} vs {m}:{c}" for s, m, p, c in pairs if s == stream and m == name)
+    raise PermanentError(f"no live counts for {name}:{a} vs {name}:{b} on stream {stream}"
+                         + (f" (there are: {', '.join(known)})" if known else
+                            " (run `headrace models shadow` or `models canary` first)"))
+
+
+def all_evidence(conn: KafkaConnection, topics: ControlTopics) -> list[LiveEvidence]:
+    """Every pair on every stream (the dashboard)."""
+    return [LiveEvidence.of(c) for _, c in sorted(latest_counts(conn, topics.rollout_live)
+                                                  .items())]
+
+
+@dataclass
+class LiveDecision:
+    name: str
+    version: int
+    stream: str
+    production_version: int
+    checks: list[LiveCheck] = field(default_factory=list)
+    event: ModelPublished | None = None
+
+    @property
+    def promoted(self) -> bool:
+        return self.event is not None
+
+    def reasons(self) -> list[str]:
+        """One line per rule: ``held`` or ``FAILED``."""
+        return [f"{'held' if c.held else 'FAILED'}: {c.rule}: {c.line}" for c in self.checks]
+
+
+def _stream_of(pairs: dict[Pair, list[LiveCounts]], name: str, prod: int, version: int,
+               stream: str | None) -> str:
+    if stream is not None:
+        return stream
+    streams = sorted({s for s, m, p, c in pairs if (m, p, c) == (name, prod, version)})
+    if len(streams) != 1:
+        raise ValidationFailed(
+            f"{name}:{version} has live counts against production v{prod} on "
+            + (f"{len(streams)} streams ({', '.join(streams)}); name one with --stream"
+               if streams else "no stream; run it as a shadow or canary first"))
+    return streams[0]
+
+
+def promote_if_live_gate(*, root: Path, conn: KafkaConnection, topics: ControlTopics, name: str,
+                         version: int, stream: str | None = None) -> LiveDecision:
+    """Promote ``name:version`` when its live gate holds against the current production."""
+    gate = load_gates(root, name).live
+    if gate is None:
+        raise ValidationFailed(f"gates.yaml has no live rules for model {name} (add a `live:` "
+                               "entry)")
+    current = read_alias(root, name, PRODUCTION)
+    if current is None:
+        raise PermanentError(f"model {name} has no production version to compare against")
+    if current.version == version:
+        raise ValidationFailed(f"{name}:{version} is already production")
+    pairs = latest_counts(conn, topics.rollout_live)
+    s = _stream_of(pairs, name, current.version, version, stream)
+    counts = pairs.get((s, name, current.version, version))
+    if not counts:
+        raise PermanentError(f"no live counts for {name}:{version} against production "
+                             f"v{current.version} on stream {s}")
+    decision = LiveDecision(name, version, s, current.version,
+                            checks=check_live(gate, LiveEvidence.of(counts)))
+    if all(c.held for c in decision.checks):
+        ensure_topics(conn, topics.specs())
+        sink = EventSink(conn)
+        try:
+            decision.event = promotion.promote(
+                root=root, sink=sink, topic=topics.models, name=name, version=version,
+                reason=f"live gate on {s}: " + "; ".join(c.line for c in decision.checks))
+        finally:
+            sink.close()
+    return decision
+
+
+def matrix_text(m: np.ndarray) -> list[list[str]]:
+    return [[str(int(x)) for x in row] for row in m]

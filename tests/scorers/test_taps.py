@@ -1,0 +1,107 @@
+"""The scorer's batch taps (``scorers.taps``): a tap sees each batch exactly as production scored
+it and its side outputs land in Kafka with the batch; a tap that raises, or whose output the
+producer refuses, never costs a production prediction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from headrace.core.settings import Settings
+from headrace.scorers import taps
+from headrace.scorers.taps import Scored, SideOutput, TapContext
+from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.topics import TopicSpec, catalog, predictions_topic
+from tests.fixtures import read_all, read_topic
+from tests.scorers.conftest import CLASSES, predictions, publish_tf, ready_scorer, rows, send_json
+
+
+class Echo:
+    """Publishes, per scored row, its source offset and the model's top class."""
+
+    name = "echo"
+
+    def __init__(self, topic: str, *, fail: bool = False, huge: bool = False) -> None:
+        self.topic, self.fail, self.huge = topic, fail, huge
+        self.closed = False
+
+    def after_scoring(self, scored: Scored) -> None:
+        msgs = scored.messages()
+        top = np.argmax(scored.scores[0], axis=1)
+        assert scored.inputs is not None and len(msgs) == scored.rows == len(top)
+        values = [json.dumps({"offset": int(scored.batch.offsets[m]),
+                              "partition": int(scored.batch.partitions[m]),
+                              "label": CLASSES[int(t)], "version": scored.model.version}).encode()
+                  for m, t in zip(msgs.tolist(), top.tolist(), strict=True)]
+        if self.huge:
+            values = [b"x" * 9_000_000]  # over the producer's 8 MiB message.max.bytes
+        scored.add(SideOutput(self.topic, values, [None] * len(values)))
+        if self.fail:
+            raise RuntimeError("tap bug")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.fixture
+def echo(conn: KafkaConnection, settings: Settings, request: pytest.FixtureRequest
+         ) -> Iterator[tuple[str, list[Echo]]]:
+    topic = f"{settings.streams[0]}.echo"
+    ensure_topics(conn, [TopicSpec(topic, 1, "tap output")])
+    made: list[Echo] = []
+    opts: dict[str, Any] = getattr(request, "param", {})
+
+    def factory(ctx: TapContext) -> Echo:
+        assert ctx.rollout is not None and ctx.conn is not None
+        made.append(Echo(topic, **opts))
+        return made[-1]
+
+    taps.register("echo", factory)
+    try:
+        yield topic, made
+    finally:
+        taps.unregister("echo")
+
+
+def _run(settings: Settings, conn: KafkaConnection, n: int) -> list[dict[str, Any]]:
+    stream = settings.streams[0]
+    ensure_topics(conn, catalog(settings))
+    publish_tf(settings.dfs_root, stream)
+    send_json(conn, f"data.{stream}", rows(n))
+    with ready_scorer(settings, conn) as scorer:
+        msgs = read_topic(conn, predictions_topic(stream), expect=n)
+        metrics = scorer.metrics
+    return [*predictions(msgs), {"_metrics": metrics}]
+
+
+def test_a_tap_sees_every_row_as_production_scored_it_and_its_outputs_land(
+        settings: Settings, conn: KafkaConnection, echo: tuple[str, list[Echo]]) -> None:
+    topic, made = echo
+    *preds, _ = _run(settings, conn, 1200)
+    side = [json.loads(r.value) for r in read_all(conn, topic)]
+    want = {(p["source_partition"], p["source_offset"]): (p["label"], p["model_version"])
+            for p in preds}
+    got = {(s["partition"], s["offset"]): (s["label"], s["version"]) for s in side}
+    assert len(side) == len(got) == 1200  # one per row, none twice
+    assert got == want
+    assert made and made[0].closed
+
+
+@pytest.mark.parametrize("echo", [{"fail": True}, {"huge": True}], indirect=True,
+                         ids=["raises", "refused"])
+def test_a_failing_or_refused_tap_never_costs_a_prediction(
+        settings: Settings, conn: KafkaConnection, echo: tuple[str, list[Echo]]) -> None:
+    topic, made = echo
+    *preds, extra = _run(settings, conn, 600)
+    assert len({(p["source_partition"], p["source_offset"]) for p in preds}) == 600
+    assert read_all(conn, topic) == []  # a failed tap's outputs are dropped with its batch
+    assert read_all(conn, f"data.{settings.streams[0]}.dlq") == []
+    m, stream = extra["_metrics"], settings.streams[0]
+    if made[0].fail:
+        assert m.tap_errors.labels(stream=stream, tap="echo")._value.get() >= 1
+    else:
+        assert m.side_refused.labels(stream=stream, topic=topic)._value.get() >= 1
