@@ -1,11 +1,18 @@
-"""Drift tracking cost: nanoseconds per row and feature of a closed window (fixed-bin counting,
-PSI/KS/chi-square against the reference), side by side with the cost of only copying the same
-columns (the floor any tracker pays), and the one-off cost of fitting and calibrating a profile.
+"""Drift tracking cost.
+
+In process: nanoseconds per row and feature of a closed window (fixed-bin counting as batches
+arrive, PSI/KS/chi-square at the close), side by side with the cost of only copying
+the same columns (the floor any tracker pays), and the one-off cost of fitting and calibrating a
+profile.
 
     python bench/bench_drift.py [--rows 200000] [--features 32] [--window 1000]
 
-The scorer-level ratio (rows/s with tracking on vs off) needs the tracker wired into the scorer;
-this bench gives the per-row budget that ratio is made of.
+The real scorer (``--scorer``): the bench_scoring MLP (32 float32 features, Arrow messages of
+4096 rows) with a drift profile in its version, scored from a preloaded topic with the drift tap
+on and off (alternating runs, best of each), on an embedded broker: the ratio of rows/s and
+the extra nanoseconds per row and drift feature (32 inputs + 2 prediction features).
+
+    python bench/bench_drift.py --scorer [--quick] [--rows-per-batch 1024]
 """
 
 from __future__ import annotations
@@ -34,7 +41,16 @@ def main() -> None:
     ap.add_argument("--features", type=int, default=32)
     ap.add_argument("--window", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=8192)
+    ap.add_argument("--scorer", action="store_true", help="the real scorer, drift on vs off")
+    ap.add_argument("--quick", action="store_true", help="with --scorer: a shorter run")
+    ap.add_argument("--rows-per-batch", type=int, default=1024,
+                    help="with --scorer: HEADRACE_SCORER_DRIFT_ROWS_PER_BATCH")
     args = ap.parse_args()
+    if args.scorer:
+        from bench_drift_scorer import run  # bench/ is on sys.path when run as a script
+
+        run(quick=args.quick, window=args.window, rows_per_batch=args.rows_per_batch)
+        return
     rng = np.random.default_rng(0)
     train = {f"f{i}": rng.normal(size=20_000) for i in range(args.features)}
     t = time.perf_counter()
@@ -52,11 +68,11 @@ def main() -> None:
                 w.close()
 
     def numeric_only() -> None:
-        # Without KS (the sorted-sample comparison), what fixed-bin counting alone costs.
+        # The hot path alone: counting into the fixed bins, no statistics.
         for i, n in enumerate(names):
             ref = profile.features[n]
-            for start in range(0, args.rows, args.window):
-                ref.count(live[start:start + args.window, i])
+            for start in range(0, args.rows, args.batch):
+                ref.count(live[start:start + args.batch, i])
 
     def copy_floor() -> None:
         for start in range(0, args.rows, args.batch):
@@ -69,7 +85,7 @@ def main() -> None:
     print(f"rows {args.rows}, features {args.features}, window {args.window}")
     print(f"fit + calibrate a profile (20000 rows): {fit_s:.2f} s")
     print(f"tracking, all statistics (PSI, KS) per closed window: {full:.1f} ns/row/feature")
-    print(f"fixed-bin counting alone:                             {counting:.1f} ns/row/feature")
+    print(f"counting alone (fixed bins):                          {counting:.1f} ns/row/feature")
     print(f"copying the same columns (floor):                     {floor:.1f} ns/row/feature")
     print(f"ratio tracking / counting: {full / counting:.2f}; counting / floor: "
           f"{counting / floor:.2f}")

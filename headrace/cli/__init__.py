@@ -78,7 +78,7 @@ def _register_optional() -> None:
     import importlib
 
     for mod in ("trainers_cmd", "code_cmd", "scorers_cmd", "predict_cmd", "ops_cmd",
-                "topology_cmd", "tune_cmd", "lineage_cmd",
+                "topology_cmd", "tune_cmd", "drift_cmd", "lineage_cmd",
                 "compare_cmd"):
         try:
             module = importlib.import_module(f"headrace.cli.{mod}")

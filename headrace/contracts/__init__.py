@@ -9,7 +9,7 @@ from headrace.contracts.base import (
     parse,
     utcnow,
 )
-from headrace.contracts.drift import DriftDetected, WindowRange
+from headrace.contracts.drift import DriftDetected, DriftWindowState, WindowRange
 from headrace.contracts.families import FAMILIES, Family, family
 from headrace.contracts.jobs import JobEvent, JobEventKind, JobState
 from headrace.contracts.lineage import LineageRange
@@ -52,6 +52,7 @@ __all__ = [
     "Contract",
     "DatasetUri",
     "DriftDetected",
+    "DriftWindowState",
     "Family",
     "Framework",
     "JobEvent",

@@ -42,6 +42,34 @@ class DriftDetected(Contract):
     ranges: list[WindowRange] = Field(default_factory=list)
     scorer: str = Field(default="", max_length=256)  # the instance that saw it
     ts: datetime = Field(default_factory=utcnow)
+    # The window's counts in the reference profile's bins (``headrace drift --png`` draws them).
+    live: list[int] = Field(default_factory=list, max_length=4096)
 
     def key(self) -> bytes:
         return f"{self.stream}|{self.model_name}|{self.model_version}|{self.feature}".encode()
+
+
+class DriftWindowState(Contract):
+    """A scorer's open drift window for one model version, on ``control.drift.state``
+    (compacted, ``key()``): produced with every batch, before its offsets are committed, so a
+    restarted scorer resumes the window and each feature's run of drifting windows."""
+
+    SCHEMA: ClassVar[str] = "headrace.DriftWindowState"
+
+    stream: SafeName
+    model_name: SafeName
+    model_version: int = Field(ge=1)
+    scope: str = Field(min_length=1, max_length=256)  # whose window: its partitions or host
+    window: int = Field(ge=0)  # sequence number of the open window
+    rows: int = Field(ge=0)
+    counts: dict[str, str] = Field(default_factory=dict)  # feature -> windows.snapshot blob
+    consecutive: dict[str, int] = Field(default_factory=dict)  # feature -> windows drifting
+    drifting: dict[str, bool] = Field(default_factory=dict)  # feature -> last published state
+    ranges: list[WindowRange] = Field(default_factory=list)  # the open window's offsets
+    last: dict[str, str] = Field(default_factory=dict)  # the last closed window's counts
+    last_rows: int = Field(default=0, ge=0)
+    opened_at: datetime = Field(default_factory=utcnow)
+    ts: datetime = Field(default_factory=utcnow)
+
+    def key(self) -> bytes:
+        return f"{self.stream}|{self.model_name}|{self.model_version}|{self.scope}".encode()

@@ -18,7 +18,8 @@ GLUON = "headrace.trainers.backends.gluon_families"
 
 # What every model reads, a family or your own code: the training loop's settings.
 TRAINING_HYPERPARAMETERS = ("epochs", "batch_size", "learning_rate", "validation_split", "seed",
-                            "checkpoint_every_steps", "patience", "lr_schedule", "dropout")
+                            "checkpoint_every_steps", "patience", "lr_schedule", "dropout",
+                            "drift_window", "drift_false_alarm_rate")
 IMAGE_INPUTS = frozenset({"image", "tensor"})
 
 

@@ -122,6 +122,10 @@ class ModelSpec(BaseModel):
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     init_weights: Annotated[str | None, AfterValidator(_init_weights)] = Field(
         default=None, max_length=1024)
+    # Drift reference (docs/drift.md): the live window size, in records, its thresholds are
+    # calibrated for, and the per-window false-alarm rate across all features.
+    drift_window: int = Field(default=1000, ge=20, le=1_000_000)
+    drift_false_alarm_rate: float = Field(default=0.01, gt=0, lt=0.5)
 
 
 class Resources(BaseModel):

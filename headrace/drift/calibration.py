@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from headrace.drift import statistics as st
-from headrace.drift.profile import FeatureReference, NumericReference
+from headrace.drift.profile import FeatureReference
 
 RESAMPLES = 2000
 
@@ -44,10 +44,18 @@ class Calibration(BaseModel):
     thresholds: dict[str, dict[str, float]]
 
 
-def binned_statistic(name: str, ref: FeatureReference, window_counts: np.ndarray) -> np.ndarray:
-    expected = np.asarray(ref.expected)
+def _ks(expected: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    return st.ks_binned(expected[..., :-1], counts[..., :-1])  # the last bin is "missing"
+
+
+def binned_statistic(name: str, ref: FeatureReference, window_counts: np.ndarray, *,
+                     expected: np.ndarray | None = None) -> np.ndarray:
+    """``name`` of each window (rows of ``window_counts``, the counts in ``ref``'s bins);
+    ``expected``: one reference per row instead of ``ref``'s (features of the same bins)."""
+    expected = np.asarray(ref.expected) if expected is None else expected
     fn: Callable[[np.ndarray, np.ndarray], np.ndarray] = {
-        "psi": st.psi, "chi_square": st.chi_square, "jensen_shannon": st.jensen_shannon}[name]
+        "psi": st.psi, "chi_square": st.chi_square, "jensen_shannon": st.jensen_shannon,
+        "ks": _ks}[name]
     return fn(expected, window_counts)
 
 
@@ -55,26 +63,18 @@ def window_statistics(ref: FeatureReference, values: np.ndarray, *,
                       names: tuple[str, ...]) -> dict[str, float]:
     """Every statistic in ``names`` for one live window of one feature."""
     c = ref.count(values)
-    out: dict[str, float] = {}
-    for name in names:
-        if name == "ks":
-            assert isinstance(ref, NumericReference)
-            x = np.asarray(values, dtype=np.float64)
-            out[name] = st.ks_statistic(np.asarray(ref.sample), x[~np.isnan(x)])
-        else:
-            out[name] = float(binned_statistic(name, ref, c[None, :])[0])
-    return out
+    return {name: float(binned_statistic(name, ref, c[None, :])[0]) for name in names}
 
 
 def _resampled(ref: FeatureReference, values: np.ndarray, test: str, idx: np.ndarray) -> np.ndarray:
-    if test == "ks":
-        assert isinstance(ref, NumericReference)
-        x = np.asarray(values, dtype=np.float64)[idx]
-        return st.ks_windows(np.asarray(ref.sample), x)
-    bins = ref.bin_of(values)[idx]  # (resamples, window)
-    rows = np.arange(bins.shape[0])[:, None] * ref.bins
-    c = np.bincount((rows + bins).ravel(), minlength=bins.shape[0] * ref.bins)
-    return binned_statistic(test, ref, c.reshape(bins.shape[0], ref.bins))
+    return binned_statistic(test, ref, _per_window(ref.bin_of(values)[idx], ref.bins))
+
+
+def _per_window(bins: np.ndarray, width: int) -> np.ndarray:
+    """Counts per row of ``bins`` (shape ``(windows, window)``): one offset ``bincount``."""
+    rows = np.arange(bins.shape[0])[:, None] * width
+    c = np.bincount((rows + bins).ravel(), minlength=bins.shape[0] * width)
+    return c.reshape(bins.shape[0], width)
 
 
 def calibrate(references: Mapping[str, FeatureReference], values: Mapping[str, np.ndarray], *,

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 BINS = 10
 SAMPLE_SIZE = 1000
 MAX_CATEGORIES = 256
+BRANCHLESS_EDGES = 16
 
 
 class NumericReference(BaseModel):
@@ -40,16 +41,25 @@ class NumericReference(BaseModel):
     maximum: float
 
     def bin_of(self, values: np.ndarray) -> np.ndarray:
-        x = np.asarray(values)
-        idx = np.searchsorted(np.asarray(self.edges), x, side="left")
-        if x.dtype.kind == "f":
-            idx[np.isnan(x)] = len(self.edges) + 1  # NaN sorts last: move it to "missing"
+        """Each value's bin: the number of edges below it (``searchsorted(side="left")``)."""
+        x = np.asarray(values, dtype=np.float64)
+        idx: np.ndarray
+        if len(self.edges) <= BRANCHLESS_EDGES:
+            # A compare-and-add pass per edge: on random data this is about half the time of a
+            # binary search, whose branches mispredict (bench/bench_drift.py).
+            idx = np.zeros(x.shape, np.uint8)
+            for e in self.edges:
+                idx += x > e
+        else:
+            idx = np.searchsorted(np.asarray(self.edges), x, side="left")
+        missing = np.isnan(x)
+        if missing.any():
+            idx[missing] = len(self.edges) + 1  # NaN compares false: move it to "missing"
         return idx
 
     def count(self, values: np.ndarray) -> np.ndarray:
         """The window's counts per bin: the hot path (no index array is kept)."""
         return counts(self.bin_of(values), self.bins)
-
 
     @property
     def bins(self) -> int:

@@ -13,7 +13,10 @@ Binned statistics compare a reference distribution over fixed bins (proportions 
   ``c_i^2 / (n * CHI_FLOOR)`` instead of dividing by zero.
 
 The Kolmogorov-Smirnov statistic is the two-sample one, between the reference's stored sample
-and the window's values: ``sup_x |F_ref(x) - F_live(x)|`` over the pooled points.
+and the window's values: ``sup_x |F_ref(x) - F_live(x)|`` over the pooled points. Live windows
+use its binned form, ``ks_binned``: the same supremum taken at the fixed bins' edges only, from
+the counts the window already keeps (the exact one needs every value, or a search in a
+1,000-point grid per value: 4 to 20 times the cost of the fixed bins).
 
 None of these needs scipy at run time; the tests check each against scipy or a reference
 implementation to 1e-9.
@@ -94,3 +97,17 @@ def ks_windows(reference_sorted: np.ndarray, windows: np.ndarray) -> np.ndarray:
     last_of_run = np.ones_like(from_ref)
     last_of_run[:, :-1] = values[:, 1:] != values[:, :-1]
     return np.max(np.where(last_of_run, np.abs(diff), 0.0), axis=1)
+
+
+def ks_binned(expected: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """KS at the fixed bins' edges: ``max_j |E_j - A_j|``, with ``E_j``/``A_j`` the cumulative
+    reference/live shares of bins ``0..j``, over the non-missing bins only (pass them without
+    the missing bin). It is the two-sample KS statistic between the reference's and the
+    window's bin indices; a window without values gives 0."""
+    e = proportions(np.asarray(expected, dtype=np.float64))  # renormalised without "missing"
+    a = proportions(np.asarray(counts, dtype=np.float64))
+    c = np.asarray(counts)
+    cum_e = np.cumsum(e, axis=-1)
+    cum_a = np.cumsum(a, axis=-1)
+    d = np.abs(cum_a - cum_e).max(axis=-1)
+    return np.where(c.sum(axis=-1) > 0, d, 0.0)

@@ -168,7 +168,8 @@ def scorer_topics(settings: Settings, stream: str) -> list[topics.TopicSpec]:
     control = topics.ControlTopics.of(settings)  # under HEADRACE_TOPIC_PREFIX
     wanted = (topics.data_topic(stream), topics.predictions_topic(stream),
               topics.dlq_topic(stream), control.models, control.rollout, control.rollout_live,
-              control.drift, control.lineage, control.jobs)  # jobs: a canary's audit events
+              control.drift, control.drift_state, control.lineage,
+              control.jobs)  # jobs: a canary's audit events
     return [dataclasses.replace(spec, config={**spec.config, **settings.topic_config()})
             for spec in topics.catalog(settings.with_overrides(streams=[stream]))
             if spec.name in wanted]

@@ -15,6 +15,34 @@ from headrace.core.validation import first_error
 _DEVICE_RE = re.compile(r"^(auto|cpu|gpu:\d{1,2})$")
 
 
+class DriftSettings(BaseSettings):
+    """The scorer's drift tap (env prefix HEADRACE_DRIFT_, as the chart's ``scorer.drift`` sets
+    them). The window size and false-alarm rate are calibrated into each version's profile at
+    training time (``drift_window``, ``drift_false_alarm_rate``); these two settings state what
+    the operator expects, and a version calibrated otherwise keeps its own (logged)."""
+
+    model_config = SettingsConfigDict(env_prefix="HEADRACE_DRIFT_", frozen=True, extra="forbid")
+
+    enabled: bool = Field(
+        default=True,
+        description="Track drift against the served version's drift_profile.json (a version "
+                    "without one is not tracked).")
+    window_records: int | None = Field(
+        default=None, ge=1, le=1_000_000,
+        description="Expected records per window; the profile's calibrated window is used.")
+    window_seconds: float = Field(
+        default=3600.0, gt=0, le=30 * 86400,
+        description="A window also closes this long after it opened; a window closed short of "
+                    "its records is reported but never alarms.")
+    false_alarm_rate: float | None = Field(
+        default=None, gt=0, lt=0.5,
+        description="Expected per-window false-alarm rate; the profile's calibration is used.")
+    rows_per_batch: int = Field(
+        default=1024, ge=1, le=1_000_000,
+        description="Most rows of a batch counted into the window (an evenly spaced sample of "
+                    "bigger batches): bounds the tap's cost at high throughput.")
+
+
 class ScorerSettings(BaseSettings):
     """How one scorer process consumes, batches, scores and reports."""
 
@@ -83,6 +111,9 @@ class ScorerSettings(BaseSettings):
                               description="/livez fails when the poll loop is stuck this long.")
     model_timeout_s: float = Field(default=60.0, gt=0, le=3600,
                                    description="Wait for a first model this long before retrying.")
+    drift: DriftSettings = Field(
+        default_factory=lambda: DriftSettings(),
+        description="Live drift tracking (HEADRACE_DRIFT_*; docs/drift.md).")
 
     shadow_budget_ms: float = Field(
         default=5.0, ge=0.0, le=60_000,

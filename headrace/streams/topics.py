@@ -15,6 +15,7 @@ SCHEDULES = "events.schedules"  # compacted: last fired slot per schedule
 DRIFT_EVENTS = "events.drift"  # compacted: DriftDetected per stream, model and feature
 ROLLOUT = "control.rollout"  # compacted: RolloutState per stream
 ROLLOUT_LIVE = "control.rollout.live"  # compacted: LiveCounts per pair and partition
+DRIFT_STATE = "control.drift.state"  # compacted: each scorer's open drift window
 LINEAGE = "control.lineage"  # compacted: LineageRange per scored offset range
 
 
@@ -100,6 +101,10 @@ class ControlTopics:
         return self._n(DRIFT_EVENTS)
 
     @property
+    def drift_state(self) -> str:
+        return self._n(DRIFT_STATE)
+
+    @property
     def rollout(self) -> str:
         return self._n(ROLLOUT)
 
@@ -127,6 +132,9 @@ class ControlTopics:
             TopicSpec(self.schedules, 1, "last fired slot per schedule (compacted)",
                       {"cleanup.policy": "compact"}),
             TopicSpec(self.drift, 1, "DriftDetected per stream, model and feature (compacted)",
+                      {"cleanup.policy": "compact"}),
+            TopicSpec(self.drift_state, 1,
+                      "each scorer's open drift window per model version (compacted)",
                       {"cleanup.policy": "compact"}),
             TopicSpec(self.rollout, 1, "shadow and canary candidates per stream (compacted)",
                       {"cleanup.policy": "compact"}),

@@ -31,7 +31,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +55,7 @@ from headrace.trainers.distributed.heartbeat import Heartbeat
 from headrace.trainers.distributed.peers import GangMember
 from headrace.trainers.distributed.plan import plan_of
 from headrace.trainers.distributed.weights import LINE as CHECKSUM_LINE
+from headrace.trainers.drift_reference import write_profile
 from headrace.trainers.evaluation import Evaluation, baseline, evaluate, render_confusion_png
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.gate import Gate, GateResult, check, load_gates
@@ -236,12 +237,15 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
              f"classes {list(ds.classes)}" if ds.classes else "regression", model_plan.family,
              model.device)
     hist = _train(ctx, model, sp)
-    ev = evaluate(task=req.spec.task, outputs=model.predict(sp.x_val), y=sp.y_val,
-                  classes=ds.classes)
+    val_outputs = model.predict(sp.x_val)
+    ev = evaluate(task=req.spec.task, outputs=val_outputs, y=sp.y_val, classes=ds.classes)
     log.info("validation: %s", _fmt(ev.metrics))
     result = _gate(ctx, gate, ev, ds, sp)
     mv = _publish(ctx, model, ds, ev, result, publish_hook, model_plan, hist,
-                  plan.record() if plan.distributed else None)
+                  plan.record() if plan.distributed else None,
+                  drift=lambda d: write_profile(d, spec=req.spec, plan=model_plan,
+                                                x_train=sp.x_train, val_outputs=val_outputs,
+                                                classes=ds.classes))
     _finish(ctx, mv, result, t0)
 
 
@@ -468,7 +472,8 @@ def ctx_task(ds: Dataset) -> Task:
 
 def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result: GateResult,
              hook: versions.PublishHook | None, model_plan: ModelPlan, hist: History,
-             gang: dict[str, object] | None = None) -> versions.ModelVersion:
+             gang: dict[str, object] | None = None,
+             drift: Callable[[Path], object] | None = None) -> versions.ModelVersion:
     req = ctx.request
     manifest = Manifest(
         name=req.model_name, framework=req.framework, task=req.spec.task,
@@ -487,6 +492,8 @@ def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result:
     def write_files(d: Path) -> None:
         model.export(d)
         (d / "metrics.json").write_bytes(ev.to_json())
+        if drift is not None:
+            drift(d)  # drift_profile.json (trainers.drift_reference)
         if ev.classes:
             render_confusion_png(ev, d / "confusion_matrix.png",
                                  title=f"{req.model_name} (job {ctx.job_id})")

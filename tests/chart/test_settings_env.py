@@ -11,7 +11,7 @@ import pytest
 from pydantic_settings import BaseSettings
 
 from headrace.core.settings import Settings
-from headrace.scorers.settings import ScorerSettings
+from headrace.scorers.settings import DriftSettings, ScorerSettings
 from headrace.topology.pod_security import pod_spec_of
 from headrace.trainers.control.settings import ControlSettings
 from tests.chart.test_chart import CHART, VALUE_SETS, render_docs
@@ -52,7 +52,8 @@ def chart_env(values: dict[str, Any]) -> dict[str, set[str]]:
     return out
 
 
-KNOWN = env_names(Settings) | env_names(ControlSettings) | env_names(ScorerSettings)
+KNOWN = (env_names(Settings) | env_names(ControlSettings) | env_names(ScorerSettings)
+         | env_names(DriftSettings))
 
 
 def test_the_operator_caps_are_settings() -> None:

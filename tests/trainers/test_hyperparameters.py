@@ -48,7 +48,8 @@ def test_unknown_keys_and_contradictions_are_refused_with_one_line() -> None:
         _req(model="text", params={"filters": "8"})
     assert str(err.value) == (
         "-p filters: not a hyperparameter of model text; valid: activation, batch_size, "
-        "checkpoint_every_steps, dropout, embedding_dim, epochs, hidden, learning_rate, "
+        "checkpoint_every_steps, drift_false_alarm_rate, drift_window, dropout, embedding_dim, "
+        "epochs, hidden, learning_rate, "
         "lr_schedule, max_length, max_tokens, patience, seed, validation_split")
     with pytest.raises(ValidationFailed, match=r"^-p batch_size=64 contradicts --batch-size 32"):
         _req(batch_size=32, params={"batch_size": "64"})
