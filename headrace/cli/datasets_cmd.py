@@ -10,23 +10,25 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from headrace import codecs
 from headrace.cli import _context
+from headrace.store.signature import InputKind, Kind
 from headrace.trainers import dataset_files
-from headrace.trainers.columns import ColumnKind
 
 console = Console()
 
 
-def _kinds(values: list[str]) -> dict[str, ColumnKind]:
-    out = {}
+def _kinds(values: list[str]) -> dict[str, Kind]:
+    out: dict[str, Kind] = {}
     for v in values:
         col, _, kind = v.partition("=")
         try:
-            out[col] = ColumnKind(kind)
-        except ValueError:
+            out[col] = codecs.kind(kind)
+        except codecs.UnknownKind:
             raise typer.BadParameter(
                 f"{v!r}: use COLUMN=KIND with KIND one of "
-                f"{', '.join(k.value for k in ColumnKind)}", param_hint="--kind") from None
+                f"{', '.join([*codecs.REGISTRY, InputKind.LABEL.value])}", param_hint="--kind"
+            ) from None
     return out
 
 

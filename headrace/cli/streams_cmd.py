@@ -156,8 +156,9 @@ def send(
 
 
 def _model_columns(root: Path, model: str) -> tuple[list[str], list[str]]:
-    """Columns the stream's production model takes as numbers and as strings, if it has one."""
-    from headrace.store.signature import InputKind
+    """Columns the stream's production model takes as numbers and as strings, if it has one
+    (each input's codec says how ``send`` types its fields)."""
+    from headrace.codecs import codec
     from headrace.store.versions import resolve
 
     try:
@@ -166,18 +167,18 @@ def _model_columns(root: Path, model: str) -> tuple[list[str], list[str]]:
         return [], []
     numeric: list[str] = []
     strings: list[str] = []
+    typed = {"number": numeric, "string": strings}
     for inp in mv.manifest.input_signature():
-        if inp.kind == InputKind.NUMERIC:
-            numeric.extend(inp.columns)
-        elif inp.kind in (InputKind.CATEGORY, InputKind.TEXT):
-            strings.append(inp.name)
+        c = codec(inp.kind)
+        if c.send_as is not None:
+            typed[c.send_as].extend(c.fields(inp))
     return numeric, strings
 
 
 def _missing_inputs(root: Path, model: str, columns: list[str]) -> str | None:
     """What the records lack of the production model's inputs, said before anything is sent
     (the scorer would dead-letter every such record), or None."""
-    from headrace.store.signature import InputKind
+    from headrace.codecs import codec
     from headrace.store.versions import resolve
 
     try:
@@ -187,7 +188,7 @@ def _missing_inputs(root: Path, model: str, columns: list[str]) -> str | None:
     have = set(columns)
     needed: list[str] = []
     for inp in mv.manifest.input_signature():
-        needed.extend(inp.columns if inp.kind == InputKind.NUMERIC else [inp.name])
+        needed.extend(codec(inp.kind).fields(inp))
     missing = [c for c in needed if c not in have]
     if not missing:
         return None
