@@ -38,7 +38,9 @@ from headrace.core.types import Task
 
 class InputKind(StrEnum):
     """The one enum of kinds: of a model's inputs and of a dataset's columns (``datasets put``
-    records them; ``trainers.columns.ColumnKind`` is this enum)."""
+    records them; ``trainers.columns.ColumnKind`` is this enum). Each input kind has one codec
+    module in ``headrace.codecs``, which holds everything the kind means; a kind added by a
+    plug-in codec is a ``KindName``."""
 
     NUMERIC = "numeric"
     CATEGORY = "category"

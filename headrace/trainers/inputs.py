@@ -91,7 +91,10 @@ def check_family(family: str, signature: tuple[ModelInput, ...]) -> None:
     """One line naming what does not fit: e.g. an image column for ``mlp``. The family table
     says which kinds a family admits; each input's codec says as which kind, and whether it
     can be an image family's input."""
-    fam = families.family(family)
+    try:
+        fam = families.family(family)
+    except ValueError as exc:
+        raise FamilyError(str(exc)) from None
     names = ", ".join(f"{i.name} ({i.kind.value})" for i in signature)
     bad = [i for i in signature if codec(i.kind).family_kind not in fam.inputs]
     if not fam.single:
