@@ -29,5 +29,13 @@ from headrace.codecs.stats import InputStats
 
 BUILT_IN = (numeric.CODEC, category.CODEC, tensor.CODEC, image.CODEC, text.CODEC)
 
+
+def kinds_listed() -> str:
+    """The input kinds for a message: "numeric, category, tensor, image or text" (and any
+    kind registered since)."""
+    names = [c.kind for c in BUILT_IN] + [k for k in REGISTRY if k not in
+                                           {c.kind for c in BUILT_IN}]
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
 __all__ = ["BUILT_IN", "REGISTRY", "Codec", "InputStats", "UnknownKind", "check_signature",
-           "codec", "inferring", "kind", "register", "vocabulary_file"]
+           "codec", "inferring", "kind", "kinds_listed", "register", "vocabulary_file"]

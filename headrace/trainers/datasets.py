@@ -110,8 +110,8 @@ def _to_arrays(table: pa.Table, *, uri: str, fingerprint: str, spec: ModelSpec) 
         raise DatasetError(f"dataset {uri!r} has {table.num_rows} rows; at least 10 are needed")
     bad = [f"{c} ({table.schema.field(c).type})" for c in features if kinds[c] is None]
     if bad:
-        raise DatasetError(f"dataset {uri!r}: feature columns must be of a kind "
-                           f"({', '.join(codecs.REGISTRY)}): {', '.join(bad[:5])}")
+        raise DatasetError(f"dataset {uri!r}: feature columns must be "
+                           f"{codecs.kinds_listed()}: {', '.join(bad[:5])}")
     for c in features:
         kind = kinds[c]
         assert kind is not None
