@@ -3,9 +3,10 @@
 A kind's module owns every piece of its life: validation and inference at ``datasets put``, the
 training-time decode and learned statistics, the preprocessing exported inside the model (Keras
 layers; the MXNet graph's constants, forward step and host feed), the scorer's decode from
-Arrow, JSON and raw bytes, and how ``send`` types its fields. Everything else dispatches through
-``codec(kind)``. Adding a kind is one module calling ``register`` (tests/codecs registers a toy
-one and runs it from a dataset through training to a prediction).
+Arrow, JSON and raw bytes, how ``send`` types its fields and how ``tail`` shows them.
+Everything else dispatches through ``codec(kind)``. Adding a kind is one module calling
+``register`` (tests/codecs registers a toy one and runs it from a dataset through training to a
+prediction).
 
 The built-in kinds register on import here. An unforced column is of the first kind whose
 ``infer`` claims it, by ``infer_rank`` (text, strings of several words, before category).

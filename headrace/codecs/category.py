@@ -15,6 +15,7 @@ from headrace.codecs.arrow_types import is_numeric, is_string, string_values
 from headrace.codecs.registry import (
     Codec,
     as_is,
+    as_sent,
     never,
     no_constants,
     register,
@@ -69,5 +70,5 @@ CODEC = register(Codec(
     mxnet_feed=_feed, mxnet_feed_shape=lambda inp: (), mxnet_constants=no_constants,
     mxnet_forward=_forward,
     build=columns.present(columns.strings, _empty), from_json=json_values.texts,
-    json_type=lambda inp: pa.string(), send_as="string", strings=True,
+    json_type=lambda inp: pa.string(), send_as="string", summary=as_sent, strings=True,
     dtype=lambda inp: object))

@@ -23,6 +23,7 @@ from headrace.codecs.registry import (
 from headrace.codecs.stats import InputStats
 from headrace.contracts import ModelSpec, families
 from headrace.store.signature import InputKind, ModelInput
+from headrace.streams.summaries import summarise  # encoded images, big tensors
 
 
 def _dataset_input(names: tuple[str, ...], table: pa.Table, spec: ModelSpec
@@ -78,5 +79,5 @@ CODEC = register(Codec(
     mxnet_feed=floats, mxnet_feed_shape=row_shape, mxnet_constants=no_constants,
     mxnet_forward=_forward,
     build=columns.present(columns.image, _empty), from_json=json_values.image_bytes,
-    json_type=lambda inp: pa.string(), send_as=None, reparse=True,
+    json_type=lambda inp: pa.string(), send_as=None, summary=summarise, reparse=True,
     raw_types=("image/jpeg", "image/png")))

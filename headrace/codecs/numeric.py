@@ -13,6 +13,7 @@ from headrace.codecs import columns, json_values
 from headrace.codecs.arrow_types import ColumnError, is_numeric
 from headrace.codecs.registry import (
     Codec,
+    as_sent,
     float_input,
     floats,
     never,
@@ -83,4 +84,4 @@ CODEC = register(Codec(
     mxnet_feed_shape=row_shape, mxnet_constants=_constants,
     mxnet_forward=standardized("numeric_forward"),
     build=columns.numeric, from_json=json_values.numbers, json_type=lambda inp: pa.float64(),
-    send_as="number", multi_field=True, tabular=True))
+    send_as="number", summary=as_sent, multi_field=True, tabular=True))

@@ -65,6 +65,7 @@ class Codec:
     json_type: Callable[[ModelInput], pa.DataType]  # that field's type in a columnar parse
     # --- the CLI ---
     send_as: str | None  # how ``send`` types its fields: "number", "string", None (as read)
+    summary: Callable[[Any], Any]  # how ``tail`` shows one field's value
     # --- optional traits ---
     strings: bool = False  # the decoded column holds strings (object), not numbers
     dtype: Callable[[ModelInput], type] = lambda inp: np.float32
@@ -163,6 +164,11 @@ def no_constants(inp: ModelInput, stats: InputStats) -> dict[str, np.ndarray]:
 def floats(inp: ModelInput, values: np.ndarray, vocabulary: Sequence[str]) -> np.ndarray:
     """``mxnet_feed`` of a numeric kind."""
     return np.asarray(values, np.float32)
+
+
+def as_sent(value: Any) -> Any:
+    """``summary`` of a kind whose values ``tail`` shows as they are."""
+    return value
 
 
 def row_shape(inp: ModelInput) -> tuple[int, ...]:

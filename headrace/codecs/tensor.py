@@ -24,6 +24,7 @@ from headrace.codecs.registry import (
 from headrace.codecs.stats import InputStats
 from headrace.contracts import ModelSpec
 from headrace.store.signature import InputKind, ModelInput
+from headrace.streams.summaries import summarise  # encoded images, big tensors
 
 
 def _dataset_input(names: tuple[str, ...], table: pa.Table, spec: ModelSpec
@@ -99,4 +100,4 @@ CODEC = register(Codec(
     vocabulary=False, mxnet_export=lambda inp: inp, mxnet_feed=floats,
     mxnet_feed_shape=row_shape, mxnet_constants=_constants, mxnet_forward=_forward,
     build=columns.present(columns.tensor, _empty), from_json=json_values.nested,
-    json_type=_tensor_type, send_as=None, dtype=columns.tensor_dtype))
+    json_type=_tensor_type, send_as=None, summary=summarise, dtype=columns.tensor_dtype))

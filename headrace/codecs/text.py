@@ -16,6 +16,7 @@ from headrace.codecs.arrow_types import is_string, mean_words, string_values
 from headrace.codecs.registry import (
     Codec,
     as_is,
+    as_sent,
     never,
     no_constants,
     register,
@@ -76,5 +77,5 @@ CODEC = register(Codec(
     mxnet_constants=no_constants,
     mxnet_forward=lambda F, inp, x, consts, st: x,  # token ids go to the body's embedding
     build=columns.present(columns.text, _empty), from_json=json_values.texts,
-    json_type=lambda inp: pa.string(), send_as="string", strings=True,
+    json_type=lambda inp: pa.string(), send_as="string", summary=as_sent, strings=True,
     dtype=lambda inp: object))

@@ -4,14 +4,18 @@ up, and a kind outside the enum is a well-formed name the registry accepts or re
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import io
 
 import numpy as np
 import pyarrow as pa
 import pytest
+from PIL import Image
 from pydantic import ValidationError
 
 from headrace import codecs
+from headrace.cli import streams_cmd
 from headrace.codecs import registry
 from headrace.core.errors import PermanentError
 from headrace.store.signature import InputKind, KindName, ModelInput
@@ -110,6 +114,29 @@ def test_inference_asks_text_before_category_and_never_a_forced_only_kind(
         codecs.codec("tensor"), kind="anything", infer=None, infer_rank=-1))
     assert "anything" not in [c.kind for c in codecs.inferring()]
     assert {k: str(v) for k, v in columns.kinds_of(table).items()} == want
+
+
+def test_tail_shows_each_field_by_its_kind() -> None:
+    png = base64.b64encode(_png()).decode()
+    look_alike = "/9j/" + "x" * 80  # a text that starts like a base64 JPEG
+    assert codecs.codec("image").summary(png).startswith("<image/png 3x2 ")
+    assert codecs.codec("tensor").summary([[0.5] * 5] * 4) == "<tensor float32 (4, 5)>"
+    assert codecs.codec("tensor").summary([1, 2]) == [1, 2]  # small: shown as it is
+    assert codecs.codec("text").summary(look_alike) == look_alike
+    by_field = streams_cmd.shown(
+        {"photo": png, "note": look_alike, "f0": 1.5, "other": [0] * 40},
+        {"photo": codecs.codec("image").summary, "note": codecs.codec("text").summary,
+         "f0": codecs.codec("numeric").summary})
+    assert by_field["photo"].startswith("<image/png") and by_field["note"] == look_alike
+    assert by_field["f0"] == 1.5 and by_field["other"] == "<tensor int64 (40,)>"
+    rows = streams_cmd.shown([{"note": look_alike}], {"note": codecs.codec("text").summary})
+    assert rows == [{"note": look_alike}]
+
+
+def _png() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (3, 2)).save(out, format="PNG")
+    return out.getvalue()
 
 
 def test_the_helpers_a_plug_in_kind_borrows() -> None:

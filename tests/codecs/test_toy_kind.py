@@ -18,6 +18,7 @@ import pytest
 
 import headrace.models
 from headrace import codecs
+from headrace.cli import streams_cmd
 from headrace.codecs import json_values
 from headrace.codecs.arrow_types import ColumnError, is_string
 from headrace.codecs.columns import Limits, Reasons, present
@@ -90,7 +91,8 @@ POINT = Codec(
     mxnet_feed_shape=row_shape, mxnet_constants=no_constants,
     mxnet_forward=lambda F, inp, x, consts, st: x,
     build=present(_arrow, lambda inp, n: np.zeros((n, 2), np.float32)),
-    from_json=json_values.texts, json_type=lambda inp: pa.string(), send_as="string")
+    from_json=json_values.texts, json_type=lambda inp: pa.string(), send_as="string",
+    summary=lambda v: f"<point {v}>")
 
 
 @pytest.fixture
@@ -147,6 +149,12 @@ def test_a_toy_kind_registered_in_its_own_module_trains_and_scores(
     streamed = np.array([classes.index(js[f"p{i}"]["label"]) for i in range(len(where))])
     assert float(np.mean(streamed == label)) >= 0.9  # it learned x > y through the toy kind
     assert dead_reasons(dead) == {"nowhere": "input 'where': not an x,y point"}
+
+    # tail shows the stream's fields by their kind: the toy's own summary.
+    by_field = streams_cmd._field_summaries(dfs, data)
+    assert streams_cmd.shown({"where": "1,2", "x": 3}, by_field) == {"where": "<point 1,2>",
+                                                                     "x": 3}
+    assert streams_cmd._field_summaries(dfs, f"data.{stream}.dlq") == {}
 
     # Offline predictions go through the same decode and core: the same scores.
     offline = headrace.models.load(f"{mv.name}:{mv.version}", dfs_root=dfs).predict(
