@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from headrace.codecs import columns, json_values, training_images
+from headrace.codecs import columns, json_values
 from headrace.codecs.arrow_types import ColumnError, is_binary
 from headrace.codecs.registry import (
     Codec,
@@ -28,6 +28,8 @@ from headrace.streams.summaries import summarise  # encoded images, big tensors
 
 def _dataset_input(names: tuple[str, ...], table: pa.Table, spec: ModelSpec
                    ) -> tuple[ModelInput, np.ndarray]:
+    from headrace.codecs import training_images  # Pillow: only when images are read
+
     (name,) = names
     blobs = np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=object)
     h, w, ch = training_images.probe(blobs[0])
@@ -48,6 +50,8 @@ def _check(inp: ModelInput) -> None:
 
 
 def _decode(inp: ModelInput, blobs: np.ndarray) -> np.ndarray:
+    from headrace.codecs import training_images
+
     assert inp.height and inp.width and inp.channels
     return training_images.decode(blobs, height=inp.height, width=inp.width,
                                   channels=inp.channels)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +18,7 @@ from pydantic import ValidationError
 
 from headrace import codecs
 from headrace.cli import streams_cmd
+from headrace.cli._extras import EXTRA_OF
 from headrace.codecs import registry
 from headrace.core.errors import PermanentError
 from headrace.store.signature import InputKind, KindName, ModelInput
@@ -137,6 +140,15 @@ def _png() -> bytes:
     out = io.BytesIO()
     Image.new("RGB", (3, 2)).save(out, format="PNG")
     return out.getvalue()
+
+
+def test_the_registry_loads_no_role_library() -> None:
+    """send and tail (a base install) look codecs up: Pillow loads only when an image is read."""
+    code = ("import sys, headrace.codecs, headrace.cli.streams_cmd; "
+            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(EXTRA_OF)!r}))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert proc.stdout.strip() == "[]"
 
 
 def test_the_helpers_a_plug_in_kind_borrows() -> None:
