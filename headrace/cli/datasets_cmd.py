@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -11,22 +11,27 @@ from rich.markup import escape
 from rich.table import Table
 
 from headrace.cli import _context
-from headrace.trainers import dataset_files
-from headrace.trainers.columns import ColumnKind
+from headrace.store.signature import InputKind, Kind
+
+if TYPE_CHECKING:  # the trainer's modules (and the image decoder) load when a command runs
+    from headrace.trainers import dataset_files
 
 console = Console()
 
 
-def _kinds(values: list[str]) -> dict[str, ColumnKind]:
-    out = {}
+def _kinds(values: list[str]) -> dict[str, Kind]:
+    from headrace import codecs
+
+    out: dict[str, Kind] = {}
     for v in values:
         col, _, kind = v.partition("=")
         try:
-            out[col] = ColumnKind(kind)
-        except ValueError:
+            out[col] = codecs.kind(kind)
+        except codecs.UnknownKind:
             raise typer.BadParameter(
                 f"{v!r}: use COLUMN=KIND with KIND one of "
-                f"{', '.join(k.value for k in ColumnKind)}", param_hint="--kind") from None
+                f"{', '.join([*codecs.REGISTRY, InputKind.LABEL.value])}", param_hint="--kind"
+            ) from None
     return out
 
 
@@ -59,6 +64,8 @@ def put(
         help="Force a column's kind: COLUMN=numeric|category|tensor|image|text.")] = None,
 ) -> None:
     """Copy a file or image folder to datasets/NAME.parquet with its column kinds."""
+    from headrace.trainers import dataset_files
+
     info = dataset_files.put_dataset(
         root=_context.base_settings(ctx).dfs_root, path=path, name=name, label=label,
         image_columns=tuple(image_column or ()), text_columns=tuple(text_column or ()),
@@ -73,6 +80,8 @@ def put(
 
 def list_(ctx: typer.Context) -> None:
     """Datasets under datasets/ on the DFS."""
+    from headrace.trainers import dataset_files
+
     table = Table("dataset", "rows", "bytes")
     for d in dataset_files.list_datasets(root=_context.base_settings(ctx).dfs_root):
         table.add_row(d.uri, str(d.rows), str(d.bytes))
@@ -83,6 +92,8 @@ def show(ctx: typer.Context, name: str,
          label: Annotated[str | None, typer.Option(
              help="Label column (default: the one `datasets put` recorded).")] = None) -> None:
     """Schema, column kinds and label counts of a dataset."""
+    from headrace.trainers import dataset_files
+
     _print(dataset_files.show_dataset(root=_context.base_settings(ctx).dfs_root, name=name,
                                       label=label))
 

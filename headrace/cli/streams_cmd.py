@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -156,8 +157,9 @@ def send(
 
 
 def _model_columns(root: Path, model: str) -> tuple[list[str], list[str]]:
-    """Columns the stream's production model takes as numbers and as strings, if it has one."""
-    from headrace.store.signature import InputKind
+    """Columns the stream's production model takes as numbers and as strings, if it has one
+    (each input's codec says how ``send`` types its fields)."""
+    from headrace.codecs import codec
     from headrace.store.versions import resolve
 
     try:
@@ -166,18 +168,18 @@ def _model_columns(root: Path, model: str) -> tuple[list[str], list[str]]:
         return [], []
     numeric: list[str] = []
     strings: list[str] = []
+    typed = {"number": numeric, "string": strings}
     for inp in mv.manifest.input_signature():
-        if inp.kind == InputKind.NUMERIC:
-            numeric.extend(inp.columns)
-        elif inp.kind in (InputKind.CATEGORY, InputKind.TEXT):
-            strings.append(inp.name)
+        c = codec(inp.kind)
+        if c.send_as is not None:
+            typed[c.send_as].extend(c.fields(inp))
     return numeric, strings
 
 
 def _missing_inputs(root: Path, model: str, columns: list[str]) -> str | None:
     """What the records lack of the production model's inputs, said before anything is sent
     (the scorer would dead-letter every such record), or None."""
-    from headrace.store.signature import InputKind
+    from headrace.codecs import codec
     from headrace.store.versions import resolve
 
     try:
@@ -187,7 +189,7 @@ def _missing_inputs(root: Path, model: str, columns: list[str]) -> str | None:
     have = set(columns)
     needed: list[str] = []
     for inp in mv.manifest.input_signature():
-        needed.extend(inp.columns if inp.kind == InputKind.NUMERIC else [inp.name])
+        needed.extend(codec(inp.kind).fields(inp))
     missing = [c for c in needed if c not in have]
     if not missing:
         return None
@@ -202,8 +204,41 @@ def _streams_in(existing: dict[str, int]) -> list[str]:
                   if t.startswith("data.") and not t.endswith(".dlq"))
 
 
-def _print(msg: TailedMessage, as_json: bool) -> None:
-    value = summarise(msg.value)  # images and big tensors as one-line summaries
+Shown = dict[str, Callable[[Any], Any]]
+
+
+def _field_summaries(root: Path, topic: str) -> Shown:
+    """How ``tail`` shows each field of a data topic: by the kind of the stream's model's input
+    that reads it (its codec's ``summary``); empty when there is no such model."""
+    from headrace.codecs import REGISTRY
+    from headrace.store.versions import resolve
+
+    if not topic.startswith("data.") or topic.endswith(".dlq"):
+        return {}
+    try:
+        mv = resolve(root, topic[len("data."):])
+    except (HeadraceError, OSError):
+        return {}
+    out: Shown = {}
+    for inp in mv.manifest.input_signature():
+        c = REGISTRY.get(str(inp.kind))
+        if c is not None:
+            out.update(dict.fromkeys(c.fields(inp), c.summary))
+    return out
+
+
+def shown(value: Any, by_field: Shown) -> Any:
+    """A record (or Arrow rows) with each field summarised by its kind, the rest (and any
+    other value) by ``summarise`` (images and big tensors as one-line summaries)."""
+    if isinstance(value, dict) and by_field:
+        return {k: by_field.get(k, summarise)(v) for k, v in value.items()}
+    if isinstance(value, list) and by_field and all(isinstance(r, dict) for r in value):
+        return [shown(r, by_field) for r in value]
+    return summarise(value)
+
+
+def _print(msg: TailedMessage, as_json: bool, by_field: Shown | None = None) -> None:
+    value = shown(msg.value, by_field or {})
     if as_json:
         out.print_json(json.dumps({
             "topic": msg.topic, "partition": msg.partition, "offset": msg.offset,
@@ -230,9 +265,10 @@ def tail_cmd(
 ) -> None:
     """Print decoded messages with their headers."""
     conn = _context.connection(ctx)
+    by_field = _field_summaries(_context.settings(ctx).dfs_root, topic)
     for msg in tail(conn, topic, from_beginning=from_beginning, max_messages=max_messages,
                     idle_timeout_s=idle_timeout):
-        _print(msg, as_json)
+        _print(msg, as_json, by_field)
 
 
 def register(app: typer.Typer) -> None:

@@ -29,6 +29,9 @@ class Family:
     inputs: frozenset[str]  # input kinds (store.signature.InputKind values) it accepts
     hyperparameters: tuple[str, ...]  # the family's own ModelSpec fields
     builders: Mapping[str, str]  # framework value -> "module:REGISTRY[name]" owner
+    single: bool = True  # takes exactly one input (mlp: any number)
+    spatial: bool = False  # its one input is laid out as an image (the input's codec says if)
+    min_image_size: int = 1  # the smallest image side it builds for
 
     def valid_hyperparameters(self) -> tuple[str, ...]:
         return tuple(sorted({*TRAINING_HYPERPARAMETERS, *self.hyperparameters}))
@@ -39,13 +42,16 @@ def _both() -> Mapping[str, str]:
 
 
 def _application(name: str) -> Family:
-    return Family(name, IMAGE_INPUTS, ("image_size", "init_weights"), _both())
+    # Keras Applications / Gluon zoo nets need at least 32x32.
+    return Family(name, IMAGE_INPUTS, ("image_size", "init_weights"), _both(), spatial=True,
+                  min_image_size=32)
 
 
 TABLE: Mapping[str, Family] = MappingProxyType({f.name: f for f in (
     Family("mlp", frozenset({"numeric", "category", "tensor"}), ("hidden", "activation"),
-           _both()),
-    Family("cnn", IMAGE_INPUTS, ("filters", "hidden", "image_size", "init_weights"), _both()),
+           _both(), single=False),
+    Family("cnn", IMAGE_INPUTS, ("filters", "hidden", "image_size", "init_weights"), _both(),
+           spatial=True),
     Family("text", frozenset({"text"}),
            ("embedding_dim", "max_tokens", "max_length", "hidden", "activation"), _both()),
     *(_application(n) for n in ("mobilenet_v2", "resnet50", "mobilenet", "vgg16")),

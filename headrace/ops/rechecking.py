@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
+from headrace.codecs import REGISTRY
 from headrace.core.errors import HeadraceError
 from headrace.ops.deadletters import Letter
 from headrace.scorers.decoding import decode
-from headrace.store.signature import InputKind
 from headrace.store.versions import resolve
 from headrace.streams import dlq as dlqh
 from headrace.streams.consuming import RawBatch
@@ -31,7 +31,8 @@ def recheck(root: Path, model: str, letters: Sequence[Letter]) -> dict[str, str]
     except HeadraceError as exc:
         return {lt.ref: f"not checked: {exc}" for lt in letters}
     inputs = mv.manifest.input_signature()
-    if len(inputs) != 1 or inputs[0].kind != InputKind.NUMERIC:
+    c = REGISTRY.get(str(inputs[0].kind)) if len(inputs) == 1 else None
+    if c is None or not c.tabular:
         return {lt.ref: "not checked: the model takes more than numeric columns"
                 for lt in letters}
     features = list(inputs[0].columns)

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 
+from headrace.codecs import check_signature, codec
 from headrace.core.errors import PermanentError, RetriableError
 from headrace.scorers import sizing
 from headrace.scorers.adapters import InputsFn, ModelFn, adapter_for, buckets
 from headrace.scorers.inputs import Signature, signature_bytes
-from headrace.scorers.inputs.codecs import codec
 from headrace.store.manifest import Manifest
-from headrace.store.signature import InputKind, ModelOutput
+from headrace.store.signature import ModelOutput
 from headrace.store.versions import resolve
 
 log = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ class Sizing:
 
 def is_tabular(m: Manifest) -> bool:
     sig = m.input_signature()
-    return (len(sig) == 1 and sig[0].kind == InputKind.NUMERIC
+    return (len(sig) == 1 and codec(sig[0].kind).tabular
             and len(m.output_signature()) == 1 and tuple(sig[0].columns) == tuple(m.features))
 
 
@@ -92,6 +92,7 @@ def load_ref(*, root: Path, ref: str, device: str, max_batch: int,
         raise RetriableError(f"reading {ref} from the DFS failed: {exc}") from exc
     m = mv.manifest
     sizes = sizes or Sizing()
+    check_signature(m.input_signature())  # every kind registered, with the fields it needs
     if is_tabular(m):
         return _load_tabular(mv.path, mv.name, mv.version, mv.manifest_sha256, m, device,
                              max_batch)

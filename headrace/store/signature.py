@@ -19,16 +19,28 @@ Layouts the scorer feeds, per row (the batch dimension comes first and is not in
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    WithJsonSchema,
+    model_validator,
+)
 
 from headrace.core.types import Task
 
 
 class InputKind(StrEnum):
     """The one enum of kinds: of a model's inputs and of a dataset's columns (``datasets put``
-    records them; ``trainers.columns.ColumnKind`` is this enum)."""
+    records them; ``trainers.columns.ColumnKind`` is this enum). Each input kind has one codec
+    module in ``headrace.codecs``, which holds everything the kind means; a kind added by a
+    plug-in codec is a ``KindName``."""
 
     NUMERIC = "numeric"
     CATEGORY = "category"
@@ -41,6 +53,37 @@ class InputKind(StrEnum):
     def inputs(cls) -> tuple[InputKind, ...]:
         """The kinds a model input can have."""
         return tuple(k for k in cls if k != cls.LABEL)
+
+
+class KindName(str):
+    """A kind beyond the enum's built-ins, registered by its own codec module
+    (``headrace.codecs.register``): a string that reads like an ``InputKind`` member."""
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+
+_KIND = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def _kind(v: object) -> InputKind | KindName:
+    """A built-in kind as the enum member; any other well-formed name as a ``KindName``, which
+    the codec registry (above this layer) accepts or refuses when the input is used."""
+    if isinstance(v, InputKind):
+        return v
+    if not isinstance(v, str) or not _KIND.match(v):
+        raise ValueError(f"input kind {v!r} is not a kind name")
+    try:
+        return InputKind(v)
+    except ValueError:
+        return KindName(v)
+
+
+Kind = Annotated[InputKind | KindName, PlainValidator(_kind), PlainSerializer(str, return_type=str),
+                 WithJsonSchema({"type": "string"})]
 
 
 class OutputKind(StrEnum):
@@ -57,7 +100,7 @@ class ModelInput(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(pattern=_NAME)  # JSON key / Arrow column / the model's input name
-    kind: InputKind
+    kind: Kind  # what each kind needs of the fields below: its codec's ``check``
     dtype: str = "float32"  # float32 | int64 | uint8 | string
     shape: tuple[int, ...] = ()  # per row, without the batch dimension
     columns: tuple[str, ...] = ()  # numeric: the record fields, in model order
@@ -72,27 +115,17 @@ class ModelInput(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelInput:
-        if self.kind == InputKind.LABEL:
+        if self.kind == InputKind.LABEL:  # the enum's own rule: a label is never an input
             raise ValueError(f"input {self.name!r}: the label is not a model input")
-        if self.kind == InputKind.NUMERIC:
-            if not self.columns:
-                raise ValueError(f"numeric input {self.name!r} names no columns")
-            if self.shape not in ((), (len(self.columns),)):
-                raise ValueError(f"numeric input {self.name!r}: shape must be "
-                                 f"({len(self.columns)},)")
-        if self.kind == InputKind.IMAGE and None in (self.height, self.width, self.channels):
-            raise ValueError(f"image input {self.name!r} needs height, width and channels")
-        if self.kind == InputKind.TENSOR and not self.shape:
-            raise ValueError(f"tensor input {self.name!r} needs a shape")
         return self
 
     @property
     def row_shape(self) -> tuple[int, ...]:
-        """The per-row shape the scorer feeds."""
-        if self.kind == InputKind.NUMERIC:
+        """The per-row shape the scorer feeds: one value per named column, an image's
+        height x width x channels, else ``shape``."""
+        if self.columns:
             return (len(self.columns),)
-        if self.kind == InputKind.IMAGE:
-            assert self.height and self.width and self.channels
+        if self.height and self.width and self.channels:
             return (self.height, self.width, self.channels)
         return self.shape
 

@@ -8,21 +8,17 @@ from typing import Any, Literal
 from headrace.contracts import TrainRequested
 from headrace.topology.cluster import Deploy
 from headrace.trainers.executors.kubernetes_objects import (
-    ScheduleSpec,
     TrainingJobSpec,
     pod_group,
-    schedule_cronjob,
     training_job,
     training_objects,
     worker_service,
 )
 
 __all__ = [
-    "ScheduleSpec",
     "TrainingJobSpec",
     "pod_group",
     "request_objects",
-    "schedule_cronjob",
     "spec_for_request",
     "training_job",
     "training_objects",

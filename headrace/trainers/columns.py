@@ -1,120 +1,62 @@
 """Column kinds of a dataset table: inferred from the Arrow schema, kept in its metadata, forcible.
 
 ``datasets put`` records the kinds in the Parquet schema metadata (``headrace.kinds``); a table
-without them (any Parquet file) has them inferred the same way at training time.
+without them (any Parquet file) has them inferred the same way at training time. What a kind
+accepts and how it is inferred is its codec's (``headrace.codecs``); the label is a column's
+role, not an input kind, so it is the one kind decided here.
 """
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from headrace.core.errors import PermanentError
-from headrace.store.signature import InputKind
+from headrace import codecs
+from headrace.codecs.arrow_types import (
+    ColumnError,
+    is_binary,
+    is_numeric,
+    is_string,
+    tensor_shape,
+    tensor_values,
+)
+from headrace.store.signature import InputKind, Kind
 
 KINDS_KEY = b"headrace.kinds"
-TEXT_MIN_WORDS = 3.0  # a string column averaging this many words a row is text, else category
-
 
 # One enum of kinds for dataset columns and model inputs (LABEL is a column's kind only).
 ColumnKind = InputKind
 
-
-class ColumnError(PermanentError):
-    """A column cannot be used as the kind asked for."""
-
-
-def is_numeric(t: pa.DataType) -> bool:
-    return bool(pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t))
+__all__ = ["KINDS_KEY", "ColumnError", "ColumnKind", "check_kind", "infer_kind", "is_binary",
+           "is_numeric", "is_string", "kinds_of", "stored_kinds", "tensor_shape",
+           "tensor_values", "with_kinds"]
 
 
-def is_string(t: pa.DataType) -> bool:
-    return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
-                or pa.types.is_string_view(t))
-
-
-def is_binary(t: pa.DataType) -> bool:
-    return bool(pa.types.is_binary(t) or pa.types.is_large_binary(t)
-                or pa.types.is_binary_view(t))
-
-
-def _is_list(t: pa.DataType) -> bool:
-    return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
-                or pa.types.is_fixed_size_list(t))
-
-
-def tensor_shape(col: pa.ChunkedArray | pa.Array) -> tuple[int, ...] | None:
-    """The per-row shape of a fixed-shape tensor, (nested) fixed-size list, or (nested) list
-    whose rows all have the same length; None if the column is not one."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if isinstance(arr.type, pa.FixedShapeTensorType):
-        return tuple(int(s) for s in arr.type.shape)
-    shape: list[int] = []
-    while _is_list(arr.type):
-        if len(arr) == 0:
-            return None
-        lengths = pc.list_value_length(arr)
-        lo, hi = pc.min_max(lengths).values()
-        if lo.as_py() is None or lo.as_py() != hi.as_py() or lo.as_py() == 0:
-            return None
-        shape.append(int(lo.as_py()))
-        arr = arr.flatten()
-    if not shape or not is_numeric(arr.type):
-        return None
-    return tuple(shape)
-
-
-def tensor_values(col: pa.ChunkedArray | pa.Array, shape: tuple[int, ...]) -> np.ndarray:
-    """``float32 (rows, *shape)`` from a tensor column (checked by :func:`tensor_shape`)."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    n = len(arr)
-    if isinstance(arr.type, pa.FixedShapeTensorType):
-        arr = arr.storage
-    while _is_list(arr.type):
-        arr = arr.flatten()
-    if arr.null_count:
-        raise ColumnError("tensor values contain nulls")
-    values = arr.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-    if values.size != n * int(np.prod(shape)):
-        raise ColumnError(f"tensor rows are not all of shape {shape}")
-    return values.reshape((n, *shape))
-
-
-def infer_kind(col: pa.ChunkedArray) -> ColumnKind | None:
-    t = col.type
-    if is_numeric(t):
-        return ColumnKind.NUMERIC
-    if is_binary(t):
-        return ColumnKind.IMAGE
-    if is_string(t):
-        sample = col.slice(0, 1000).combine_chunks()
-        words = pc.list_value_length(pc.utf8_split_whitespace(pc.fill_null(sample, "")))
-        mean = pc.mean(words).as_py() or 0.0
-        return ColumnKind.TEXT if mean >= TEXT_MIN_WORDS else ColumnKind.CATEGORY
-    if tensor_shape(col) is not None:
-        return ColumnKind.TENSOR
+def infer_kind(col: pa.ChunkedArray) -> Kind | None:
+    """The first kind whose codec claims the column (None: not usable)."""
+    for c in codecs.inferring():
+        if c.infer is not None and c.infer(col):
+            return codecs.kind(c.kind)
     return None
 
 
-def stored_kinds(table: pa.Table) -> dict[str, ColumnKind]:
+def stored_kinds(table: pa.Table) -> dict[str, Kind]:
     meta = table.schema.metadata or {}
     if KINDS_KEY not in meta:
         return {}
     try:
         raw = json.loads(meta[KINDS_KEY])
-        return {str(k): ColumnKind(v) for k, v in raw.items() if k in table.column_names}
-    except (ValueError, AttributeError):
+        return {str(k): codecs.kind(str(v)) for k, v in raw.items() if k in table.column_names}
+    except (ValueError, AttributeError, codecs.UnknownKind):
         return {}
 
 
 def kinds_of(table: pa.Table, *, label: str | None = None,
-             forced: dict[str, ColumnKind] | None = None) -> dict[str, ColumnKind | None]:
+             forced: dict[str, Kind] | None = None) -> dict[str, Kind | None]:
     """Every column's kind: forced, else stored, else inferred (None: not usable)."""
     stored = stored_kinds(table)
-    out: dict[str, ColumnKind | None] = {}
+    out: dict[str, Kind | None] = {}
     for name in table.column_names:
         if forced and name in forced:
             out[name] = forced[name]
@@ -127,18 +69,18 @@ def kinds_of(table: pa.Table, *, label: str | None = None,
     return out
 
 
-def check_kind(table: pa.Table, name: str, kind: ColumnKind) -> None:
+def check_kind(table: pa.Table, name: str, kind: Kind) -> None:
     """A one-line error when column ``name`` cannot hold ``kind``."""
     t = table.schema.field(name).type
-    ok = {ColumnKind.NUMERIC: is_numeric(t), ColumnKind.IMAGE: is_binary(t),
-          ColumnKind.TEXT: is_string(t), ColumnKind.CATEGORY: is_string(t) or is_numeric(t),
-          ColumnKind.TENSOR: tensor_shape(table.column(name)) is not None,
-          ColumnKind.LABEL: is_string(t) or is_numeric(t)}[kind]
+    if kind == ColumnKind.LABEL:
+        ok = is_string(t) or is_numeric(t)
+    else:
+        ok = codecs.codec(kind).accepts(table.column(name))
     if not ok:
         raise ColumnError(f"column {name!r} ({t}) cannot be a {kind.value} column")
 
 
-def with_kinds(table: pa.Table, kinds: dict[str, ColumnKind | None]) -> pa.Table:
+def with_kinds(table: pa.Table, kinds: dict[str, Kind | None]) -> pa.Table:
     meta = dict(table.schema.metadata or {})
-    meta[KINDS_KEY] = json.dumps({k: v.value for k, v in kinds.items() if v is not None}).encode()
+    meta[KINDS_KEY] = json.dumps({k: str(v) for k, v in kinds.items() if v is not None}).encode()
     return table.replace_schema_metadata(meta)

@@ -14,9 +14,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from headrace.codecs import UnknownKind
 from headrace.core.errors import PermanentError, ValidationFailed
 from headrace.core.naming import check_name, confined
 from headrace.store.dfs import sha256_file, write_atomic
+from headrace.store.signature import Kind
 from headrace.trainers import columns
 from headrace.trainers.columns import ColumnKind
 
@@ -44,13 +46,13 @@ class DatasetInfo:
 
 def put_dataset(*, root: Path, path: Path, name: str | None = None, label: str = "label",
                 image_columns: tuple[str, ...] = (), text_columns: tuple[str, ...] = (),
-                kinds: dict[str, ColumnKind] | None = None) -> DatasetInfo:
+                kinds: dict[str, Kind] | None = None) -> DatasetInfo:
     """Read ``path``, check and record the column kinds, write ``datasets/NAME.parquet``."""
     if not path.exists():
         raise DatasetFileError(f"{path} does not exist")
     name = check_name(name or path.stem, what="dataset name")
     table = _read(path, label=label)
-    forced: dict[str, ColumnKind] = dict(kinds or {})
+    forced: dict[str, Kind] = dict(kinds or {})
     forced.update({c: ColumnKind.IMAGE for c in image_columns})
     forced.update({c: ColumnKind.TEXT for c in text_columns})
     for c, kind in forced.items():
@@ -58,7 +60,7 @@ def put_dataset(*, root: Path, path: Path, name: str | None = None, label: str =
             raise DatasetFileError(f"{path.name} has no column {c!r}")
         try:
             columns.check_kind(table, c, kind)
-        except columns.ColumnError as exc:
+        except (columns.ColumnError, UnknownKind) as exc:
             raise DatasetFileError(str(exc)) from None
     table = _fixed_tensors(table)
     found = columns.kinds_of(table, label=label if label in table.column_names else None,

@@ -11,14 +11,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from headrace import codecs
 from headrace.contracts import ModelSpec, Task
 from headrace.core.errors import PermanentError, RetriableError
 from headrace.store.dfs import resolve_dataset, sha256_file, write_atomic
 from headrace.store.manifest import DatasetIdentity
-from headrace.store.signature import InputKind, ModelInput
-from headrace.trainers import columns, images
+from headrace.store.signature import Kind, ModelInput
+from headrace.trainers import columns
 from headrace.trainers.columns import ColumnKind
-from headrace.trainers.inputs import APPLICATION_MIN_SIZE, FEATURES, IMAGE_FAMILIES, Inputs
+from headrace.trainers.inputs import FEATURES, Inputs
 
 INPUT_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,127}$"  # store.signature's input names
 
@@ -109,10 +110,12 @@ def _to_arrays(table: pa.Table, *, uri: str, fingerprint: str, spec: ModelSpec) 
         raise DatasetError(f"dataset {uri!r} has {table.num_rows} rows; at least 10 are needed")
     bad = [f"{c} ({table.schema.field(c).type})" for c in features if kinds[c] is None]
     if bad:
-        raise DatasetError(f"dataset {uri!r}: feature columns must be numeric, category, "
-                           f"tensor, image or text: {', '.join(bad[:5])}")
+        raise DatasetError(f"dataset {uri!r}: feature columns must be "
+                           f"{codecs.kinds_listed()}: {', '.join(bad[:5])}")
     for c in features:
-        if table.column(c).null_count and kinds[c] != ColumnKind.TEXT:
+        kind = kinds[c]
+        assert kind is not None
+        if table.column(c).null_count and not _codec(kind, uri, c).nulls:
             raise DatasetError(f"dataset {uri!r}: feature column {c!r} has null values")
     x = _inputs(table, features, kinds, uri=uri, spec=spec)
     label_col = table.column(spec.label)
@@ -144,67 +147,49 @@ def _to_arrays(table: pa.Table, *, uri: str, fingerprint: str, spec: ModelSpec) 
                    DatasetIdentity(uri=uri, fingerprint=fingerprint, rows=table.num_rows))
 
 
-def _inputs(table: pa.Table, features: tuple[str, ...], kinds: dict[str, ColumnKind | None],
+def _codec(kind: Kind, uri: str, column: str) -> codecs.Codec:
+    try:
+        return codecs.codec(kind)
+    except codecs.UnknownKind as exc:
+        raise DatasetError(f"dataset {uri!r}: column {column!r}: {exc}") from None
+
+
+def _inputs(table: pa.Table, features: tuple[str, ...], kinds: dict[str, Kind | None],
             *, uri: str, spec: ModelSpec) -> Inputs:
-    """The signature and arrays: numeric columns become one ``features`` matrix (in column
-    order), every other column its own input named after it."""
-    numeric = [c for c in features if kinds[c] == ColumnKind.NUMERIC]
+    """The signature and arrays, by each column's codec: a kind that reads several fields
+    (numeric) makes one input of all its columns (``features``, in column order), first; every
+    other column is its own input named after it."""
     sig: list[ModelInput] = []
     arrays: dict[str, np.ndarray] = {}
-    if numeric:
-        x = np.stack([table.column(c).to_numpy().astype(np.float32) for c in numeric], axis=1)
-        if not np.isfinite(x).all():
-            raise DatasetError(f"dataset {uri!r}: features contain NaN or infinite values")
-        sig.append(ModelInput(name=FEATURES, kind=InputKind.NUMERIC, columns=tuple(numeric),
-                              shape=(len(numeric),), preprocessing=("standardize",)))
-        arrays[FEATURES] = x
+    grouped: dict[str, list[str]] = {}
+    single: list[str] = []
     for c in features:
         kind = kinds[c]
-        if kind == ColumnKind.NUMERIC:
-            continue
+        assert kind is not None
+        if _codec(kind, uri, c).multi_field:
+            grouped.setdefault(str(kind), []).append(c)
+        else:
+            single.append(c)
+    for group, names in grouped.items():
+        try:
+            inp, values = codecs.codec(group).dataset_input(tuple(names), table, spec)
+        except PermanentError as exc:
+            raise DatasetError(f"dataset {uri!r}: {exc}") from None
+        sig.append(inp)
+        arrays[inp.name] = values
+    for c in single:
         if not re.match(INPUT_NAME, c) or c == FEATURES:
             raise DatasetError(f"dataset {uri!r}: column {c!r} cannot name a model input "
                                f"(letters, digits, _ . -; not {FEATURES!r}): rename it")
-        col = table.column(c)
+        kind = kinds[c]
+        assert kind is not None
         try:
-            sig_arr = _column_input(c, kind, col, spec)
+            inp, values = codecs.codec(kind).dataset_input((c,), table, spec)
         except PermanentError as exc:
             raise DatasetError(f"dataset {uri!r}: column {c!r}: {exc}") from None
-        sig.append(sig_arr[0])
-        arrays[c] = sig_arr[1]
+        sig.append(inp)
+        arrays[c] = values
     return Inputs(arrays, tuple(sig))
-
-
-def _column_input(name: str, kind: ColumnKind | None, col: pa.ChunkedArray, spec: ModelSpec
-                  ) -> tuple[ModelInput, np.ndarray]:
-    if kind == ColumnKind.TENSOR:
-        shape = columns.tensor_shape(col)
-        if shape is None:
-            raise DatasetError("rows are not fixed-size numeric lists of one shape")
-        values = columns.tensor_values(col, shape)
-        if not np.isfinite(values).all():
-            raise DatasetError("tensor values contain NaN or infinite values")
-        return ModelInput(name=name, kind=InputKind.TENSOR, shape=shape,
-                          preprocessing=("standardize",)), values
-    if kind == ColumnKind.IMAGE:
-        blobs = np.asarray(col.to_numpy(zero_copy_only=False), dtype=object)
-        h, w, ch = images.probe(blobs[0])
-        if spec.image_size is not None:
-            h, w = spec.image_size
-        if spec.model in IMAGE_FAMILIES and spec.model != "cnn" and min(h, w) < 32:
-            raise DatasetError(f"images are {h}x{w}; model {spec.model} needs at least "
-                               f"{APPLICATION_MIN_SIZE}x{APPLICATION_MIN_SIZE}: set image_size")
-        return ModelInput(name=name, kind=InputKind.IMAGE, shape=(h, w, ch), height=h, width=w,
-                          channels=ch, preprocessing=("rescale_0_1",)), blobs
-    strings = pc.fill_null(pc.cast(col, pa.string()), "")
-    values = np.asarray(strings.to_numpy(zero_copy_only=False), dtype=object)
-    if kind == ColumnKind.TEXT:
-        return ModelInput(name=name, kind=InputKind.TEXT, dtype="string",
-                          max_length=spec.max_length,
-                          preprocessing=("lowercase", "strip_punctuation", "vocabulary")
-                          ), values
-    return ModelInput(name=name, kind=InputKind.CATEGORY, dtype="string",
-                      preprocessing=("vocabulary", "one_hot")), values
 
 
 def split(ds: Dataset, *, validation_split: float, seed: int) -> Split:

@@ -18,22 +18,21 @@ from typing import Any
 
 import numpy as np
 
-from headrace.contracts import CodeRef, Framework, ModelSpec, Task
+from headrace.codecs import InputStats, check_signature, codec, vocabulary_file
+from headrace.codecs.numeric import FEATURES
+from headrace.contracts import CodeRef, Framework, ModelSpec, Task, families
 from headrace.core.errors import PermanentError
 from headrace.core.naming import confined
-from headrace.store import tokens
 from headrace.store.signature import (
-    InputKind,
     ModelInput,
     ModelOutput,
     default_outputs,
     tabular_inputs,
 )
-from headrace.trainers import images
 
-FEATURES = "features"  # the name of the numeric input (the scorer's tabular matrix)
-IMAGE_FAMILIES = ("cnn", "mobilenet_v2", "resnet50", "mobilenet", "vgg16")
-APPLICATION_MIN_SIZE = 32  # Keras Applications / Gluon zoo nets need at least 32x32
+__all__ = ["FEATURES", "FamilyError", "InputStats", "Inputs", "ModelPlan", "as_inputs",
+           "check_family", "export_signature", "inputs_for", "learn_stats", "plan_for",
+           "tabular_plan", "vocabulary_file"]
 
 
 class FamilyError(PermanentError):
@@ -55,15 +54,11 @@ class Inputs:
         return Inputs({k: v[rows] for k, v in self.columns.items()}, self.signature)
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every input as the model takes it raw; images decoded (cached on this object)."""
+        """Every input as the model takes it raw, by its codec's training decode (images
+        decoded; cached on this object)."""
         if self._decoded is None:
-            out = dict(self.columns)
-            for inp in self.signature:
-                if inp.kind == InputKind.IMAGE:
-                    assert inp.height and inp.width and inp.channels
-                    out[inp.name] = images.decode(self.columns[inp.name], height=inp.height,
-                                                  width=inp.width, channels=inp.channels)
-            self._decoded = out
+            self._decoded = {inp.name: codec(inp.kind).train_decode(inp, self.columns[inp.name])
+                             for inp in self.signature}
         return self._decoded
 
 
@@ -76,15 +71,6 @@ def as_inputs(x: Inputs | np.ndarray) -> Inputs:
 
 
 @dataclass(frozen=True)
-class InputStats:
-    """Learned on the training split; becomes layers (or constants) inside the model."""
-
-    mean: np.ndarray | None = None  # numeric: per column; tensor: one value
-    std: np.ndarray | None = None
-    vocabulary: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
 class ModelPlan:
     family: str
     inputs: tuple[ModelInput, ...]
@@ -94,9 +80,6 @@ class ModelPlan:
     init_weights: Path | None = None
     target: tuple[float, float] | None = None  # regressor: (mean, std) of the training labels
 
-    def input(self, kind: InputKind) -> ModelInput | None:
-        return next((i for i in self.inputs if i.kind == kind), None)
-
 
 def tabular_plan(n_features: int, n_outputs: int) -> ModelPlan:
     """A plan for a bare float matrix without learned statistics (benchmarks, old callers)."""
@@ -105,49 +88,35 @@ def tabular_plan(n_features: int, n_outputs: int) -> ModelPlan:
 
 
 def check_family(family: str, signature: tuple[ModelInput, ...]) -> None:
-    """One line naming what does not fit: e.g. an image column for ``mlp``."""
-    kinds = [i.kind for i in signature]
+    """One line naming what does not fit: e.g. an image column for ``mlp``. The family table
+    says which kinds a family admits; each input's codec says as which kind, and whether it
+    can be an image family's input."""
+    try:
+        fam = families.family(family)
+    except ValueError as exc:
+        raise FamilyError(str(exc)) from None
     names = ", ".join(f"{i.name} ({i.kind.value})" for i in signature)
-    if family == "mlp":
-        bad = [i for i in signature if i.kind in (InputKind.IMAGE, InputKind.TEXT)]
+    bad = [i for i in signature if codec(i.kind).family_kind not in fam.inputs]
+    if not fam.single:
         if bad:
-            hint = "cnn" if bad[0].kind == InputKind.IMAGE else "text"
-            raise FamilyError(f"model mlp takes numeric, category and tensor columns, not "
-                              f"{bad[0].name} ({bad[0].kind.value}); use --model {hint}")
-    elif family in IMAGE_FAMILIES:
-        ok = len(kinds) == 1 and (kinds[0] == InputKind.IMAGE or (
-            kinds[0] == InputKind.TENSOR and len(signature[0].shape) in (2, 3)))
-        if not ok:
-            raise FamilyError(f"model {family} takes one image (or 2-D/3-D tensor) column; "
-                              f"the dataset's inputs are {names}")
-    elif family == "text" and kinds != [InputKind.TEXT]:
-        raise FamilyError(f"model text takes one text column; the dataset's inputs are {names}")
+            i = bad[0]
+            takes = [f.name for f in families.TABLE.values()
+                     if codec(i.kind).family_kind in f.inputs]
+            hint = f"; use --model {takes[0]}" if takes else ""
+            raise FamilyError(f"model {family} takes {', '.join(sorted(fam.inputs))} columns, "
+                              f"not {i.name} ({i.kind.value}){hint}")
+        return
+    if len(signature) != 1 or bad or (fam.spatial and not codec(signature[0].kind).spatial(
+            signature[0])):
+        what = ("one image (or 2-D/3-D tensor) column" if fam.spatial else
+                f"one {' or '.join(sorted(fam.inputs))} column")
+        raise FamilyError(f"model {family} takes {what}; the dataset's inputs are {names}")
 
 
 def learn_stats(x: Inputs, *, max_tokens: int) -> dict[str, InputStats]:
-    """Standardisation and vocabularies from the training rows only."""
-    out: dict[str, InputStats] = {}
-    for inp in x.signature:
-        v = x.columns[inp.name]
-        if inp.kind == InputKind.NUMERIC:
-            mean = v.mean(axis=0, dtype=np.float64)
-            std = v.std(axis=0, dtype=np.float64)
-            out[inp.name] = InputStats(mean.astype(np.float32),
-                                       np.where(std > 1e-12, std, 1.0).astype(np.float32))
-        elif inp.kind == InputKind.TENSOR:
-            std = float(v.std(dtype=np.float64))
-            out[inp.name] = InputStats(np.array([v.mean(dtype=np.float64)], np.float32),
-                                       np.array([std if std > 1e-12 else 1.0], np.float32))
-        elif inp.kind == InputKind.CATEGORY:
-            out[inp.name] = InputStats(vocabulary=tuple(tokens.learn_categories(v)))
-        elif inp.kind == InputKind.TEXT:
-            out[inp.name] = InputStats(
-                vocabulary=tuple(tokens.learn_vocabulary(v, max_tokens=max_tokens)))
-    return out
-
-
-def vocabulary_file(name: str) -> str:
-    return f"vocabulary-{name}.json"
+    """Standardisation and vocabularies from the training rows only (each kind's codec)."""
+    return {inp.name: codec(inp.kind).learn(inp, x.columns[inp.name], max_tokens)
+            for inp in x.signature}
 
 
 def plan_for(*, spec: ModelSpec, x_train: Inputs, classes: tuple[str, ...], root: Path,
@@ -158,6 +127,7 @@ def plan_for(*, spec: ModelSpec, x_train: Inputs, classes: tuple[str, ...], root
     if isinstance(spec.model, CodeRef):
         raw = tuple(i.model_copy(update={"preprocessing": ()}) for i in x_train.signature)
         return ModelPlan("code", raw, default_outputs(spec.task, classes), n_out)
+    check_signature(x_train.signature)
     check_family(spec.model, x_train.signature)
     init: Path | None = None
     if spec.init_weights:
@@ -174,37 +144,24 @@ def plan_for(*, spec: ModelSpec, x_train: Inputs, classes: tuple[str, ...], root
 
 
 def export_signature(plan: ModelPlan, framework: Framework) -> tuple[ModelInput, ...]:
-    """The inputs as the manifest states them for ``framework``: an MXNet export names the
-    vocabulary file its adapter applies, and transposes images to channels first inside."""
+    """The inputs as the manifest states them for ``framework``: an MXNet export as each kind's
+    codec says (the vocabulary file its adapter applies; images channels first inside)."""
     if framework != Framework.MXNET:
         return plan.inputs
-    out = []
-    for i in plan.inputs:
-        if i.kind in (InputKind.CATEGORY, InputKind.TEXT):
-            i = i.model_copy(update={"vocabulary": vocabulary_file(i.name)})
-        elif i.kind == InputKind.IMAGE:
-            i = i.model_copy(update={"preprocessing": (*i.preprocessing, "to_channels_first")})
-        out.append(i)
-    return tuple(out)
+    return tuple(codec(i.kind).mxnet_export(i) for i in plan.inputs)
 
 
 def inputs_for(x: Inputs, signature: tuple[ModelInput, ...]) -> Inputs | None:
-    """``x`` laid out for another model's signature (production evaluated on this job's rows):
-    its numeric columns picked by name; None when ``x`` lacks one of them."""
+    """``x`` laid out for another model's signature (production evaluated on this job's rows),
+    by each kind's codec; None when ``x`` lacks one of its inputs."""
     have = {i.name: i for i in x.signature}
     cols: dict[str, np.ndarray] = {}
     for want in signature:
         got = have.get(want.name)
         if got is None or got.kind != want.kind:
             return None
-        if want.kind == InputKind.NUMERIC:
-            try:
-                idx = [got.columns.index(c) for c in want.columns]
-            except ValueError:
-                return None
-            cols[want.name] = x.columns[want.name][:, idx]
-        elif got.row_shape != want.row_shape and want.kind != InputKind.IMAGE:
+        values = codec(want.kind).relayout(got, want, x.columns[want.name])
+        if values is None:
             return None
-        else:
-            cols[want.name] = x.columns[want.name]
+        cols[want.name] = values
     return Inputs(cols, signature)

@@ -332,9 +332,18 @@ def test_existing_secret_is_used_everywhere_and_nothing_is_created(rendered: Any
 
 def test_schedules_render_a_cronjob_firing_each_with_the_triggers_file(rendered: Any) -> None:
     docs = rendered["schedules"]
-    [cron] = kinds(docs, "CronJob")
+    [cron] = kinds(docs, "CronJob")  # the one source of a schedule's CronJob
     assert cron["spec"]["schedule"] == "0 2 * * *"
+    # The slot is the idempotency key, so a late or repeated run is harmless; Forbid just
+    # avoids piling up runs while the broker is down.
+    assert {k: cron["spec"][k] for k in ("concurrencyPolicy", "startingDeadlineSeconds",
+                                          "successfulJobsHistoryLimit",
+                                          "failedJobsHistoryLimit")} == {
+        "concurrencyPolicy": "Forbid", "startingDeadlineSeconds": 300,
+        "successfulJobsHistoryLimit": 3, "failedJobsHistoryLimit": 3}
+    assert cron["spec"]["jobTemplate"]["spec"]["backoffLimit"] == 4
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "OnFailure" and pod["automountServiceAccountToken"] is False
     c = pod["containers"][0]
     assert c["command"] == ["headrace", "schedule", "fire", "nightly"]
     env = {e["name"]: e.get("value") for e in c["env"]}
@@ -431,6 +440,8 @@ def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any)
     {"controlPlane": {"triggers": {"rules": [{**DRIFT_RULE, "kind": "drfit"}]}}},
     {"controlPlane": {"triggers": {"rules": [{k: v for k, v in DRIFT_RULE.items()
                                               if k != "request"}]}}},
+    {"controlPlane": {"triggers": {"schedules": [{**SCHEDULE, "cron": "every day"}]}}},
+    {"controlPlane": {"triggers": {"schedules": [{**SCHEDULE, "cron": "0 2 * *"}]}}},
 ])
 def test_values_schema_rejects_bad_values(chart: Any, bad: dict[str, Any]) -> None:
     bad = with_dfs(bad)  # so each case fails for its own reason

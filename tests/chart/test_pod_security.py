@@ -33,9 +33,7 @@ from headrace.topology.planning import plan_placement
 from headrace.topology.pod_security import manifest_violations, pod_spec_of, violations
 from headrace.topology.validation import to_manifest, validate_object
 from headrace.trainers.executors.kubernetes_objects import (
-    ScheduleSpec,
     TrainingJobSpec,
-    schedule_cronjob,
     training_objects,
 )
 from tests.chart.test_chart import CHART, VALUE_SETS, render_docs
@@ -123,14 +121,17 @@ def test_training_jobs_the_executor_builds_pass_the_restricted_profile(kw: dict[
         assert mounts["kafka-tls"]["readOnly"] is True
 
 
-def test_schedule_cronjob_and_planned_scorers_pass_the_restricted_profile() -> None:
-    cron = validate_object(schedule_cronjob(ScheduleSpec(
-        name="nightly", cron="0 2 * * *", image="img:1", triggers_config_map="hr-triggers")))
-    assert manifest_violations(cron) == []
+def test_the_charts_schedule_cronjob_passes_the_restricted_profile(rendered: Any) -> None:
+    """The chart is the CronJob's one source (no Python builder beside it)."""
+    [cron] = [d for d in rendered["schedules"] if d["kind"] == "CronJob"]
+    assert manifest_violations(validate_object(cron)) == []
     fire = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]
     assert fire["command"] == ["headrace", "schedule", "fire", "nightly"]
     assert {"name": "HEADRACE_TRIGGERS", "value": "/etc/headrace/triggers/triggers.yaml"} in fire[
         "env"]
+
+
+def test_planned_scorers_pass_the_restricted_profile() -> None:
     cluster = parse_cluster({
         "nodes": [gpu_node("a1", "r1", "z1", 2, "a100"), cpu_node("c1", "r1", "z1")],
         "streams": [{"name": "clicks", "partitions": 4, "rackCycle": ["r1"]}],

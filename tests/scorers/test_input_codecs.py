@@ -1,10 +1,11 @@
-"""The scorer's input kinds dispatch through one registry (``scorers/inputs/codecs.py``):
+"""The scorer's input kinds dispatch through the one registry (``headrace/codecs``):
 every kind has a codec, an unknown kind fails loudly instead of decoding as text, a toy kind
 registered in one place decodes from JSON (per record and columnar) and from Arrow, and no
 module of ``scorers/inputs`` but the registry branches on a kind."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -14,8 +15,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from headrace.scorers.inputs import codecs, decode_inputs, json_values
-from headrace.scorers.inputs.columns import Limits, Reasons, present
+from headrace import codecs
+from headrace.codecs import json_values
+from headrace.codecs.columns import Limits, Reasons, present
+from headrace.scorers.inputs import decode_inputs
 from headrace.store.signature import InputKind, ModelInput
 from headrace.streams.codecs import encode_arrow
 from tests.scorers.test_json_columns import batch
@@ -30,7 +33,7 @@ def test_every_input_kind_has_a_scorer_codec() -> None:
 
 
 def test_an_unknown_kind_fails_loudly_and_names_the_known_ones() -> None:
-    with pytest.raises(codecs.UnknownKind, match="no scorer codec for input kind 'sound'"):
+    with pytest.raises(codecs.UnknownKind, match="no codec for input kind 'sound'"):
         codecs.codec("sound")
     sound = ModelInput.model_construct(name="clip", kind="sound", shape=(4,))
     with pytest.raises(codecs.UnknownKind):
@@ -52,8 +55,10 @@ def _points(inp: ModelInput, arr: pa.Array, limits: Limits,
 
 def test_a_toy_kind_registered_in_one_place_decodes_from_json_and_arrow(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(codecs.REGISTRY, "point", codecs.Codec(
-        "point", build=present(_points, lambda inp, n: np.zeros((n, 2), np.float32)),
+    # The scorer's pieces are this test's; the others (not used here) borrowed from tensor.
+    monkeypatch.setitem(codecs.REGISTRY, "point", dataclasses.replace(
+        codecs.codec("tensor"), kind="point",
+        build=present(_points, lambda inp, n: np.zeros((n, 2), np.float32)),
         from_json=json_values.texts, json_type=lambda inp: pa.string()))
     where = ModelInput.model_construct(name="where", kind="point", shape=(2,), columns=())
     want = np.array([[i, -i / 2] for i in range(80)], np.float32)

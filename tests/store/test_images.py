@@ -17,12 +17,12 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
+from headrace.codecs import training_images as trainer_images
 from headrace.scorers.inputs import decode_inputs
 from headrace.store import images
 from headrace.store.signature import InputKind, ModelInput
 from headrace.streams.codecs import encode_arrow
 from headrace.streams.consuming import RawBatch
-from headrace.trainers import images as trainer_images
 from headrace.trainers.inputs import Inputs
 
 H, W = 6, 5

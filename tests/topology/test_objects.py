@@ -18,10 +18,8 @@ from headrace.topology.commands import build_objects
 from headrace.topology.planning import plan_placement
 from headrace.topology.pod_security import manifest_violations
 from headrace.topology.training import (
-    ScheduleSpec,
     TrainingJobSpec,
     request_objects,
-    schedule_cronjob,
     training_objects,
 )
 from headrace.topology.validation import validate_all, validate_object
@@ -214,14 +212,6 @@ def test_kueue_jobs_start_suspended_with_a_queue_label() -> None:
     assert [o["kind"] for o in objs] == ["Job", "Service", "NetworkPolicy"]
     assert objs[0]["spec"]["suspend"] is True
     assert objs[0]["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
-
-
-def test_schedules_become_cronjobs() -> None:
-    cj = validate_object(schedule_cronjob(ScheduleSpec(name="nightly", cron="0 2 * * *",
-                                                       image="i", timezone="UTC")))
-    assert cj["spec"]["schedule"] == "0 2 * * *" and cj["spec"]["concurrencyPolicy"] == "Forbid"
-    with pytest.raises(ValidationFailed):
-        ScheduleSpec(name="nightly", cron="every day", image="i")
 
 
 def test_a_train_request_maps_onto_a_validated_job(make_cluster: Any, three_racks: Any) -> None:

@@ -24,13 +24,13 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # (scipy.sparse via mxnet too)
     import mxnet as mx
 import numpy as np
-import pyarrow as pa
 
+from headrace.codecs import codec
 from headrace.core.errors import ConfigError
 from headrace.scorers.adapters import Inputs, InputsFn, ModelFn, bucketed, chunked_inputs, rows_of
 from headrace.store import tokens
 from headrace.store.manifest import Manifest
-from headrace.store.signature import InputKind, ModelInput
+from headrace.store.signature import ModelInput
 
 SYMBOL_FILE = "model-symbol.json"
 PARAMS_FILE = "model-0000.params"
@@ -70,21 +70,16 @@ def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int)
 
 
 def _feeder(inp: ModelInput, version_path: Path) -> Callable[[np.ndarray], np.ndarray]:
-    """Text and categories become ids with the version's vocabulary, as the trainer fed them
-    (headrace.store.tokens on both sides)."""
-    if inp.kind in (InputKind.TEXT, InputKind.CATEGORY):
-        if not inp.vocabulary or (inp.kind == InputKind.TEXT and not inp.max_length):
-            raise ValueError(f"{inp.kind.value} input {inp.name!r} of an MXNet model needs a "
-                             f"vocabulary file" + (" and max_length" if inp.kind ==
-                                                   InputKind.TEXT else ""))
+    """The input as the trainer fed it: its codec's MXNet feed (text and categories become ids
+    with the vocabulary file the version ships, by ``store.tokens`` on both sides)."""
+    c = codec(inp.kind)
+    vocab: list[str] = []
+    if c.vocabulary:
+        if not inp.vocabulary:
+            raise ValueError(f"{inp.kind} input {inp.name!r} of an MXNet model needs a "
+                             f"vocabulary file")
         vocab = tokens.read_vocabulary(version_path / inp.vocabulary)
-        if inp.kind == InputKind.CATEGORY:
-            return lambda x: tokens.encode_categories(
-                pa.array(x.tolist(), pa.string()), vocab).astype(np.float32)
-        length = inp.max_length or 0
-        return lambda x: tokens.encode_text(pa.array(x.tolist(), pa.string()), vocab,
-                                            max_length=length).astype(np.float32)
-    return lambda x: x
+    return lambda x: c.mxnet_feed(inp, x, vocab)
 
 
 def _data_names(version_path: Path, names: list[str]) -> list[str]:

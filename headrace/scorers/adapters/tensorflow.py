@@ -16,6 +16,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from headrace.codecs import codec
 from headrace.core.errors import ConfigError
 from headrace.scorers.adapters import (
     Inputs,
@@ -27,7 +28,6 @@ from headrace.scorers.adapters import (
     rows_of,
 )
 from headrace.scorers.buffers import is_aligned
-from headrace.scorers.inputs.codecs import codec
 from headrace.store.manifest import Manifest
 from headrace.store.signature import ModelInput
 

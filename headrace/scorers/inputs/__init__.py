@@ -27,13 +27,14 @@ import msgspec
 import numpy as np
 import pyarrow as pa
 
+from headrace import codecs
+from headrace.codecs.columns import Getter, Limits, Reasons
 from headrace.core.errors import ValidationFailed
 from headrace.core.limits import MAX_RECORD_BYTES
 from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES, check_size
 from headrace.scorers.budget import MessageCaps, check_message
 from headrace.scorers.decoding import BadInput, is_arrow_mask
-from headrace.scorers.inputs import codecs, json_columns
-from headrace.scorers.inputs.columns import Getter, Limits, Reasons
+from headrace.scorers.inputs import json_columns
 from headrace.store.signature import ModelInput
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import decode_arrow

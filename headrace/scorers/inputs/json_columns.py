@@ -19,8 +19,8 @@ from itertools import repeat
 import pyarrow as pa
 import pyarrow.json as pj
 
+from headrace import codecs
 from headrace.core.limits import MAX_RECORD_BYTES
-from headrace.scorers.inputs import codecs
 from headrace.store.signature import ModelInput
 
 MIN_RECORDS = 64  # below this the per-record path is as fast

@@ -28,8 +28,8 @@ with warnings.catch_warnings():  # MXNet 1.9's import-time NumPy deprecation noi
     import mxnet as mx
     from mxnet import gluon
 
+from headrace.codecs import InputStats, codec  # noqa: E402
 from headrace.contracts import ModelSpec  # noqa: E402
-from headrace.store.signature import InputKind  # noqa: E402
 from headrace.trainers.inputs import ModelPlan  # noqa: E402
 
 Builder = Callable[[ModelSpec, ModelPlan], gluon.HybridBlock]
@@ -61,31 +61,23 @@ class Net(gluon.HybridBlock):
             if plan.target is not None:  # a regressor outputs label units
                 self.target = self.params.get_constant(
                     "target", mx.nd.array([plan.target[0], plan.target[1]]))
+            # Each input's constants (e.g. mean{n}, scale{n}) are its kind's codec's.
+            self.constants: list[tuple[str, ...]] = []
             for n, inp in enumerate(plan.inputs):
-                st = plan.stats.get(inp.name)
-                if inp.kind in (InputKind.NUMERIC, InputKind.TENSOR) and st is not None \
-                        and st.mean is not None and st.std is not None:
-                    shape = (1, -1) if inp.kind == InputKind.NUMERIC else (1,)
-                    setattr(self, f"mean{n}", self.params.get_constant(
-                        f"mean{n}", mx.nd.array(st.mean.reshape(shape))))
-                    setattr(self, f"scale{n}", self.params.get_constant(
-                        f"scale{n}", mx.nd.array((1.0 / st.std).reshape(shape))))
+                consts = codec(inp.kind).mxnet_constants(inp, self._stats(inp.name))
+                for key, value in consts.items():
+                    setattr(self, f"{key}{n}", self.params.get_constant(
+                        f"{key}{n}", mx.nd.array(value)))
+                self.constants.append(tuple(consts))
+
+    def _stats(self, name: str) -> InputStats:
+        return self.plan.stats.get(name) or InputStats()
 
     def hybrid_forward(self, F: Any, *xs: Any, **consts: Any) -> Any:
         feats = []
         for n, (inp, x) in enumerate(zip(self.plan.inputs, xs, strict=True)):
-            if f"mean{n}" in consts:
-                x = F.broadcast_mul(F.broadcast_sub(x, consts[f"mean{n}"]), consts[f"scale{n}"])
-            if inp.kind == InputKind.IMAGE:
-                x = F.transpose(x, axes=(0, 3, 1, 2)) / 255.0
-            elif inp.kind == InputKind.TENSOR and len(inp.shape) == 2:
-                x = F.expand_dims(x, axis=1)
-            elif inp.kind == InputKind.TENSOR and len(inp.shape) == 3:
-                x = F.transpose(x, axes=(0, 3, 1, 2))
-            elif inp.kind == InputKind.CATEGORY:
-                st = self.plan.stats[inp.name]
-                x = F.one_hot(x, depth=len(st.vocabulary) + 1)
-            feats.append(x)
+            mine = {key: consts[f"{key}{n}"] for key in self.constants[n]}
+            feats.append(codec(inp.kind).mxnet_forward(F, inp, x, mine, self._stats(inp.name)))
         out = self.body(*feats)
         if "target" in consts:
             t = consts["target"]

@@ -16,10 +16,10 @@ from typing import Any
 
 import keras
 
+from headrace.codecs import InputStats, codec
 from headrace.contracts import ModelSpec, Task
 from headrace.core.errors import PermanentError
-from headrace.store.signature import InputKind, ModelInput
-from headrace.trainers.inputs import InputStats, ModelPlan
+from headrace.trainers.inputs import ModelPlan
 
 Builder = Callable[[ModelSpec, dict[str, Any], ModelPlan], Any]
 FAMILIES: dict[str, Builder] = {}
@@ -44,8 +44,10 @@ def builder_from_model(build: Callable[[ModelSpec, dict[str, Any]], keras.Model]
 
 def build_keras(family: str | Builder, *, spec: ModelSpec, plan: ModelPlan) -> keras.Model:
     """The whole trainable, exportable model for ``plan`` (classifier output: probabilities)."""
-    raw = {i.name: _input(i) for i in plan.inputs}
-    feats = {i.name: _preprocess(i, raw[i.name], plan.stats.get(i.name, InputStats()), spec)
+    # Each input's Keras input and preprocessing layers are its kind's codec's.
+    raw = {i.name: codec(i.kind).keras_input(keras, i) for i in plan.inputs}
+    feats = {i.name: codec(i.kind).keras_preprocess(keras, i, raw[i.name],
+                                                    plan.stats.get(i.name, InputStats()))
              for i in plan.inputs}
     builder = FAMILIES[family] if isinstance(family, str) else family
     out = builder(spec, feats, plan)
@@ -66,35 +68,6 @@ def _load_initial(model: keras.Model, path: Path) -> None:
     except (ValueError, OSError, KeyError) as exc:
         line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise PermanentError(f"initial weights {path.name} do not load: {line}") from None
-
-
-def _input(i: ModelInput) -> Any:
-    if i.kind in (InputKind.TEXT, InputKind.CATEGORY):
-        return keras.Input(shape=(), dtype="string", name=i.name)
-    return keras.Input(shape=i.row_shape, dtype="float32", name=i.name)
-
-
-def _preprocess(i: ModelInput, x: Any, st: InputStats, spec: ModelSpec) -> Any:
-    if i.kind in (InputKind.NUMERIC, InputKind.TENSOR) and (st.mean is None or st.std is None):
-        return x  # no statistics learned (a bare matrix from an old caller)
-    if i.kind == InputKind.NUMERIC:
-        assert st.mean is not None and st.std is not None
-        return keras.layers.Normalization(mean=st.mean.tolist(),
-                                          variance=(st.std**2).tolist(),
-                                          name=f"standardize_{i.name}")(x)
-    if i.kind == InputKind.TENSOR:
-        assert st.mean is not None and st.std is not None
-        m, s = float(st.mean[0]), float(st.std[0])
-        return keras.layers.Rescaling(1.0 / s, offset=-m / s, name=f"standardize_{i.name}")(x)
-    if i.kind == InputKind.IMAGE:
-        return keras.layers.Rescaling(1.0 / 255, name=f"rescale_{i.name}")(x)
-    if i.kind == InputKind.CATEGORY:
-        return keras.layers.StringLookup(vocabulary=list(st.vocabulary) or ["?"],
-                                         output_mode="one_hot", name=f"lookup_{i.name}")(x)
-    return keras.layers.TextVectorization(
-        vocabulary=list(st.vocabulary) or ["?"], output_sequence_length=i.max_length or 64,
-        standardize="lower_and_strip_punctuation", split="whitespace",
-        name=f"vectorize_{i.name}")(x)
 
 
 def _head(spec: ModelSpec, x: Any, plan: ModelPlan) -> Any:

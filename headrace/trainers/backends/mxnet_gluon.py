@@ -23,10 +23,11 @@ with warnings.catch_warnings():  # MXNet 1.9's import-time NumPy deprecation noi
     from mxnet import autograd, gluon
 import numpy as np  # noqa: E402
 
+from headrace.codecs import codec  # noqa: E402
 from headrace.contracts import CodeRef, Framework, ModelSpec, Task  # noqa: E402
 from headrace.core.errors import PermanentError  # noqa: E402
 from headrace.store import tokens  # noqa: E402
-from headrace.store.signature import InputKind, ModelInput, tabular_inputs  # noqa: E402
+from headrace.store.signature import ModelInput, tabular_inputs  # noqa: E402
 from headrace.trainers.backends.base import PREDICT_BATCH  # noqa: E402
 from headrace.trainers.backends.gluon_families import (  # noqa: E402
     FAMILIES,
@@ -54,25 +55,20 @@ def _context() -> Any:
 
 def host_arrays(x: Inputs | np.ndarray, plan: ModelPlan,
                 vocabularies: dict[str, list[str]] | None = None) -> list[np.ndarray]:
-    """The export's inputs in signature order, float32: categories and text as ids."""
+    """The export's inputs in signature order, float32, by each kind's codec's MXNet feed
+    (categories and text as ids, as the scorer's adapter feeds them)."""
     arrays = as_inputs(x).arrays()
     out = []
     for inp in plan.inputs:
-        v = arrays[inp.name]
-        vocab = (vocabularies or {}).get(inp.name) or list(plan.stats[inp.name].vocabulary) \
-            if inp.kind in (InputKind.CATEGORY, InputKind.TEXT) else []
-        if inp.kind == InputKind.CATEGORY:
-            v = tokens.encode_categories(v, vocab)
-        elif inp.kind == InputKind.TEXT:
-            v = tokens.encode_text(v, vocab, max_length=inp.max_length or 64)
-        out.append(np.asarray(v, dtype=np.float32))
+        c = codec(inp.kind)
+        vocab = ((vocabularies or {}).get(inp.name) or list(plan.stats[inp.name].vocabulary)
+                 if c.vocabulary else [])
+        out.append(np.asarray(c.mxnet_feed(inp, arrays[inp.name], vocab), dtype=np.float32))
     return out
 
 
 def _dummy(plan: ModelPlan, ctx: Any) -> list[Any]:
-    return [mx.nd.zeros((2, *(i.row_shape if i.kind not in (InputKind.CATEGORY, InputKind.TEXT)
-                              else ((i.max_length or 64,) if i.kind == InputKind.TEXT else ()))),
-                        ctx=ctx) for i in plan.inputs]
+    return [mx.nd.zeros((2, *codec(i.kind).mxnet_feed_shape(i)), ctx=ctx) for i in plan.inputs]
 
 
 class GluonModel:
@@ -176,7 +172,7 @@ class GluonModel:
             self.net.softmax = False
             self.net.hybridize()
         for inp in self.plan.inputs:
-            if inp.kind in (InputKind.CATEGORY, InputKind.TEXT):
+            if codec(inp.kind).vocabulary:
                 tokens.write_vocabulary(path / vocabulary_file(inp.name),
                                         self.plan.stats[inp.name].vocabulary)
 

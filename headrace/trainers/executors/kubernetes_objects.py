@@ -1,5 +1,6 @@
-"""Kubernetes objects for training: a Job per training job, a gang for multi-worker jobs,
-a CronJob per schedule. Built with the official ``kubernetes.client`` models.
+"""Kubernetes objects for training: a Job per training job, a gang for multi-worker jobs.
+Built with the official ``kubernetes.client`` models. (A schedule's CronJob has one source,
+the chart: helm/headrace/templates/schedules.yaml.)
 
 Distributed jobs (``workers > 1`` or parameter servers) have one pod template per role
 (:mod:`kubernetes_gang`): workers with the request's resources, parameter servers with their
@@ -459,81 +460,3 @@ def training_objects(spec: TrainingJobSpec, *, owner_uid: str | None = None) -> 
     if spec.gang_scheduled:
         rest.insert(0, pod_group(spec, owner_uid=owner_uid))
     return owner + rest
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScheduleSpec:
-    """A cron schedule that publishes TrainRequested (``headrace schedule fire NAME``)."""
-
-    name: str
-    cron: str
-    image: str
-    gpu_image: str | None = None  # for roles that request GPUs; None: ``image`` everywhere
-    namespace: str = "headrace"
-    timezone: str | None = None
-    kafka_secret: str = "headrace-kafka"
-    kafka_password_file: str | None = None
-    kafka_ca_secret: str | None = None
-    service_account: str | None = None
-    triggers_config_map: str | None = None  # holds triggers.yaml (HEADRACE_TRIGGERS)
-    command: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        check_name(self.name, what="schedule name")
-        if len(self.cron.split()) != 5 and not self.cron.startswith("@"):
-            raise ValidationFailed(f"schedule {self.name}: cron needs 5 fields: {self.cron!r}")
-
-
-def schedule_cronjob(spec: ScheduleSpec) -> k.V1CronJob:
-    name = k8s_name(spec.name, prefix="schedule")
-    labels = {"app.kubernetes.io/name": "headrace", "app.kubernetes.io/component": "schedule",
-              "headrace.io/schedule": spec.name}
-    env = [
-        k.V1EnvVar(name=var, value_from=k.V1EnvVarSource(
-            secret_key_ref=k.V1SecretKeySelector(name=spec.kafka_secret, key=key)))
-        for var, key in (("HEADRACE_BOOTSTRAP", "bootstrap"), ("HEADRACE_KAFKA_CONFIG", "config"))
-    ]
-    if spec.kafka_password_file:
-        env.append(k.V1EnvVar(name="HEADRACE_KAFKA_PASSWORD_FILE", value=spec.kafka_password_file))
-    env.extend(tmp_env())
-    command = list(spec.command) or ["headrace", "schedule", "fire", spec.name]
-    kafka_vols, kafka_mounts = kafka_volumes(
-        kafka_secret=spec.kafka_secret, password_file=spec.kafka_password_file,
-        ca_secret=spec.kafka_ca_secret)
-    if spec.triggers_config_map:
-        env.append(k.V1EnvVar(name="HEADRACE_TRIGGERS",
-                              value="/etc/headrace/triggers/triggers.yaml"))
-        kafka_vols.append(k.V1Volume(name="triggers", config_map=k.V1ConfigMapVolumeSource(
-            name=spec.triggers_config_map)))
-        kafka_mounts.append(k.V1VolumeMount(name="triggers", mount_path="/etc/headrace/triggers",
-                                            read_only=True))
-    pod = k.V1PodSpec(
-        restart_policy="OnFailure",
-        service_account_name=spec.service_account,
-        automount_service_account_token=False,
-        security_context=pod_security_context(),
-        containers=[k.V1Container(
-            name="fire", image=spec.image, command=command, env=env,
-            resources=k.V1ResourceRequirements(requests={"cpu": "100m", "memory": "128Mi"},
-                                               limits={"memory": "256Mi"}),
-            security_context=container_security_context(),
-            volume_mounts=[tmp_mount(), *kafka_mounts],
-        )],
-        volumes=[tmp_volume(), *kafka_vols],
-    )
-    return k.V1CronJob(
-        api_version="batch/v1", kind="CronJob",
-        metadata=k.V1ObjectMeta(name=name, namespace=spec.namespace, labels=labels),
-        spec=k.V1CronJobSpec(
-            schedule=spec.cron, time_zone=spec.timezone,
-            # The slot is the idempotency key, so a late or repeated run is harmless; Forbid
-            # just avoids piling up runs while the broker is down.
-            concurrency_policy="Forbid", starting_deadline_seconds=300,
-            successful_jobs_history_limit=3, failed_jobs_history_limit=3,
-            job_template=k.V1JobTemplateSpec(
-                metadata=k.V1ObjectMeta(labels=labels),
-                spec=k.V1JobSpec(backoff_limit=4, template=k.V1PodTemplateSpec(
-                    metadata=k.V1ObjectMeta(labels=labels), spec=pod)),
-            ),
-        ),
-    )

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.store import images, tokens
+from headrace.store import tokens
 from headrace.store.signature import ModelInput
 
 Reasons = dict[int, str]
@@ -30,7 +30,15 @@ DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "int3
 
 @dataclass(frozen=True)
 class Limits:
-    max_image_pixels: int = images.DEFAULT_MAX_PIXELS
+    max_image_pixels: int = field(default_factory=lambda: _images().DEFAULT_MAX_PIXELS)
+
+
+def _images() -> Any:
+    """``store.images``, imported when an image is decoded: it needs Pillow (the scorer and
+    trainer extras), which a base install running ``send`` or ``tail`` lacks."""
+    from headrace.store import images
+
+    return images
 
 
 def tensor_dtype(inp: ModelInput) -> type:
@@ -166,6 +174,7 @@ def image(inp: ModelInput, arr: pa.Array, limits: Limits,
           conversions: Counter[str] | None) -> tuple[np.ndarray, Reasons]:
     assert inp.height and inp.width and inp.channels
     n = len(arr)
+    images = _images()
     spec = images.ImageSpec(inp.height, inp.width, inp.channels, limits.max_image_pixels)
     reasons: Reasons = {}
     if not (pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)

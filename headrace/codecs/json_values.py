@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from headrace.scorers.inputs.columns import Reasons, tensor_dtype
+from headrace.codecs.columns import Reasons, tensor_dtype
 from headrace.store.signature import ModelInput
 
 
