@@ -176,9 +176,9 @@ def features_of(scored: Scored, profile: DriftProfile, keep: slice = slice(None)
     summarises them, and its predictions."""
     inputs = scored.inputs
     arrays: dict[str, np.ndarray]
-    if isinstance(inputs, Features):  # the tabular fast path: one numeric input
-        numeric = next((i for i in profile.inputs if i.kind == "numeric"), None)
-        arrays = {numeric.name: inputs.x[keep]} if numeric is not None else {}
+    if isinstance(inputs, Features):  # a tabular model: its one input is the feature matrix
+        only = profile.inputs[0] if len(profile.inputs) == 1 else None
+        arrays = {only.name: inputs.x[keep]} if only is not None else {}
     elif inputs is not None:
         arrays = {k: v[keep] for k, v in inputs.arrays.items()}
     else:
