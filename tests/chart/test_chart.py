@@ -372,18 +372,27 @@ def test_drift_values_set_the_scorers_drift_env_and_drift_rules_reach_the_contro
              for name, env in scorers.items()}
     assert drift == {
         "hr-headrace-clicks-r1": {"HEADRACE_DRIFT_ENABLED": "true",
+                                  "HEADRACE_DRIFT_ROWS_PER_BATCH": "1024",
                                   "HEADRACE_DRIFT_WINDOW_RECORDS": "500",
-                                  "HEADRACE_DRIFT_WINDOW_SECONDS": "300",
+                                  "HEADRACE_DRIFT_WINDOW_SECONDS": "3600",
                                   "HEADRACE_DRIFT_FALSE_ALARM_RATE": "0.01"},
-        "hr-headrace-clicks-off": {},
+        # Off is said, not left out: the scorer's own default is on.
+        "hr-headrace-clicks-off": {"HEADRACE_DRIFT_ENABLED": "false"},
         "hr-headrace-clicks-strict": {"HEADRACE_DRIFT_ENABLED": "true",
+                                      "HEADRACE_DRIFT_ROWS_PER_BATCH": "1024",
                                       "HEADRACE_DRIFT_WINDOW_RECORDS": "500",
                                       "HEADRACE_DRIFT_WINDOW_SECONDS": "60",
                                       "HEADRACE_DRIFT_FALSE_ALARM_RATE": "0.001"}}
-    # No drift env unless asked: the default values set none.
-    assert not any(e["name"].startswith("HEADRACE_DRIFT_") for d in rendered["cpu-only"]
-                   if d["kind"] == "StatefulSet"
-                   for e in d["spec"]["template"]["spec"]["containers"][0]["env"])
+    # The default values track drift, as the scorer does without the chart.
+    default_scorers = [d for d in rendered["cpu-only"] if d["kind"] in ("StatefulSet",
+                       "Deployment") and d["metadata"]["labels"][
+                       "app.kubernetes.io/component"] == "scorer"]
+    assert default_scorers
+    for d in default_scorers:
+        env = {e["name"]: e.get("value")
+               for e in d["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["HEADRACE_DRIFT_ENABLED"] == "true"
+        assert env["HEADRACE_SCORER_SHADOW_BUDGET_MS"] == "5"
     # The triggers ConfigMap holds the rules as the control plane's own loader reads them.
     [cm] = kinds(docs, "ConfigMap")
     path = tmp_path / "triggers.yaml"
