@@ -69,9 +69,13 @@ def promote_on_live_gate(ctx: typer.Context, ref: str, *, stream: str | None,
     """``models promote --if-live-gate``: promote, or refuse with one line per reason."""
     from headrace.ops.live_evidence import promote_if_live_gate
 
-    name, version = _ref(ref)
+    name, sep, _ = ref.partition(":")
+    version: int | None = None
+    if sep or stream is None:  # NAME alone with --stream: the stream's rollout candidate
+        name, version = _ref(ref)
     d = promote_if_live_gate(root=_context.settings(ctx).dfs_root, conn=_context.connection(ctx),
                              topics=topics, name=name, version=version, stream=stream)
+    version = d.version
     head = (f"{name}:{version} is production (was {d.production_version}): live gate held on "
             f"{d.stream}" if d.promoted else
             f"{name}:{version} not promoted: live gate failed on {d.stream} against production "

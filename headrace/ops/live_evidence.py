@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from headrace.contracts import LiveCounts, ModelPublished, parse
+from headrace.contracts import LiveCounts, ModelPublished, RolloutState, parse
 from headrace.core.errors import PermanentError, ValidationFailed
+from headrace.ops.rollout_control import current_rollout, stop_rollout
 from headrace.rollout.evidence import LiveEvidence
 from headrace.rollout.live_gate import LiveCheck, check_live
 from headrace.store.versions import PRODUCTION, read_alias
@@ -116,9 +117,28 @@ def _stream_of(pairs: dict[Pair, list[LiveCounts]], name: str, prod: int, versio
     return streams[0]
 
 
+def rollout_candidate(conn: KafkaConnection, topics: ControlTopics, *, stream: str,
+                      name: str) -> RolloutState:
+    """The stream's running shadow or canary of model ``name`` (what a scheduled live gate
+    judges: it cannot know the version in advance)."""
+    state = current_rollout(conn, stream, topics=topics)
+    if state is None or state.candidate_version is None or state.model_name != name:
+        raise ValidationFailed(f"stream {stream} runs no shadow or canary of model {name}")
+    return state
+
+
 def promote_if_live_gate(*, root: Path, conn: KafkaConnection, topics: ControlTopics, name: str,
-                         version: int, stream: str | None = None) -> LiveDecision:
-    """Promote ``name:version`` when its live gate holds against the current production."""
+                         version: int | None, stream: str | None = None) -> LiveDecision:
+    """Promote ``name:version`` when its live gate holds against the current production;
+    ``version`` None: the stream's rollout candidate. A promoted candidate's rollout ends."""
+    rollout: RolloutState | None = None
+    if version is None:
+        if stream is None:
+            raise ValidationFailed("name the version (NAME:VERSION) or the stream (--stream) "
+                                   "whose rollout candidate the live gate judges")
+        rollout = rollout_candidate(conn, topics, stream=stream, name=name)
+        assert rollout.candidate_version is not None
+        version = rollout.candidate_version
     gate = load_gates(root, name).live
     if gate is None:
         raise ValidationFailed(f"gates.yaml has no live rules for model {name} (add a `live:` "
@@ -145,6 +165,11 @@ def promote_if_live_gate(*, root: Path, conn: KafkaConnection, topics: ControlTo
                 reason=f"live gate on {s}: " + "; ".join(c.line for c in decision.checks))
         finally:
             sink.close()
+        running = rollout or current_rollout(conn, s, topics=topics)
+        if (running is not None and running.model_name == name
+                and running.candidate_version == version):
+            stop_rollout(conn=conn, stream=s, model_name=name, topics=topics,
+                         reason=f"{name}:{version} promoted by the live gate")
     return decision
 
 

@@ -118,6 +118,10 @@ _VALUE_SETS: dict[str, dict[str, Any]] = {
                   {**GROUP, "gpu": 0, "name": "clicks-strict", "partitions": [5],
                    "drift": {"falseAlarmRate": 0.001, "windowSeconds": 60}}],
               "controlPlane": {"triggers": {"rules": [DRIFT_RULE, EVENT_RULE]}}},
+    # A scheduled live gate judging the clicks stream's shadow or canary every hour.
+    "live-gate": {"liveGates": [{"name": "clicks-hourly", "model": "clicks", "stream": "clicks",
+                                 "cron": "0 * * * *"}],
+                  "scorerGroups": [{**GROUP, "gpu": 0}]},
 }
 VALUE_SETS = {name: with_dfs(v) for name, v in _VALUE_SETS.items()}
 
@@ -442,6 +446,9 @@ def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any)
     {"imagePullSecrets": [{"secret": "x"}]},
     {"kafka": {"tls": {"clientCertSecret": "user"}}},  # a client certificate needs TLS on
     {"scorer": {"drift": {"falseAlarmRate": 0.9}}},
+    {"liveGates": [{"name": "g", "model": "m", "stream": "s", "cron": "hourly"}]},
+    {"liveGates": [{"name": "g", "model": "m", "cron": "0 * * * *"}]},
+    {"scorer": {"shadow": {"budgetMs": -1}}},
     {"scorer": {"drift": {"windowRecords": 5}}},
     {"scorerGroups": [{**GROUP, "drift": {"enable": True}}]},
     {"controlPlane": {"triggers": {"rules": [{**DRIFT_RULE, "every": 10}]}}},
@@ -464,3 +471,21 @@ def test_values_schema_rejects_bad_values(chart: Any, bad: dict[str, Any]) -> No
 def test_values_schema_accepts_every_value_set(chart: Any) -> None:
     for values in VALUE_SETS.values():
         chart.validate_schema(chart.merge_values(values))
+
+
+def test_a_live_gate_is_a_cronjob_promoting_the_streams_candidate_once(rendered: Any) -> None:
+    [cron] = [d for d in kinds(rendered["live-gate"], "CronJob")
+              if "headrace.io/live-gate" in d["metadata"]["labels"]]
+    assert cron["spec"]["schedule"] == "0 * * * *"
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    job = cron["spec"]["jobTemplate"]["spec"]
+    assert job["backoffLimit"] == 0  # a refused gate is an answer, not a failure to retry
+    pod = job["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
+    [c] = pod["containers"]
+    assert c["command"] == ["headrace", "models", "promote", "clicks", "--if-live-gate",
+                            "--stream", "clicks"]
+    dfs = [m for m in c["volumeMounts"] if m["mountPath"] == "/dfs"]
+    assert dfs and not dfs[0].get("readOnly", False)  # the promotion moves the alias
+    env = {e["name"] for e in c["env"]}
+    assert "HEADRACE_BOOTSTRAP" in env and "HEADRACE_DFS_ROOT" in env

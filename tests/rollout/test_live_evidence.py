@@ -17,9 +17,10 @@ import yaml
 from scipy import stats
 
 from headrace.cli import main
-from headrace.contracts import LiveCounts, ModelPublished, RolloutRole, parse
+from headrace.contracts import LiveCounts, ModelPublished, RolloutRole, RolloutState, parse
 from headrace.core.settings import Settings, load_settings
 from headrace.ops.dashboard import Dashboard
+from headrace.ops.rollout_control import current_rollout, publish_rollout
 from headrace.store.versions import read_alias, set_alias
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import send_events
@@ -173,9 +174,18 @@ def test_the_live_gate_promotes_a_better_candidate_and_refuses_a_worse_one(
     assert any("min_live_accuracy" in ln for ln in failed)
     assert read_alias(dfs, name).version == 1  # type: ignore[union-attr]
 
-    code, out, err = _cli(s, topics, "models", "promote", f"{name}:2", "--if-live-gate",
+    # A scheduled gate names the stream, not the version: it judges the running candidate.
+    code, _, err = _cli(s, topics, "models", "promote", name, "--if-live-gate", "--stream",
+                        stream)
+    assert code != 0 and f"stream {stream} runs no shadow or canary of model {name}" in err
+    publish_rollout(conn, topics, RolloutState(stream=stream, model_name=name,
+                                               candidate_version=2, role=RolloutRole.SHADOW))
+    code, out, err = _cli(s, topics, "models", "promote", name, "--if-live-gate",
                           "--stream", stream)
     assert code == 0, err
+    ended = current_rollout(conn, stream, topics=topics)
+    assert ended is not None and ended.candidate_version is None  # the promoted shadow ends
+    assert ended.reason == f"{name}:2 promoted by the live gate"
     assert f"{name}:2 is production" in out
     assert "FAILED" not in out and "held: better_than_production" in out
     assert read_alias(dfs, name).version == 2  # type: ignore[union-attr]
