@@ -256,22 +256,24 @@ def run_grid(root: Path, uri: str, family: str, framework: str) -> dict[str, obj
 
 
 def run_tune(root: Path, control: tuple[KafkaConnection, ControlTopics], uri: str, name: str,
-             family: str, framework: str, trials: int, parallel: int) -> dict[str, object]:
+             family: str, framework: str, trials: int, parallel: int,
+             pruner: str = "median") -> dict[str, object]:
     """A study of ``trials`` trials through the control plane; its best trial by accuracy."""
     from headrace.trainers.tuning import StudyConfig, run_study
 
     conn, topics = control
-    study = f"{name}-{framework}"
+    study = f"{name}-{framework}-{pruner}"
     config = StudyConfig(name=study, model_name=f"t-{study}", framework=framework,
                          dataset_uri=uri, model=family,
                          epochs=ModelSpec.model_fields["epochs"].default, space=TUNE_SPACE,
-                         metric="accuracy", pruner="median")
+                         metric="accuracy", pruner=pruner)
     t0 = time.perf_counter()
     result = run_study(root=root, conn=conn, config=config, trials=trials, parallel=parallel,
                        topics=topics, poll_s=0.5, promote_best=False)
     seconds = round(time.perf_counter() - t0, 1)
     states = [t.state for t in result.trials]
-    out: dict[str, object] = {"tune_trials": len(states), "tune_pruned": states.count("pruned"),
+    out: dict[str, object] = {"tune_pruner": pruner, "tune_trials": len(states),
+                              "tune_pruned": states.count("pruned"),
                               "tune_failed": states.count("fail"), "tune_seconds": seconds}
     b = result.best
     if b is not None and b.value is not None:
@@ -298,7 +300,9 @@ def print_table(rows: list[dict[str, object]]) -> None:
         tuned = (f"{t['accuracy']:.3f} ({t['learning_rate']:.2g}, {t['batch_size']})"
                  if isinstance(t, dict) else ("no trial completed" if "tune_trials" in r
                                               else ""))
-        tune_s = (f"{r['tune_seconds']} ({r['tune_pruned']} of {r['tune_trials']})"
+        pruner = r.get("tune_pruner", "median")
+        how = "" if pruner == "median" else f", pruner {pruner}"
+        tune_s = (f"{r['tune_seconds']} ({r['tune_pruned']} of {r['tune_trials']} pruned{how})"
                   if "tune_trials" in r else "")
         print(f"| {r['dataset']} | {r['rows']} | {r['family']} | {r['framework']} | "
               f"{r['accuracy']:.3f} | {r['epochs_run']} / {r['best_epoch']} | {grid} | "
@@ -317,6 +321,7 @@ def main() -> None:
     ap.add_argument("--tune", type=int, default=0, metavar="N",
                     help="also run a headrace tune study of N trials (through a control plane)")
     ap.add_argument("--parallel", type=int, default=2, help="the study's trials at once")
+    ap.add_argument("--pruner", default="median", help="the study's pruner (median, none...)")
     ap.add_argument("--out", type=Path, default=None, help="append each JSON line to this file")
     ap.add_argument("--table", type=Path, default=None,
                     help="print the table of the JSON lines in this file, run nothing")
@@ -352,7 +357,7 @@ def run_dataset(root: Path, name: str, framework: str, args: argparse.Namespace,
         out.update(run_grid(root, uri, family, framework))
     if control is not None:
         out.update(run_tune(root, control, uri, name, family, framework, args.tune,
-                            args.parallel))
+                            args.parallel, args.pruner))
     line = json.dumps(out)
     print(line, flush=True)
     if args.out:
