@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,13 +21,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from headrace.streams.broker import EmbeddedBroker
-from headrace.streams.clients import KafkaConnection, ensure_topics
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _control import control_plane
+
+from headrace.streams.clients import KafkaConnection
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import api, jobs
 from headrace.trainers.tuning import StudyConfig, run_study
 
-REPO = Path(__file__).resolve().parents[1]
 GRID = {"learning_rate": (1e-3, 1e-2, 3e-2), "batch_size": (32, 128),
         "hidden": ((64,), (128, 64))}
 SPACE = "learning_rate=log:1e-4:1e-1 batch_size=16,32,64,128 hidden=64|128,64|256,128"
@@ -84,18 +83,7 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-tune-"))
     make_table(root / "datasets" / "noisy.parquet", args.rows, args.seed)
-    broker = EmbeddedBroker().start()
-    conn = KafkaConnection(broker.bootstrap, timeout_s=15.0)
-    topics = ControlTopics.with_prefix("b" + uuid.uuid4().hex[:8])
-    ensure_topics(conn, topics.specs())
-    env = {**os.environ, "HEADRACE_BOOTSTRAP": broker.bootstrap, "HEADRACE_DFS_ROOT": str(root)}
-    ctl = subprocess.Popen(
-        [sys.executable, "-c", "from headrace.cli import main; main()", "control",
-         "--topic-prefix", topics.prefix, "--concurrency",
-         f"tensorflow={args.parallel},mxnet={args.parallel}"],
-        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(8)  # the control plane joins its group and recovers its tables
+    with control_plane(root, args.parallel) as (conn, topics):
         t0 = time.monotonic()
         grid = run_grid(conn, root, topics, args.framework, args.epochs, args.parallel)
         grid_s = time.monotonic() - t0
@@ -106,10 +94,6 @@ def main() -> None:
         result = run_study(root=root, conn=conn, config=config, trials=args.trials,
                            parallel=args.parallel, topics=topics, poll_s=0.5)
         tune_s = time.monotonic() - t0
-    finally:
-        ctl.send_signal(signal.SIGTERM)
-        ctl.wait(60)
-        broker.stop()
     ok = [m for _, m in grid if m]
     best_grid = min(ok, key=lambda m: m["loss"])
     best_p = next(p for p, m in grid if m is best_grid)

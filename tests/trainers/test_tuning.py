@@ -24,6 +24,7 @@ from headrace.contracts import (
     JobEvent,
     JobEventKind,
     JobState,
+    ModelSpec,
     Resources,
     TrainRequested,
     Trigger,
@@ -186,12 +187,16 @@ def test_one_tune_process_drives_a_study_at_a_time(
 # -- the pruning stop rule -------------------------------------------------------------------
 
 
+FINISHED = ([1.0, 0.5, 0.3], [1.1, 0.6, 0.35], [0.9, 0.55, 0.3], [1.2, 0.7, 0.4])
+
+
 def test_the_prune_rule_reports_each_epoch_and_prunes_a_trial_behind_the_median(
         dfs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    c = storage.write_config(dfs, config())
+    # patience 2: the median pruner judges a trial from its second epoch on
+    c = storage.write_config(dfs, config(params={"hidden": [16], "patience": 2}))
     study = storage.load_study(dfs, c)
     space = parse_space(c.space)
-    for curve in ([1.0, 0.5, 0.3], [1.1, 0.6, 0.35]):  # two finished trials
+    for curve in FINISHED:  # the sampler's four random trials, finished
         t = study.ask(space.distributions)
         for epoch, v in enumerate(curve, start=1):
             t.report(v, epoch)
@@ -224,6 +229,36 @@ def test_the_prune_rule_reports_each_epoch_and_prunes_a_trial_behind_the_median(
     # A late re-run of a trial the study has been told about trains on, without error.
     study.tell(good.number, 0.4)
     assert keep.after_epoch(4, {"val_loss": 0.3}) is None
+
+
+def test_the_median_pruner_waits_for_the_samplers_random_trials_and_the_patience(
+        dfs: Path) -> None:
+    """Early epochs rank slow starters below trials they end up beating: no trial is judged
+    before it had the epochs early stopping would give it, nor against fewer than four
+    finished trials (the sampler's random start)."""
+    c = storage.write_config(dfs, config())  # the default patience: 10 epochs
+    assert c.patience == ModelSpec.model_fields["patience"].default == 10
+    study = storage.load_study(dfs, c)
+    space = parse_space(c.space)
+
+    def behind(epochs: int) -> bool:
+        """Would a trial far behind every finished one, ``epochs`` in, be pruned?"""
+        t = study.ask(space.distributions)
+        for epoch in range(1, epochs + 1):
+            t.report(9.0, epoch)
+        pruned = t.should_prune()
+        study.tell(t, state=TrialState.FAIL)
+        return pruned
+
+    long = [1.0 - 0.05 * e for e in range(12)]
+    for n, curve in enumerate([long] * 4):
+        assert not behind(12), f"pruned with {n} finished trials"
+        t = study.ask(space.distributions)
+        for epoch, v in enumerate(curve, start=1):
+            t.report(v, epoch)
+        study.tell(t, curve[-1])
+    assert not behind(9)  # within the patience
+    assert behind(10)
 
 
 def test_the_prune_rule_never_fails_a_job_when_the_study_is_gone(

@@ -85,6 +85,13 @@ class StudyConfig(BaseModel):
     def direction(self) -> Literal["minimize", "maximize"]:
         return "minimize" if lower_is_better(self.metric) else "maximize"
 
+    @property
+    def patience(self) -> int:
+        """The trials' early-stopping patience: a fixed ``patience`` param or the default."""
+        fixed = self.params.get("patience")
+        default: int = ModelSpec.model_fields["patience"].default
+        return fixed if isinstance(fixed, int) and fixed > 0 else default
+
     def same_search(self, other: StudyConfig) -> bool:
         return self.model_dump() == other.model_dump()
 
@@ -141,10 +148,19 @@ def journal(root: Path, name: str) -> JournalStorage:
     return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
 
 
-def make_pruner(kind: Pruner) -> optuna.pruners.BasePruner:
+# Trials whose values Optuna's sampler draws at random before it models the study: the median
+# pruner waits for as many finished trials (a median of two is one trial's luck).
+STARTUP_TRIALS = 4
+
+
+def make_pruner(kind: Pruner, *, patience: int) -> optuna.pruners.BasePruner:
+    """``patience``: the trials' early-stopping patience (epochs). The median pruner judges a
+    trial only from that epoch on (epochs count from 1), and only against two or more finished
+    trials at the same epoch: early epochs rank slow starters (a low learning rate, a large
+    batch, the plateau schedule not yet cut) below fast ones they end up beating."""
     if kind == "median":
-        # Epochs count from 1: compare from the second on, once two trials have finished.
-        return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=2)
+        return optuna.pruners.MedianPruner(n_startup_trials=STARTUP_TRIALS,
+                                           n_warmup_steps=patience, n_min_trials=2)
     if kind == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=1)
     return optuna.pruners.NopPruner()
@@ -157,5 +173,6 @@ def load_study(root: Path, config: StudyConfig,
     return optuna.create_study(
         study_name=config.name, storage=storage or journal(root, config.name),
         load_if_exists=True,
-        direction=config.direction, pruner=make_pruner(config.pruner),
-        sampler=optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=4))
+        direction=config.direction,
+        pruner=make_pruner(config.pruner, patience=config.patience),
+        sampler=optuna.samplers.TPESampler(seed=config.seed, n_startup_trials=STARTUP_TRIALS))
