@@ -158,7 +158,7 @@ def test_the_scorer_creates_its_topics_with_min_insync_replicas(broker: str, dfs
     assert {sp.name for sp in specs} == {
         topics.data_topic(stream), topics.predictions_topic(stream), topics.dlq_topic(stream),
         control.models, control.jobs, control.rollout, control.rollout_live, control.drift,
-        control.lineage}
+        control.drift_state, control.lineage}
     assert all(sp.config.get("min.insync.replicas") == "2" for sp in specs)
 
 
