@@ -34,7 +34,9 @@ from headrace.core.errors import ValidationFailed
 # Hyperparameters a study may search: the ModelSpec fields that shape a model or its training.
 NOT_SEARCHABLE = frozenset({"model", "task", "label", "features", "epochs", "seed",
                             "checkpoint_every_steps", "strategy", "init_weights",
-                            "validation_split"})  # trials compare on one split
+                            "validation_split",  # trials compare on one split
+                            # the drift profile's calibration, not the model
+                            "drift_window", "drift_false_alarm_rate"})
 SEARCHABLE = tuple(sorted(k for k in ModelSpec.model_fields if k not in NOT_SEARCHABLE))
 Choice = int | float | str
 
