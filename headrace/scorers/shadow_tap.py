@@ -85,6 +85,9 @@ class _Started:
     budget: float
     started: float
 
+    def done(self) -> bool:
+        return self.job is None or self.job.done()
+
 
 def load_candidate(*, root: Path, ref: str, device: str, max_batch: int,
                    sizes: Sizing) -> LoadedModel:
@@ -225,11 +228,15 @@ class ShadowTap:
                     if ltr.stage == "model"],
             job=job, reason=reason, budget=budget, started=time.perf_counter()))
 
-    def before_delivery(self, out: Outputs) -> None:
+    def before_delivery(self, out: Outputs, wait: bool = True) -> None:
         """The batch that published ``out`` is about to be committed: add the candidate's
-        predictions and the batch's counts (and those of any earlier batch still here)."""
+        predictions and the batch's counts (and those of any earlier batch still here);
+        ``wait=False``: only runs already done, in order (the counts are added in order)."""
         last = max((i for i, st in enumerate(self._started) if st.out is out), default=-1)
-        todo, self._started = self._started[:last + 1], self._started[last + 1:]
+        n = 0
+        while n <= last and (wait or self._started[n].done()):
+            n += 1
+        todo, self._started = self._started[:n], self._started[n:]
         for st in todo:
             self._finish(st, out)
 

@@ -106,9 +106,11 @@ class Tap(Protocol):
 class DeliveringTap(Tap, Protocol):
     """A tap with a second phase (optional: the scorer looks for the method)."""
 
-    def before_delivery(self, out: Outputs) -> None:
+    def before_delivery(self, out: Outputs, wait: bool = True) -> None:
         """The batch that published ``out`` is about to be flushed and committed: add
-        (``out.side``) the side outputs of the work ``after_scoring`` started for it."""
+        (``out.side``) the side outputs of the work ``after_scoring`` started for it.
+        ``wait=False``: asked early (before the next batch is scored, so the outputs travel
+        sooner), add only what is done already; nothing is ever added twice."""
 
 
 @dataclass(frozen=True)
@@ -166,9 +168,11 @@ def run_taps(taps: list[Tap], scored: Scored, metrics: ScorerMetrics) -> None:
                           tap.name)
 
 
-def run_before_delivery(taps: list[Tap], out: Outputs, metrics: ScorerMetrics) -> int:
-    """Every tap's second phase on the batch about to be committed; where its new side outputs
-    start in ``out.side``. A tap that raises loses what it added for this batch only."""
+def run_before_delivery(taps: list[Tap], out: Outputs, metrics: ScorerMetrics, *,
+                        wait: bool = True) -> int:
+    """Every tap's second phase on the batch about to be committed (``wait=False``: only what
+    is done already); where the new side outputs start in ``out.side``. A tap that raises
+    loses what it added this time only."""
     start = len(out.side)
     for tap in taps:
         finish = getattr(tap, "before_delivery", None)
@@ -176,7 +180,7 @@ def run_before_delivery(taps: list[Tap], out: Outputs, metrics: ScorerMetrics) -
             continue
         before = len(out.side)
         try:
-            finish(out)
+            finish(out, wait)
         except Exception:
             del out.side[before:]
             metrics.tap_errors.labels(stream=metrics.stream, tap=tap.name).inc()

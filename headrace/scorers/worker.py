@@ -288,6 +288,8 @@ class Worker:
         model = self.holder.current
         if model is None:  # never: the loop starts after the first model is loaded
             raise FatalError("no model loaded")
+        if self._pending is not None:
+            self._late_side(self._pending.out, wait=False)
         route = self._routing(model)
         if route is not None:
             out = route.handle(batch, model, self)
@@ -357,11 +359,12 @@ class Worker:
         self.last_progress = time.monotonic()
 
     # -- deliver -------------------------------------------------------------------------
-    def _late_side(self, out: Outputs) -> None:
+    def _late_side(self, out: Outputs, *, wait: bool = True) -> None:
         """The taps' second phase (e.g. the shadow candidate, which ran while this batch was
-        in flight): produce what they add before the batch is flushed and committed."""
+        in flight): produce what they add before the batch is flushed and committed
+        (``wait=False``: what is ready now, so it is acknowledged by the flush's time)."""
         if self.taps:
-            start = run_before_delivery(self.taps, out, self.metrics)
+            start = run_before_delivery(self.taps, out, self.metrics, wait=wait)
             if len(out.side) > start:
                 self._produce(out, side_from=start)
 

@@ -118,6 +118,7 @@ class Later(Echo):
         self.fail_late = fail
         self.started: list[tuple[Any, list[SideOutput]]] = []  # (outputs, what they get)
         self.delivered = 0
+        self.early: list[Any] = []  # outputs given their side outputs early
 
     def after_scoring(self, scored: Scored) -> None:
         before = len(scored.out.side)
@@ -125,12 +126,16 @@ class Later(Echo):
         self.started.append((scored.out, scored.out.side[before:]))
         del scored.out.side[before:]  # not yet: at delivery
 
-    def before_delivery(self, out: Any) -> None:
+    def before_delivery(self, out: Any, wait: bool = True) -> None:
         mine = [i for i, (o, _) in enumerate(self.started) if o is out]
+        if not mine and any(o is out for o in self.early):
+            return  # added early (``wait=False``) already
         assert len(mine) == 1, "before_delivery for outputs no scored batch made"
         _, side = self.started.pop(mine[0])
         out.side.extend(side)
         self.delivered += 1
+        if not wait:
+            self.early.append(out)
         if self.fail_late:
             raise RuntimeError("tap bug at delivery")
 
@@ -157,13 +162,15 @@ def later(conn: KafkaConnection, settings: Settings, request: pytest.FixtureRequ
 def test_a_two_phase_tap_adds_its_outputs_at_delivery_and_every_batch_is_delivered_once(
         settings: Settings, conn: KafkaConnection, later: tuple[str, list[Later]]) -> None:
     topic, made = later
-    *preds, _ = _run(settings, conn, 1200)
+    *preds, extra = _run(settings, conn, 1200)
     side = [json.loads(r.value) for r in read_all(conn, topic)]
     want = {(p["source_partition"], p["source_offset"]): p["label"] for p in preds}
     got = {(s["partition"], s["offset"]): s["label"] for s in side}
     assert len(side) == len(got) == 1200 and got == want
     tap = made[0]
     assert tap.started == [] and tap.delivered >= 1 and tap.closed  # each batch once
+    assert extra["_metrics"].tap_errors.labels(stream=settings.streams[0],
+                                               tap="later")._value.get() == 0
 
 
 @pytest.mark.parametrize("later", [{"fail": True}], indirect=True, ids=["raises"])
