@@ -2,11 +2,20 @@
 candidate on every batch production scored, publish its predictions to
 ``predictions.<stream>.shadow`` and keep the live comparison (``live_counts``).
 
-Production first, always. The candidate runs in its own thread; the scoring thread waits for
-it at most the budget (``shadow_budget_ms`` + ``shadow_budget_share`` x the time production
-took on the batch). A candidate over the budget, still busy with an earlier batch, or raising
-is dropped for the batch (its rows counted as candidate errors, on /metrics, logged);
-production's predictions are published and committed as if there were no shadow.
+Production first, always. The candidate runs in its own thread, started when production has
+scored the batch (``after_scoring``); its predictions and the batch's counts are added just
+before the batch is flushed and committed (``before_delivery``). The scorer publishes batch k
+while it consumes and scores batch k+1, so the candidate of k overlaps production's own work;
+the scoring thread waits for it, there only, for what is left of the budget
+(``shadow_budget_ms`` + ``shadow_budget_share`` x the time production took on the batch,
+counted from the candidate's start). A candidate over the budget, still busy with an earlier
+batch it overran, or raising is dropped for the batch (its rows counted as candidate errors, on
+/metrics, logged); production's predictions are published and committed as if there were no
+shadow.
+
+The candidate reads production's decoded rows without a copy: the decoder's feature matrix
+(``buffers.Scratch``) is lent again only once nothing references it, so the next batch is
+decoded into fresh memory while the candidate still holds it.
 
 The candidate is loaded as production is (every file's sha256 verified, warmed) in the
 background when a shadow starts; batches scored before it is ready are not compared. A scorer
@@ -22,6 +31,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +40,7 @@ from headrace.contracts import LiveCounts, RolloutRole
 from headrace.core.errors import HeadraceError
 from headrace.scorers.budget import MessageCaps
 from headrace.scorers.candidate import CandidateRun, classes_of, run_candidate
-from headrace.scorers.core import ScoringCore
+from headrace.scorers.core import Outputs, ScoringCore
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.inputs import InputLimits
 from headrace.scorers.label_join import LabelJoin, follow_labels
@@ -41,6 +51,7 @@ from headrace.scorers.shadow_metrics import ShadowMetrics
 from headrace.scorers.taps import Scored, SideOutput, Tap, TapContext, register
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, partition_count
+from headrace.streams.consuming import RawBatch
 from headrace.streams.producing import send_events
 from headrace.streams.topics import (
     ControlTopics,
@@ -54,6 +65,28 @@ log = logging.getLogger(__name__)
 
 LIVE_HEADERS = hdr.contract_headers(LiveCounts.SCHEMA, 1)
 LOG_EVERY_S = 10.0
+
+
+@dataclass
+class _Started:
+    """A batch production scored and the candidate's run on it, until the batch's delivery.
+    Production's rows are kept (not ``Scored``, whose inputs the candidate alone needs)."""
+
+    out: Outputs  # production's outputs: the batch is delivered when they are
+    batch: RawBatch
+    cand: LoadedModel
+    comp: LiveComparison | None
+    messages: np.ndarray  # per production row: its message in the batch
+    rows: np.ndarray  # and its row inside the message
+    scores: np.ndarray  # production's first output, one row each
+    failed: list[tuple[int, int]]  # (partition, offset) of rows production's model failed on
+    job: Future[tuple[CandidateRun, float]] | None
+    reason: str  # why there is no job
+    budget: float
+    started: float
+
+    def done(self) -> bool:
+        return self.job is None or self.job.done()
 
 
 def load_candidate(*, root: Path, ref: str, device: str, max_batch: int,
@@ -81,7 +114,8 @@ class ShadowTap:
         self.stop = threading.Event()
         self.follower: LiveCountsFollower | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="shadow")
-        self._job: Future[tuple[CandidateRun, float]] | None = None
+        self._started: list[_Started] = []  # batches not yet delivered, oldest first
+        self._late: Future[tuple[CandidateRun, float]] | None = None  # a run over its budget
         self._candidate: LoadedModel | None = None
         self._loading: int | None = None  # the version being loaded
         self._refused: tuple[int, int] | None = None  # (watch version, candidate version)
@@ -166,6 +200,7 @@ class ShadowTap:
 
     # -- a batch -------------------------------------------------------------------------
     def after_scoring(self, scored: Scored) -> None:
+        """Start the candidate on the batch (its own thread); ``before_delivery`` collects it."""
         version = self.wanted()
         if version is None:
             with self._lock:
@@ -174,50 +209,84 @@ class ShadowTap:
         cand = self._ready(version)
         if cand is None:
             return
-        run, reason = self._run(scored, cand)
+        comp = self._pair(scored.model, cand)
+        budget = (self.scorer.shadow_budget_ms / 1000.0
+                  + self.scorer.shadow_budget_share * scored.out.score_s)
+        job: Future[tuple[CandidateRun, float]] | None = None
+        reason = "busy"
+        if self._late is None or self._late.done():
+            self._late, reason = None, ""
+            job = self._pool.submit(_timed, self.core, cand, scored)
+        pm = scored.messages()
+        self._started.append(_Started(
+            out=scored.out, batch=scored.batch, cand=cand, comp=comp, messages=pm,
+            rows=(np.asarray(scored.inputs.row, np.int64) if scored.inputs is not None
+                  else np.zeros(0, np.int64)),
+            scores=(scored.scores[0].reshape(len(pm), -1) if scored.scores
+                    else np.zeros((0, len(comp.classes) if comp else 0), np.float32)),
+            failed=[(ltr.record.partition, ltr.record.offset) for ltr in scored.out.letters
+                    if ltr.stage == "model"],
+            job=job, reason=reason, budget=budget, started=time.perf_counter()))
+
+    def before_delivery(self, out: Outputs, wait: bool = True) -> None:
+        """The batch that published ``out`` is about to be committed: add the candidate's
+        predictions and the batch's counts (and those of any earlier batch still here);
+        ``wait=False``: only runs already done, in order (the counts are added in order)."""
+        last = max((i for i, st in enumerate(self._started) if st.out is out), default=-1)
+        n = 0
+        while n <= last and (wait or self._started[n].done()):
+            n += 1
+        todo, self._started = self._started[:n], self._started[n:]
+        for st in todo:
+            self._finish(st, out)
+
+    def _finish(self, st: _Started, out: Outputs) -> None:
+        cand = st.cand
+        run, reason = self._collect(st) if st.job is not None else (None, st.reason)
         if run is not None:
-            self._publish(scored, run)
+            self._publish(out, run)
             self.metrics.rows.labels(stream=self.stream, candidate=cand.ref).inc(
                 run.out.scored_rows)
             if run.decoded_again:
                 self.metrics.decoded_again.inc()
             if run.nonfinite:
                 self._dropped(cand, "nonfinite", run.nonfinite)
-        elif scored.rows:
-            self._dropped(cand, reason, scored.rows)
-        comp = self._pair(scored.model, cand)
-        if comp is not None:
-            self._count(comp, scored, run)
+        elif len(st.messages):
+            self._dropped(cand, reason, len(st.messages))
+        if st.comp is not None:
+            self._count(st.comp, st, run, out)
 
-    def _run(self, scored: Scored, cand: LoadedModel) -> tuple[CandidateRun | None, str]:
-        """The candidate on the batch, waited for at most the budget."""
-        if self._job is not None and not self._job.done():
-            return None, "busy"
-        budget = (self.scorer.shadow_budget_ms / 1000.0
-                  + self.scorer.shadow_budget_share * scored.out.score_s)
+    def _collect(self, st: _Started) -> tuple[CandidateRun | None, str]:
+        """The candidate's run on the batch, waited for at most what is left of the budget."""
+        job = st.job
+        assert job is not None
         t0 = time.perf_counter()
-        job = self._job = self._pool.submit(_timed, self.core, cand, scored)
         try:
-            run, took = job.result(timeout=budget)
+            run, took = job.result(timeout=max(0.0, st.started + st.budget - t0))
         except FutureTimeout:
+            if not job.cancel():  # running: the next batches are "busy" until it ends
+                self._late = job
             self._log("budget", "shadow %s over its budget of %.1f ms on a batch of %d rows; "
-                      "dropped for the batch", cand.ref, budget * 1000, scored.rows)
+                      "dropped for the batch", st.cand.ref, st.budget * 1000,
+                      len(st.messages))
             return None, "budget"
         except Exception as exc:
             self._log("error", "shadow %s failed on a batch (%s: %s); dropped for the batch",
-                      cand.ref, type(exc).__name__, exc)
+                      st.cand.ref, type(exc).__name__, exc)
             return None, "error"
         finally:
             self.metrics.waited.observe(time.perf_counter() - t0)
         self.metrics.seconds.observe(took)
         return run, ""
 
-    def _publish(self, scored: Scored, run: CandidateRun) -> None:
-        out = run.out
-        if out.json_values:
-            scored.add(SideOutput(self.topic, out.json_values, out.json_keys, JSON_HEADERS))
-        if out.arrow_values:
-            scored.add(SideOutput(self.topic, out.arrow_values, out.arrow_keys, ARROW_HEADERS))
+    def _publish(self, out: Outputs, run: CandidateRun) -> None:
+        got = run.out
+        if got.json_values:
+            out.side.append(SideOutput(self.topic, got.json_values, got.json_keys,
+                                       JSON_HEADERS))
+        if got.arrow_values:
+            out.side.append(SideOutput(self.topic, got.arrow_values, got.arrow_keys,
+                                       ARROW_HEADERS))
 
     def _pair(self, prod: LoadedModel, cand: LoadedModel) -> LiveComparison | None:
         key = (prod.version, cand.version)
@@ -234,17 +303,14 @@ class ShadowTap:
         self._pairs[key] = comp
         return comp
 
-    def _count(self, comp: LiveComparison, scored: Scored, run: CandidateRun | None) -> None:
+    def _count(self, comp: LiveComparison, st: _Started, run: CandidateRun | None,
+               out: Outputs) -> None:
         """Pair the two versions' rows by (message, row), count them per partition, and add
         the snapshots of the changed partitions to the batch."""
-        batch = scored.batch
+        batch = st.batch
         if not len(batch):
             return
-        pm = scored.messages()
-        prow = (np.asarray(scored.inputs.row, np.int64) if scored.inputs is not None
-                else np.zeros(0, np.int64))
-        ps = (scored.scores[0].reshape(len(pm), -1) if scored.scores
-              else np.zeros((0, len(comp.classes)), np.float32))
+        pm, prow, ps = st.messages, st.rows, st.scores
         if run is not None and len(pm):
             if np.array_equal(pm, run.message) and np.array_equal(prow, run.row):
                 ip = ic = np.arange(len(pm))  # the same rows (production's decoded inputs)
@@ -265,8 +331,7 @@ class ShadowTap:
         missing[ip] = False
         cmsg = pm[ip]
         parts, offs = batch.partitions, batch.offsets
-        failed = [(ltr.record.partition, ltr.record.offset) for ltr in scored.out.letters
-                  if ltr.stage == "model"]
+        failed = st.failed
         for p in np.unique(parts).tolist():
             sel = parts[cmsg] == p
             miss = pm[missing][parts[pm[missing]] == p]
@@ -285,8 +350,8 @@ class ShadowTap:
                                     rows.candidate[fresh])
         snaps = comp.snapshots()
         if snaps:
-            scored.add(SideOutput(self.live_topic, [s.to_bytes() for s in snaps],
-                                  [s.key() for s in snaps], LIVE_HEADERS))
+            out.side.append(SideOutput(self.live_topic, [s.to_bytes() for s in snaps],
+                                       [s.key() for s in snaps], LIVE_HEADERS))
 
     def _dropped(self, cand: LoadedModel, reason: str, rows: int) -> None:
         self.metrics.dropped.labels(stream=self.stream, candidate=cand.ref,

@@ -12,6 +12,12 @@ logged and the batch goes on (a tap never fails a production row); a refused sid
 dropped with a log line, never dead-lettered. ``Scored.inputs`` and ``Scored.scores`` may be
 reused by the next batch: a tap copies what it keeps.
 
+A tap may work in two phases: ``after_scoring`` starts work (e.g. the shadow candidate, in its
+own thread) and ``before_delivery`` (optional), called just before the batch's outputs are
+flushed and its offsets committed, adds what that work produced. The scorer publishes batch k
+while it consumes and scores batch k+1, so such work overlaps production's instead of delaying
+it. Taps without ``before_delivery`` add their side outputs in ``after_scoring``.
+
 Taps are made by factories registered by name (``register``); the scorer builds every
 registered tap for its stream and a factory returns None when its feature is off.
 """
@@ -97,6 +103,16 @@ class Tap(Protocol):
         """The scorer is stopping (the last batch is committed)."""
 
 
+class DeliveringTap(Tap, Protocol):
+    """A tap with a second phase (optional: the scorer looks for the method)."""
+
+    def before_delivery(self, out: Outputs, wait: bool = True) -> None:
+        """The batch that published ``out`` is about to be flushed and committed: add
+        (``out.side``) the side outputs of the work ``after_scoring`` started for it.
+        ``wait=False``: asked early (before the next batch is scored, so the outputs travel
+        sooner), add only what is done already; nothing is ever added twice."""
+
+
 @dataclass(frozen=True)
 class TapContext:
     """What a tap factory may use: the settings, the stream's scorer settings, the Kafka
@@ -150,6 +166,27 @@ def run_taps(taps: list[Tap], scored: Scored, metrics: ScorerMetrics) -> None:
             metrics.tap_errors.labels(stream=metrics.stream, tap=tap.name).inc()
             log.exception("scorer tap %s failed on a batch; production is not affected",
                           tap.name)
+
+
+def run_before_delivery(taps: list[Tap], out: Outputs, metrics: ScorerMetrics, *,
+                        wait: bool = True) -> int:
+    """Every tap's second phase on the batch about to be committed (``wait=False``: only what
+    is done already); where the new side outputs start in ``out.side``. A tap that raises
+    loses what it added this time only."""
+    start = len(out.side)
+    for tap in taps:
+        finish = getattr(tap, "before_delivery", None)
+        if finish is None:
+            continue
+        before = len(out.side)
+        try:
+            finish(out, wait)
+        except Exception:
+            del out.side[before:]
+            metrics.tap_errors.labels(stream=metrics.stream, tap=tap.name).inc()
+            log.exception("scorer tap %s failed before a batch's delivery; production is not "
+                          "affected", tap.name)
+    return start
 
 
 def close_taps(taps: list[Tap]) -> None:

@@ -7,8 +7,10 @@ while batch k+1 is decoded and scored, so the broker round trip overlaps the CPU
 2. Decode and validate column-wise; score the good rows; collect bad inputs as dead letters.
 3. Produce every prediction and every dead letter; an input's Arrow predictions over the
    producer's ``message.max.bytes`` go as several parts (``splitting``).
-4. Flush and check delivery errors; on a delivery error produce the batch's outputs again
-   (duplicates are identical and carry their source offset), on a timeout keep flushing. An
+4. Produce what the taps' second phase adds (``before_delivery``: a shadow candidate that ran
+   while the batch was in flight), flush and check delivery errors; on a delivery error
+   produce the batch's outputs again (duplicates are identical and carry their source
+   offset), on a timeout keep flushing. An
    output refused for what it is (too large, invalid) is not produced again: its input is
    dead-lettered with the reason (``refusals``), so no producer error escapes the loop and a
    restart never meets that input again.
@@ -62,7 +64,14 @@ from headrace.scorers.stream_io import (
     StreamIO,
     TransactionAborted,
 )
-from headrace.scorers.taps import Scored, SideOutput, Tap, close_taps, run_taps
+from headrace.scorers.taps import (
+    Scored,
+    SideOutput,
+    Tap,
+    close_taps,
+    run_before_delivery,
+    run_taps,
+)
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import Refused
 
@@ -279,6 +288,8 @@ class Worker:
         model = self.holder.current
         if model is None:  # never: the loop starts after the first model is loaded
             raise FatalError("no model loaded")
+        if self._pending is not None:
+            self._late_side(self._pending.out, wait=False)
         route = self._routing(model)
         if route is not None:
             out = route.handle(batch, model, self)
@@ -320,6 +331,7 @@ class Worker:
         pending, self._pending = self._pending, None
         if pending is None:
             return
+        self._late_side(pending.out)
         self._deliver(pending.out, pending.offsets)
         self._record(pending.out, pending.messages, pending.started)
 
@@ -347,13 +359,23 @@ class Worker:
         self.last_progress = time.monotonic()
 
     # -- deliver -------------------------------------------------------------------------
+    def _late_side(self, out: Outputs, *, wait: bool = True) -> None:
+        """The taps' second phase (e.g. the shadow candidate, which ran while this batch was
+        in flight): produce what they add before the batch is flushed and committed
+        (``wait=False``: what is ready now, so it is acknowledged by the flush's time)."""
+        if self.taps:
+            start = run_before_delivery(self.taps, out, self.metrics, wait=wait)
+            if len(out.side) > start:
+                self._produce(out, side_from=start)
+
     def _split(self, out: Outputs, batch: RawBatch) -> None:
         """Arrow predictions over the producer's limit become parts (``splitting``)."""
         out.batch = batch
         out.arrow_values, out.arrow_keys, out.parts = splitting.split_all(
             out.arrow_values, out.arrow_keys, ARROW_HEADERS, self.io.max_message_bytes)
 
-    def _produce(self, out: Outputs) -> None:
+    def _produce(self, out: Outputs, side_from: int | None = None) -> None:
+        """Every output of the batch; ``side_from``: only the side outputs from there on."""
         topic = self.predictions_topic
         failed: list[tuple[Refused, list[tuple[str, bytes]]]] = []
 
@@ -362,16 +384,17 @@ class Worker:
             failed.extend((r, headers) for r in self.io.produce_many(topic, values, keys,
                                                                       headers))
 
-        if out.json_values:
-            send(topic, out.json_values, out.json_keys, JSON_HEADERS)
-        if out.arrow_values:
-            send(topic, out.arrow_values, out.arrow_keys, ARROW_HEADERS)
-        for part in out.parts:
-            send(topic, [part.value], [part.key], part.headers)
-        for letter in out.letters:
-            send(self.dlq_topic, [letter.payload() or b""], [letter.record.key],
-                 letter.headers())
-        for side in out.side:
+        if side_from is None:
+            if out.json_values:
+                send(topic, out.json_values, out.json_keys, JSON_HEADERS)
+            if out.arrow_values:
+                send(topic, out.arrow_values, out.arrow_keys, ARROW_HEADERS)
+            for part in out.parts:
+                send(topic, [part.value], [part.key], part.headers)
+            for letter in out.letters:
+                send(self.dlq_topic, [letter.payload() or b""], [letter.record.key],
+                     letter.headers())
+        for side in out.side[side_from or 0:]:
             send(side.topic, side.values, side.keys, side.headers)
         delay = 0.05
         while failed:  # refused by the client at once: by what they are, or for now
@@ -452,6 +475,7 @@ class Worker:
         """True when committed; False when aborted (the consumer was rewound to redo it)."""
         self.io.begin()
         self._produce(out)
+        self._late_side(out)
         try:
             self.io.commit_transaction(offsets, timeout_s=max(self._flush_timeout(), 5.0))
         except TransactionAborted as exc:

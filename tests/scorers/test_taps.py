@@ -105,3 +105,81 @@ def test_a_failing_or_refused_tap_never_costs_a_prediction(
         assert m.tap_errors.labels(stream=stream, tap="echo")._value.get() >= 1
     else:
         assert m.side_refused.labels(stream=stream, topic=topic)._value.get() >= 1
+
+
+class Later(Echo):
+    """Echo in two phases: ``after_scoring`` keeps the batch's records and ``before_delivery``
+    adds them (as the shadow tap adds its candidate's predictions)."""
+
+    name = "later"
+
+    def __init__(self, topic: str, *, fail: bool = False, huge: bool = False) -> None:
+        super().__init__(topic, fail=False, huge=huge)
+        self.fail_late = fail
+        self.started: list[tuple[Any, list[SideOutput]]] = []  # (outputs, what they get)
+        self.delivered = 0
+        self.early: list[Any] = []  # outputs given their side outputs early
+
+    def after_scoring(self, scored: Scored) -> None:
+        before = len(scored.out.side)
+        super().after_scoring(scored)
+        self.started.append((scored.out, scored.out.side[before:]))
+        del scored.out.side[before:]  # not yet: at delivery
+
+    def before_delivery(self, out: Any, wait: bool = True) -> None:
+        mine = [i for i, (o, _) in enumerate(self.started) if o is out]
+        if not mine and any(o is out for o in self.early):
+            return  # added early (``wait=False``) already
+        assert len(mine) == 1, "before_delivery for outputs no scored batch made"
+        _, side = self.started.pop(mine[0])
+        out.side.extend(side)
+        self.delivered += 1
+        if not wait:
+            self.early.append(out)
+        if self.fail_late:
+            raise RuntimeError("tap bug at delivery")
+
+
+@pytest.fixture
+def later(conn: KafkaConnection, settings: Settings, request: pytest.FixtureRequest
+          ) -> Iterator[tuple[str, list[Later]]]:
+    topic = f"{settings.streams[0]}.later"
+    ensure_topics(conn, [TopicSpec(topic, 1, "tap output")])
+    made: list[Later] = []
+    opts: dict[str, Any] = getattr(request, "param", {})
+
+    def factory(ctx: TapContext) -> Later:
+        made.append(Later(topic, **opts))
+        return made[-1]
+
+    taps.register("later", factory)
+    try:
+        yield topic, made
+    finally:
+        taps.unregister("later")
+
+
+def test_a_two_phase_tap_adds_its_outputs_at_delivery_and_every_batch_is_delivered_once(
+        settings: Settings, conn: KafkaConnection, later: tuple[str, list[Later]]) -> None:
+    topic, made = later
+    *preds, extra = _run(settings, conn, 1200)
+    side = [json.loads(r.value) for r in read_all(conn, topic)]
+    want = {(p["source_partition"], p["source_offset"]): p["label"] for p in preds}
+    got = {(s["partition"], s["offset"]): s["label"] for s in side}
+    assert len(side) == len(got) == 1200 and got == want
+    tap = made[0]
+    assert tap.started == [] and tap.delivered >= 1 and tap.closed  # each batch once
+    assert extra["_metrics"].tap_errors.labels(stream=settings.streams[0],
+                                               tap="later")._value.get() == 0
+
+
+@pytest.mark.parametrize("later", [{"fail": True}], indirect=True, ids=["raises"])
+def test_a_tap_raising_at_delivery_loses_its_outputs_never_a_prediction(
+        settings: Settings, conn: KafkaConnection, later: tuple[str, list[Later]]) -> None:
+    topic, _ = later
+    *preds, extra = _run(settings, conn, 600)
+    assert len({(p["source_partition"], p["source_offset"]) for p in preds}) == 600
+    assert read_all(conn, topic) == []
+    assert read_all(conn, f"data.{settings.streams[0]}.dlq") == []
+    assert extra["_metrics"].tap_errors.labels(stream=settings.streams[0],
+                                               tap="later")._value.get() >= 1
