@@ -45,6 +45,9 @@ class PartitionCounts:
     labelled: int = 0
     production_truth: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
     candidate_truth: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
+    # McNemar's discordant pairs on labelled records (the truth matrices cannot give them).
+    only_production_right: int = 0
+    only_candidate_right: int = 0
 
     def __post_init__(self) -> None:
         k = self.classes
@@ -61,7 +64,8 @@ class PartitionCounts:
 
         return cls(k, rec.next_offset, rec.rows, m(rec.matrix), rec.candidate_errors,
                    rec.production_errors, rec.production_confidence, rec.candidate_confidence,
-                   rec.labelled, m(rec.production_truth), m(rec.candidate_truth))
+                   rec.labelled, m(rec.production_truth), m(rec.candidate_truth),
+                   rec.only_production_right, rec.only_candidate_right)
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,8 @@ class LiveComparison:
             pc.labelled += 1
             pc.production_truth[t, production] += 1
             pc.candidate_truth[t, candidate] += 1
+            pc.only_production_right += int(production == t and candidate != t)
+            pc.only_candidate_right += int(candidate == t and production != t)
             self.dirty.add(partition)
         return True
 
@@ -186,7 +192,9 @@ class LiveComparison:
             production_confidence=pc.production_confidence,
             candidate_confidence=pc.candidate_confidence, labelled=pc.labelled,
             production_truth=pc.production_truth.tolist(),
-            candidate_truth=pc.candidate_truth.tolist())
+            candidate_truth=pc.candidate_truth.tolist(),
+            only_production_right=pc.only_production_right,
+            only_candidate_right=pc.only_candidate_right)
 
     def total(self) -> PartitionCounts:
         """Every partition this scorer holds, summed (for /metrics)."""
@@ -202,6 +210,8 @@ class LiveComparison:
                 out.labelled += pc.labelled
                 out.production_truth += pc.production_truth
                 out.candidate_truth += pc.candidate_truth
+                out.only_production_right += pc.only_production_right
+                out.only_candidate_right += pc.only_candidate_right
             return out
 
 

@@ -47,6 +47,8 @@ def summed(counts: dict[int, LiveCounts]) -> dict[str, Any]:
             "labelled": sum(r.labelled for r in recs),
             "production_truth": add("production_truth"),
             "candidate_truth": add("candidate_truth"),
+            "only_production_right": sum(r.only_production_right for r in recs),
+            "only_candidate_right": sum(r.only_candidate_right for r in recs),
             "classes": recs[0].classes if recs else []}
 
 

@@ -193,6 +193,12 @@ def test_labels_join_both_versions_and_their_truth_matrices_equal_the_offline_on
     assert accuracy["candidate"] == pytest.approx(
         sum(b[k] == truth[k] for k in labelled) / 450)
     assert got["production_truth"] != got["candidate_truth"]
+    # McNemar's discordant pairs, which the live gate's better_than_production reads.
+    assert got["only_production_right"] == sum(
+        a[k] == truth[k] != b[k] for k in labelled)
+    assert got["only_candidate_right"] == sum(
+        b[k] == truth[k] != a[k] for k in labelled)
+    assert got["only_production_right"] + got["only_candidate_right"] > 0
 
 
 def test_a_candidate_on_a_subset_of_the_columns_is_sliced_and_one_on_other_columns_decoded(
