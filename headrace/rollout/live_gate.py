@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from headrace.rollout.evidence import LiveEvidence
 
 
-def _label(value: Any) -> Any:
+def class_label(value: Any) -> Any:
     # YAML reads an unquoted class name 0 or 1 as a number: take it as the name it is.
     return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
@@ -40,7 +40,7 @@ class LiveConfusionLimit(BaseModel):
     @classmethod
     def _names(cls, raw: Any) -> Any:
         if isinstance(raw, dict):
-            raw = {k: (_label(v) if k in ("production", "candidate") else v)
+            raw = {k: (class_label(v) if k in ("production", "candidate") else v)
                    for k, v in raw.items()}
         return raw
 

@@ -41,7 +41,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from headrace.core.errors import ValidationFailed
-from headrace.rollout.live_gate import LiveGate
+from headrace.rollout.live_gate import LiveGate, class_label
 from headrace.trainers import chance
 from headrace.trainers.evaluation import Evaluation, lower_is_better
 
@@ -61,13 +61,9 @@ class ConfusionLimit(BaseModel):
         # YAML 1.1 reads an unquoted `true:` key as the boolean True, and `0` as a number:
         # take them as the user meant them.
         if isinstance(raw, dict):
-            raw = {("true" if k is True else k): (_label(v) if k in (True, "true", "predicted")
+            raw = {("true" if k is True else k): (class_label(v) if k in (True, "true", "predicted")
                                                     else v) for k, v in raw.items()}
         return raw
-
-
-def _label(value: Any) -> Any:
-    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
 class BaselineMargin(BaseModel):
@@ -102,7 +98,7 @@ class Gate(BaseModel):
     @classmethod
     def _class_names(cls, raw: Any) -> Any:
         # Class names are strings; an unquoted `2:` key is read as a number.
-        return {_label(k): v for k, v in raw.items()} if isinstance(raw, dict) else raw
+        return {class_label(k): v for k, v in raw.items()} if isinstance(raw, dict) else raw
 
 
 DEFAULT_GATE = Gate(max_regression={"accuracy": 0.01})
