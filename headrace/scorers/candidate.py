@@ -83,10 +83,12 @@ def run_candidate(core: ScoringCore, candidate: LoadedModel, production: LoadedM
         if [g.shape for g in ys] != want_all:
             raise ValueError(f"candidate returned shapes {[g.shape for g in ys]}, expected "
                              f"{want_all}")
-    finite = np.ones(inputs.num_rows, bool)
-    for g in ys:
-        finite &= np.isfinite(g).reshape(len(g), -1).all(axis=1)
-    nonfinite = int(np.count_nonzero(~finite))
+    nonfinite = 0
+    if not all(np.isfinite(g).all() for g in ys):  # the per-row check only when it matters
+        finite = np.ones(inputs.num_rows, bool)
+        for g in ys:
+            finite &= np.isfinite(g).reshape(len(g), -1).all(axis=1)
+        nonfinite = int(np.count_nonzero(~finite))
     if nonfinite:
         ys = [g[finite] for g in ys]
         inputs = (inputs.take(finite) if isinstance(inputs, Decoded) else

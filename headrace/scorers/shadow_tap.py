@@ -44,10 +44,11 @@ from headrace.scorers.core import Outputs, ScoringCore
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.inputs import InputLimits
 from headrace.scorers.label_join import LabelJoin, follow_labels
-from headrace.scorers.live_counts import BatchRows, LiveComparison, LiveCountsFollower, Pair
+from headrace.scorers.live_counts import LiveComparison, LiveCountsFollower, Pair
 from headrace.scorers.models import LoadedModel, Sizing, load_ref
 from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.shadow_metrics import ShadowMetrics
+from headrace.scorers.shadow_rows import PartitionRows, Production, pair_rows
 from headrace.scorers.taps import Scored, SideOutput, Tap, TapContext, register
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, partition_count
@@ -67,6 +68,15 @@ LIVE_HEADERS = hdr.contract_headers(LiveCounts.SCHEMA, 1)
 LOG_EVERY_S = 10.0
 
 
+@dataclass(frozen=True)
+class _Ran:
+    """The candidate's run on a batch and the batch's rows prepared for the counts."""
+
+    run: CandidateRun
+    rows: list[PartitionRows] | None  # None: the pair is not compared (a regressor)
+    seconds: float
+
+
 @dataclass
 class _Started:
     """A batch production scored and the candidate's run on it, until the batch's delivery.
@@ -76,11 +86,8 @@ class _Started:
     batch: RawBatch
     cand: LoadedModel
     comp: LiveComparison | None
-    messages: np.ndarray  # per production row: its message in the batch
-    rows: np.ndarray  # and its row inside the message
-    scores: np.ndarray  # production's first output, one row each
-    failed: list[tuple[int, int]]  # (partition, offset) of rows production's model failed on
-    job: Future[tuple[CandidateRun, float]] | None
+    prod: Production  # production's rows, to pair with the candidate's
+    job: Future[_Ran] | None
     reason: str  # why there is no job
     budget: float
     started: float
@@ -115,7 +122,7 @@ class ShadowTap:
         self.follower: LiveCountsFollower | None = None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="shadow")
         self._started: list[_Started] = []  # batches not yet delivered, oldest first
-        self._late: Future[tuple[CandidateRun, float]] | None = None  # a run over its budget
+        self._late: Future[_Ran] | None = None  # a run over its budget
         self._candidate: LoadedModel | None = None
         self._loading: int | None = None  # the version being loaded
         self._refused: tuple[int, int] | None = None  # (watch version, candidate version)
@@ -212,20 +219,25 @@ class ShadowTap:
         comp = self._pair(scored.model, cand)
         budget = (self.scorer.shadow_budget_ms / 1000.0
                   + self.scorer.shadow_budget_share * scored.out.score_s)
-        job: Future[tuple[CandidateRun, float]] | None = None
-        reason = "busy"
-        if self._late is None or self._late.done():
-            self._late, reason = None, ""
-            job = self._pool.submit(_timed, self.core, cand, scored)
         pm = scored.messages()
-        self._started.append(_Started(
-            out=scored.out, batch=scored.batch, cand=cand, comp=comp, messages=pm,
+        prod = Production(
+            messages=pm,
             rows=(np.asarray(scored.inputs.row, np.int64) if scored.inputs is not None
                   else np.zeros(0, np.int64)),
             scores=(scored.scores[0].reshape(len(pm), -1) if scored.scores
                     else np.zeros((0, len(comp.classes) if comp else 0), np.float32)),
             failed=[(ltr.record.partition, ltr.record.offset) for ltr in scored.out.letters
-                    if ltr.stage == "model"],
+                    if ltr.stage == "model"])
+        job: Future[_Ran] | None = None
+        reason = "busy"
+        if self._late is None or self._late.done():
+            self._late, reason = None, ""
+            cmap = (self._maps[(comp.pair.production_version, comp.pair.candidate_version)]
+                    if comp is not None else None)
+            job = self._pool.submit(_timed, self.core, cand, scored, prod, cmap,
+                                    self.join.active)
+        self._started.append(_Started(
+            out=scored.out, batch=scored.batch, cand=cand, comp=comp, prod=prod,
             job=job, reason=reason, budget=budget, started=time.perf_counter()))
 
     def before_delivery(self, out: Outputs, wait: bool = True) -> None:
@@ -242,7 +254,8 @@ class ShadowTap:
 
     def _finish(self, st: _Started, out: Outputs) -> None:
         cand = st.cand
-        run, reason = self._collect(st) if st.job is not None else (None, st.reason)
+        ran, reason = self._collect(st) if st.job is not None else (None, st.reason)
+        run = ran.run if ran is not None else None
         if run is not None:
             self._publish(out, run)
             self.metrics.rows.labels(stream=self.stream, candidate=cand.ref).inc(
@@ -251,24 +264,24 @@ class ShadowTap:
                 self.metrics.decoded_again.inc()
             if run.nonfinite:
                 self._dropped(cand, "nonfinite", run.nonfinite)
-        elif len(st.messages):
-            self._dropped(cand, reason, len(st.messages))
+        elif len(st.prod.messages):
+            self._dropped(cand, reason, len(st.prod.messages))
         if st.comp is not None:
-            self._count(st.comp, st, run, out)
+            self._count(st.comp, st, ran.rows if ran is not None else None, out)
 
-    def _collect(self, st: _Started) -> tuple[CandidateRun | None, str]:
+    def _collect(self, st: _Started) -> tuple[_Ran | None, str]:
         """The candidate's run on the batch, waited for at most what is left of the budget."""
         job = st.job
         assert job is not None
         t0 = time.perf_counter()
         try:
-            run, took = job.result(timeout=max(0.0, st.started + st.budget - t0))
+            ran = job.result(timeout=max(0.0, st.started + st.budget - t0))
         except FutureTimeout:
             if not job.cancel():  # running: the next batches are "busy" until it ends
                 self._late = job
             self._log("budget", "shadow %s over its budget of %.1f ms on a batch of %d rows; "
                       "dropped for the batch", st.cand.ref, st.budget * 1000,
-                      len(st.messages))
+                      len(st.prod.messages))
             return None, "budget"
         except Exception as exc:
             self._log("error", "shadow %s failed on a batch (%s: %s); dropped for the batch",
@@ -276,8 +289,8 @@ class ShadowTap:
             return None, "error"
         finally:
             self.metrics.waited.observe(time.perf_counter() - t0)
-        self.metrics.seconds.observe(took)
-        return run, ""
+        self.metrics.seconds.observe(ran.seconds)
+        return ran, ""
 
     def _publish(self, out: Outputs, run: CandidateRun) -> None:
         got = run.out
@@ -303,51 +316,21 @@ class ShadowTap:
         self._pairs[key] = comp
         return comp
 
-    def _count(self, comp: LiveComparison, st: _Started, run: CandidateRun | None,
+    def _count(self, comp: LiveComparison, st: _Started, prepared: list[PartitionRows] | None,
                out: Outputs) -> None:
-        """Pair the two versions' rows by (message, row), count them per partition, and add
-        the snapshots of the changed partitions to the batch."""
+        """Count the batch's rows per partition (``prepared`` by the candidate's thread;
+        None: the candidate did not run, every row is missing) and add the snapshots of the
+        changed partitions to the batch."""
         batch = st.batch
-        if not len(batch):
-            return
-        pm, prow, ps = st.messages, st.rows, st.scores
-        if run is not None and len(pm):
-            if np.array_equal(pm, run.message) and np.array_equal(prow, run.row):
-                ip = ic = np.arange(len(pm))  # the same rows (production's decoded inputs)
-            else:
-                _, ip, ic = np.intersect1d((pm << 32) | prow, (run.message << 32) | run.row,
-                                           assume_unique=True, return_indices=True)
-            cs = run.scores[ic]
-            c_idx = self._maps[(comp.pair.production_version, comp.pair.candidate_version)][
-                np.argmax(cs, axis=1)] if len(cs) else np.zeros(0, np.int64)
-            c_conf = cs.max(axis=1) if len(cs) else np.zeros(0, np.float32)
-        else:
-            ip = np.zeros(0, np.int64)
-            c_idx, c_conf = ip, np.zeros(0, np.float32)
-        p_all = ps[ip]
-        p_idx = np.argmax(p_all, axis=1) if len(p_all) else np.zeros(0, np.int64)
-        p_conf = p_all.max(axis=1) if len(p_all) else np.zeros(0, np.float32)
-        missing = np.ones(len(pm), bool)
-        missing[ip] = False
-        cmsg = pm[ip]
-        parts, offs = batch.partitions, batch.offsets
-        failed = st.failed
-        for p in np.unique(parts).tolist():
-            sel = parts[cmsg] == p
-            miss = pm[missing][parts[pm[missing]] == p]
-            rows = BatchRows(
-                partition=p, end_offset=int(offs[parts == p].max()) + 1,
-                offsets=offs[cmsg[sel]], production=p_idx[sel], candidate=c_idx[sel],
-                production_confidence=p_conf[sel], candidate_confidence=c_conf[sel],
-                candidate_missing_offsets=offs[miss],
-                production_failed_offsets=np.asarray([o for q, o in failed if q == p],
-                                                     np.int64))
-            fresh = comp.add(rows)
+        if prepared is None:
+            prepared = pair_rows(batch, st.prod, None, keys=self.join.active)
+        for part in prepared:
+            fresh = comp.add(part.rows)
             if self.join.active and fresh.any():
-                msgs = cmsg[sel][fresh]
-                self.join.predicted(comp, [batch.keys[i] for i in msgs.tolist()],
-                                    np.full(len(msgs), p), rows.production[fresh],
-                                    rows.candidate[fresh])
+                keys = part.keys if part.keys is not None and fresh.all() else [
+                    batch.keys[i] for i in part.messages[fresh].tolist()]
+                self.join.predicted(comp, keys, np.full(len(keys), part.rows.partition),
+                                    part.rows.production[fresh], part.rows.candidate[fresh])
         snaps = comp.snapshots()
         if snaps:
             out.side.append(SideOutput(self.live_topic, [s.to_bytes() for s in snaps],
@@ -376,11 +359,15 @@ class ShadowTap:
         self._pool.shutdown(wait=False)
 
 
-def _timed(core: ScoringCore, cand: LoadedModel, scored: Scored
-           ) -> tuple[CandidateRun, float]:
+def _timed(core: ScoringCore, cand: LoadedModel, scored: Scored, prod: Production,
+           classes: np.ndarray | None, keys: bool) -> _Ran:
+    """The candidate's run, and (``classes``: the pair is compared) the batch's rows paired
+    for the counts, here in the candidate's thread rather than on the scoring thread."""
     t0 = time.perf_counter()
     run = run_candidate(core, cand, scored.model, scored.inputs, scored.batch, core.limits)
-    return run, time.perf_counter() - t0
+    rows = None if classes is None else pair_rows(scored.batch, prod, classes, run.message,
+                                                  run.row, run.scores, keys=keys)
+    return _Ran(run, rows, time.perf_counter() - t0)
 
 
 def make_shadow_tap(ctx: TapContext) -> Tap | None:
