@@ -10,7 +10,6 @@ work split into its steps (perf_counter, median of ``--rounds`` batches, run alt
   start       ``after_scoring``'s own work (keeping production's rows)
   pair        pairing the two versions' rows, top classes, by partition (candidate's thread)
   count       adding them to the live comparison, the snapshots (scoring thread)
-  publish     the side outputs (the candidate's predictions, the LiveCounts records)
 
     python bench/profile_shadow.py [--rounds 15] [--cprofile]
 """
@@ -69,9 +68,9 @@ def _tap(dfs: Path, stream: str) -> Any:
 def _split(core: Any, tap: Any, cand: Any, model: Any, batch: Any, times: dict[str, list[float]]
            ) -> None:
     """The tap's steps one by one, on this thread (what the tap runs, in its order)."""
-    from headrace.scorers.candidate import CandidateRun, inputs_for
+    from headrace.scorers.candidate import inputs_for
     from headrace.scorers.shadow_rows import Production, pair_rows
-    from headrace.scorers.shadow_tap import _Started
+    from headrace.scorers.shadow_tap import _Handoff, _Started
     from headrace.scorers.taps import Scored
 
     def lap(name: str, t: float) -> float:
@@ -88,25 +87,21 @@ def _split(core: Any, tap: Any, cand: Any, model: Any, batch: Any, times: dict[s
     t = lap("cand.model", t)
     assert np.isfinite(y).all()
     t = lap("cand.check", t)
-    cout = core.format(batch, cand, inputs, [y])
+    core.format(batch, cand, inputs, [y])
     t = lap("cand.format", t)
     comp = tap._pair(model, cand)
     pm = scored.messages()
     prod = Production(pm, np.asarray(scored.inputs.row, np.int64),
                       scored.scores[0].reshape(len(pm), -1), [])
-    st = _Started(out=out, batch=batch, cand=cand, comp=comp, prod=prod, job=None, reason="",
-                  budget=1.0, started=time.perf_counter())
+    st = _Started(out=out, batch=batch, cand=cand, comp=comp, prod=prod, job=None,
+                  handoff=_Handoff(), reason="", budget=1.0, started=time.perf_counter())
     t = lap("start", t)
     cmap = tap._maps[(comp.pair.production_version, comp.pair.candidate_version)]
     rows = pair_rows(batch, prod, cmap, np.asarray(inputs.message, np.int64),
                      np.asarray(inputs.row, np.int64), y)
     t = lap("pair", t)
     tap._count(comp, st, rows, out)
-    t = lap("count", t)
-    run = CandidateRun(cout, np.asarray(inputs.message, np.int64),
-                       np.asarray(inputs.row, np.int64), y, False, 0)
-    tap._publish(out, run)
-    lap("publish", t)
+    lap("count", t)
 
 
 def main() -> None:

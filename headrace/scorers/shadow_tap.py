@@ -49,7 +49,7 @@ from headrace.scorers.models import LoadedModel, Sizing, load_ref
 from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.shadow_metrics import ShadowMetrics
 from headrace.scorers.shadow_rows import PartitionRows, Production, pair_rows
-from headrace.scorers.taps import Scored, SideOutput, Tap, TapContext, register
+from headrace.scorers.taps import Scored, SendSide, SideOutput, Tap, TapContext, register
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, partition_count
 from headrace.streams.consuming import RawBatch
@@ -70,11 +70,23 @@ LOG_EVERY_S = 10.0
 
 @dataclass(frozen=True)
 class _Ran:
-    """The candidate's run on a batch and the batch's rows prepared for the counts."""
+    """The candidate's run on a batch, the batch's rows prepared for the counts and the
+    candidate's predictions as side outputs (produced already when the tap can send)."""
 
     run: CandidateRun
     rows: list[PartitionRows] | None  # None: the pair is not compared (a regressor)
+    sides: list[SideOutput]
     seconds: float
+
+
+@dataclass
+class _Handoff:
+    """Whether the candidate's thread may still produce the batch's predictions: not once
+    production stopped waiting for them (the batch goes on without the candidate's rows)."""
+
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    abandoned: bool = False
+    sent: bool = False
 
 
 @dataclass
@@ -88,6 +100,7 @@ class _Started:
     comp: LiveComparison | None
     prod: Production  # production's rows, to pair with the candidate's
     job: Future[_Ran] | None
+    handoff: _Handoff
     reason: str  # why there is no job
     budget: float
     started: float
@@ -130,6 +143,7 @@ class ShadowTap:
         self._maps: dict[tuple[int, int], np.ndarray] = {}
         self._logged: dict[str, float] = {}
         self._lock = threading.Lock()
+        self._send: SendSide | None = None  # the scorer's producer, for the candidate's thread
         self.metrics = ShadowMetrics(ctx.metrics, lambda: list(self._pairs.values()),
                                      lambda: self.join.stats)
 
@@ -205,6 +219,11 @@ class ShadowTap:
                          daemon=True).start()
         return None
 
+    def bind_sender(self, send: SendSide) -> None:
+        """The candidate's thread produces its predictions as soon as they are made, so they
+        travel while production scores the next batch (not at the batch's flush)."""
+        self._send = send
+
     # -- a batch -------------------------------------------------------------------------
     def after_scoring(self, scored: Scored) -> None:
         """Start the candidate on the batch (its own thread); ``before_delivery`` collects it."""
@@ -229,16 +248,18 @@ class ShadowTap:
             failed=[(ltr.record.partition, ltr.record.offset) for ltr in scored.out.letters
                     if ltr.stage == "model"])
         job: Future[_Ran] | None = None
+        handoff = _Handoff()
         reason = "busy"
         if self._late is None or self._late.done():
             self._late, reason = None, ""
             cmap = (self._maps[(comp.pair.production_version, comp.pair.candidate_version)]
                     if comp is not None else None)
             job = self._pool.submit(_timed, self.core, cand, scored, prod, cmap,
-                                    self.join.active)
+                                    self.join.active, self.topic, self._send, handoff)
         self._started.append(_Started(
             out=scored.out, batch=scored.batch, cand=cand, comp=comp, prod=prod,
-            job=job, reason=reason, budget=budget, started=time.perf_counter()))
+            job=job, handoff=handoff, reason=reason, budget=budget,
+            started=time.perf_counter()))
 
     def before_delivery(self, out: Outputs, wait: bool = True) -> None:
         """The batch that published ``out`` is about to be committed: add the candidate's
@@ -256,8 +277,8 @@ class ShadowTap:
         cand = st.cand
         ran, reason = self._collect(st) if st.job is not None else (None, st.reason)
         run = ran.run if ran is not None else None
-        if run is not None:
-            self._publish(out, run)
+        if ran is not None and run is not None:
+            out.side.extend(ran.sides)
             self.metrics.rows.labels(stream=self.stream, candidate=cand.ref).inc(
                 run.out.scored_rows)
             if run.decoded_again:
@@ -275,7 +296,14 @@ class ShadowTap:
         assert job is not None
         t0 = time.perf_counter()
         try:
-            ran = job.result(timeout=max(0.0, st.started + st.budget - t0))
+            try:
+                ran = job.result(timeout=max(0.0, st.started + st.budget - t0))
+            except FutureTimeout:
+                with st.handoff.lock:
+                    st.handoff.abandoned = not st.handoff.sent
+                if not st.handoff.sent:
+                    raise
+                ran = job.result()  # produced in time: the run only has to return
         except FutureTimeout:
             if not job.cancel():  # running: the next batches are "busy" until it ends
                 self._late = job
@@ -291,15 +319,6 @@ class ShadowTap:
             self.metrics.waited.observe(time.perf_counter() - t0)
         self.metrics.seconds.observe(ran.seconds)
         return ran, ""
-
-    def _publish(self, out: Outputs, run: CandidateRun) -> None:
-        got = run.out
-        if got.json_values:
-            out.side.append(SideOutput(self.topic, got.json_values, got.json_keys,
-                                       JSON_HEADERS))
-        if got.arrow_values:
-            out.side.append(SideOutput(self.topic, got.arrow_values, got.arrow_keys,
-                                       ARROW_HEADERS))
 
     def _pair(self, prod: LoadedModel, cand: LoadedModel) -> LiveComparison | None:
         key = (prod.version, cand.version)
@@ -360,14 +379,27 @@ class ShadowTap:
 
 
 def _timed(core: ScoringCore, cand: LoadedModel, scored: Scored, prod: Production,
-           classes: np.ndarray | None, keys: bool) -> _Ran:
+           classes: np.ndarray | None, keys: bool, topic: str, send: SendSide | None,
+           handoff: _Handoff) -> _Ran:
     """The candidate's run, and (``classes``: the pair is compared) the batch's rows paired
-    for the counts, here in the candidate's thread rather than on the scoring thread."""
+    for the counts, here in the candidate's thread rather than on the scoring thread; its
+    predictions are produced here too (``send``) unless production stopped waiting."""
     t0 = time.perf_counter()
     run = run_candidate(core, cand, scored.model, scored.inputs, scored.batch, core.limits)
     rows = None if classes is None else pair_rows(scored.batch, prod, classes, run.message,
                                                   run.row, run.scores, keys=keys)
-    return _Ran(run, rows, time.perf_counter() - t0)
+    got = run.out
+    sides = []
+    if got.json_values:
+        sides.append(SideOutput(topic, got.json_values, got.json_keys, JSON_HEADERS))
+    if got.arrow_values:
+        sides.append(SideOutput(topic, got.arrow_values, got.arrow_keys, ARROW_HEADERS))
+    if send is not None and sides:
+        with handoff.lock:
+            if not handoff.abandoned:
+                sides = [part for side in sides for part in send(side)]
+                handoff.sent = True
+    return _Ran(run, rows, sides, time.perf_counter() - t0)
 
 
 def make_shadow_tap(ctx: TapContext) -> Tap | None:

@@ -55,6 +55,17 @@ class SideOutput:
     values: list[bytes]
     keys: list[bytes | None]
     headers: list[tuple[str, bytes]] = field(default_factory=list)
+    # Produced already, from the tap's own thread (``SendSide``), in this epoch of the
+    # scorer's producer; None: the scorer produces it with the batch. One sent in an older
+    # epoch (a producer renewed, a delivery failed since) is produced again.
+    sent: int | None = None
+
+
+SendSide = Callable[[SideOutput], list[SideOutput]]
+"""Produce a side output now, from a tap's thread, so it travels before its batch's flush;
+what comes back goes in ``out.side`` (marked ``sent``, plus any refused part, unsent, which
+the scorer handles at delivery as its own refusals). The scorer gives one to a tap that has
+``bind_sender`` (never in transactional mode, where outputs go in the batch's transaction)."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +121,9 @@ class DeliveringTap(Tap, Protocol):
         """The batch that published ``out`` is about to be flushed and committed: add
         (``out.side``) the side outputs of the work ``after_scoring`` started for it.
         ``wait=False``: asked early (before the next batch is scored, so the outputs travel
-        sooner), add only what is done already; nothing is ever added twice."""
+        sooner), add only what is done already; nothing is ever added twice. A tap with
+        ``bind_sender(send: SendSide)`` may produce what it adds from its own thread before
+        this call (and must add it here all the same, ``sent``)."""
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,15 @@ class Worker:
         self._ahead: _Ahead | None = None
         self._revocations = 0
         self._inputs_thread: ThreadPoolExecutor | None = None  # signature decode-ahead
+        # Taps' threads produce their side outputs early (``taps.SendSide``); the epoch moves
+        # when what was produced may be lost (a renewed producer, a failed delivery).
+        self._side_lock = threading.Lock()
+        self._side_epoch = 0
+        if not transactional:
+            for tap in self.taps:
+                bind = getattr(tap, "bind_sender", None)
+                if bind is not None:
+                    bind(self._send_side)
 
     # -- the loop ------------------------------------------------------------------------
     def run(self) -> None:
@@ -368,6 +377,20 @@ class Worker:
             if len(out.side) > start:
                 self._produce(out, side_from=start)
 
+    def _send_side(self, side: SideOutput) -> list[SideOutput]:
+        """``taps.SendSide``: produce ``side`` now (a tap's thread); the refused part is
+        returned unsent, for ``_produce`` to handle at the batch's delivery."""
+        with self._side_lock:
+            gone = self.io.produce_many(side.topic, side.values, side.keys, side.headers)
+            side.sent = self._side_epoch
+        if not gone:
+            return [side]
+        values = {r.value for r in gone if r.value is not None}
+        kept = SideOutput(side.topic, *refusals.without(side.values, side.keys, values),
+                          side.headers, sent=side.sent)
+        return [kept, SideOutput(side.topic, [r.value or b"" for r in gone],
+                                 [r.key for r in gone], side.headers)]
+
     def _split(self, out: Outputs, batch: RawBatch) -> None:
         """Arrow predictions over the producer's limit become parts (``splitting``)."""
         out.batch = batch
@@ -395,7 +418,8 @@ class Worker:
                 send(self.dlq_topic, [letter.payload() or b""], [letter.record.key],
                      letter.headers())
         for side in out.side[side_from or 0:]:
-            send(side.topic, side.values, side.keys, side.headers)
+            if side_from is None or side.sent != self._side_epoch:  # else produced already
+                send(side.topic, side.values, side.keys, side.headers)
         delay = 0.05
         while failed:  # refused by the client at once: by what they are, or for now
             now, failed[:] = list(failed), []
@@ -443,6 +467,8 @@ class Worker:
                 break
             except DeliveryFailed as exc:
                 self._retrying("deliver", exc, delay)
+                with self._side_lock:  # a tap's early outputs may be among the lost
+                    self._side_epoch += 1
                 side_gone = self._side_refused(out, exc.refused)
                 # Never again; their inputs dead-lettered.
                 self._refused(out, [r for r in exc.refused if id(r) not in side_gone])
@@ -451,7 +477,9 @@ class Worker:
                 # A producer can hang on a broker that forgot it (UNKNOWN_PRODUCER_ID after a
                 # restart): start a new one and publish the batch again (duplicates detectable).
                 self._retrying("flush", exc, delay)
-                self.io.renew_producer()
+                with self._side_lock:
+                    self._side_epoch += 1
+                    self.io.renew_producer()
                 self._produce(out)
             except RetriableError as exc:
                 self._retrying("flush", exc, delay)
