@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -183,3 +184,63 @@ def test_a_tap_raising_at_delivery_loses_its_outputs_never_a_prediction(
     assert read_all(conn, f"data.{settings.streams[0]}.dlq") == []
     assert extra["_metrics"].tap_errors.labels(stream=settings.streams[0],
                                                tap="later")._value.get() >= 1
+
+
+class Sending(Later):
+    """Later whose own thread produces its outputs as soon as the batch is scored
+    (``bind_sender``, as the shadow tap sends its candidate's predictions), and adds them,
+    sent, at delivery."""
+
+    name = "sending"
+
+    def __init__(self, topic: str, *, huge: bool = False) -> None:
+        super().__init__(topic, huge=huge)
+        self.send: taps.SendSide | None = None
+        self.pool = ThreadPoolExecutor(1)
+        self.jobs: list[tuple[Any, Future[list[SideOutput]]]] = []
+        self.added: list[SideOutput] = []
+
+    def bind_sender(self, send: taps.SendSide) -> None:
+        self.send = send
+
+    def after_scoring(self, scored: Scored) -> None:
+        super().after_scoring(scored)
+        out, side = self.started.pop()
+        send = self.send
+        assert send is not None, "the scorer binds a sender outside transactions"
+        self.jobs.append((out, self.pool.submit(lambda: [p for s in side for p in send(s)])))
+
+    def before_delivery(self, out: Any, wait: bool = True) -> None:
+        mine = [i for i, (o, job) in enumerate(self.jobs) if o is out and (wait or job.done())]
+        if mine:
+            got = self.jobs.pop(mine[0])[1].result()
+            out.side.extend(got)
+            self.added += got
+            self.delivered += 1
+
+
+@pytest.mark.parametrize("huge", [False, True], ids=["sent", "refused"])
+def test_outputs_a_tap_produces_from_its_thread_land_once_and_a_refused_one_costs_nothing(
+        settings: Settings, conn: KafkaConnection, huge: bool) -> None:
+    topic = f"{settings.streams[0]}.sending"
+    ensure_topics(conn, [TopicSpec(topic, 1, "tap output")])
+    made: list[Sending] = []
+    taps.register("sending", lambda ctx: made.append(Sending(topic, huge=huge)) or made[-1])
+    try:
+        *preds, extra = _run(settings, conn, 600 if huge else 1200)
+    finally:
+        taps.unregister("sending")
+    tap, m, stream = made[0], extra["_metrics"], settings.streams[0]
+    assert tap.jobs == [] and tap.delivered >= 1 and tap.closed
+    if huge:  # refused as it was sent: handed back unsent, dropped by the scorer at delivery
+        assert len({(p["source_partition"], p["source_offset"]) for p in preds}) == 600
+        assert read_all(conn, topic) == []
+        assert read_all(conn, f"data.{stream}.dlq") == []
+        assert m.side_refused.labels(stream=stream, topic=topic)._value.get() >= 1
+        assert any(s.sent is None for s in tap.added)
+        return
+    side = [json.loads(r.value) for r in read_all(conn, topic)]
+    want = {(p["source_partition"], p["source_offset"]): p["label"] for p in preds}
+    got = {(s["partition"], s["offset"]): s["label"] for s in side}
+    assert len(side) == len(got) == 1200 and got == want  # sent early, never produced again
+    assert tap.added and all(s.sent is not None for s in tap.added)
