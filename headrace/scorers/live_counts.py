@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from headrace.contracts import LiveCounts, RolloutRole, parse
+from headrace.contracts.rollout import live_key
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.reading import Follower, follow_ends
 
@@ -77,8 +78,8 @@ class Pair:
     role: RolloutRole = RolloutRole.SHADOW
 
     def key(self, partition: int) -> bytes:
-        return (f"{self.stream}|{self.model_name}|{self.production_version}|"
-                f"{self.candidate_version}|{partition}").encode()
+        return live_key(self.stream, self.model_name, self.production_version,
+                        self.candidate_version, self.role, partition)
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,24 @@ class LiveComparison:
             self.dirty.add(rows.partition)
             return fresh
 
+    def add_arms(self, partition: int, end_offset: int, production_offsets: np.ndarray,
+                 candidate_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A canary's batch of one partition: each arm scored its own records (disjoint keys,
+        nothing paired). Moves ``next_offset`` past the batch; the masks of each arm's records
+        at or past it, the ones whose labels may count."""
+        with self.lock:
+            first = min([end_offset] + [int(o.min()) for o in (production_offsets,
+                                                                candidate_offsets) if len(o)])
+            pc = self.counts(partition, first)
+            fresh_p, fresh_c = (production_offsets >= pc.next_offset,
+                                candidate_offsets >= pc.next_offset)
+            pc.next_offset = max(pc.next_offset, end_offset)
+            self.dirty.add(partition)
+            return fresh_p, fresh_c
+
     def add_truth(self, partition: int, truth: str, production: int, candidate: int) -> bool:
-        """A label joined to a counted record; False for a class the model does not have."""
+        """A label joined to a counted record; False for a class the model does not have.
+        A version that did not predict the record (a canary's other arm) is -1."""
         t = self.index.get(truth)
         if t is None:
             return False
@@ -167,10 +184,13 @@ class LiveComparison:
             if pc is None:
                 return False
             pc.labelled += 1
-            pc.production_truth[t, production] += 1
-            pc.candidate_truth[t, candidate] += 1
-            pc.only_production_right += int(production == t and candidate != t)
-            pc.only_candidate_right += int(candidate == t and production != t)
+            if production >= 0:
+                pc.production_truth[t, production] += 1
+            if candidate >= 0:
+                pc.candidate_truth[t, candidate] += 1
+            if production >= 0 and candidate >= 0:
+                pc.only_production_right += int(production == t and candidate != t)
+                pc.only_candidate_right += int(candidate == t and production != t)
             self.dirty.add(partition)
         return True
 
@@ -234,12 +254,16 @@ class LiveCountsFollower:
         self._thread.start()
         return self
 
+    def caught_up(self, idle_s: float = 0.3) -> bool:
+        """The topic has been read to its end (and nothing came for ``idle_s``)."""
+        idle = self._idle_since
+        return idle is not None and time.monotonic() - idle >= idle_s
+
     def wait_caught_up(self, timeout_s: float = 10.0, idle_s: float = 0.3) -> bool:
         """Block until the topic has been read to its end (idle for ``idle_s``)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            idle = self._idle_since
-            if idle is not None and time.monotonic() - idle >= idle_s:
+            if self.caught_up(idle_s):
                 return True
             time.sleep(0.02)
         return False
@@ -247,7 +271,8 @@ class LiveCountsFollower:
     def latest_for(self, pair: Pair) -> dict[int, LiveCounts]:
         head = pair.key(0).rsplit(b"|", 1)[0] + b"|"
         with self._lock:
-            return {rec.partition: rec for k, rec in self._latest.items() if k.startswith(head)}
+            return {rec.partition: rec for k, rec in self._latest.items()
+                    if k.startswith(head) and rec.role == pair.role}
 
     def newest(self, pair: Pair, partition: int) -> LiveCounts | None:
         with self._lock:
