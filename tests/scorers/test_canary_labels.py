@@ -49,6 +49,12 @@ def _labelled(port: int, stream: str) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
+def _joined(port: int, stream: str, n: int) -> None:
+    """Wait until the scorer's canary has joined ``n`` labels (both arms)."""
+    eventually(lambda: sum(x for x, _ in _labelled(port, stream).values()) == n,
+               what=f"{n} labels joined")
+
+
 def _send_labels(conn: KafkaConnection, stream: str, labels: dict[bytes, str]) -> None:
     p = make_producer(conn)
     for key, truth in labels.items():
@@ -108,8 +114,7 @@ def test_a_candidate_worse_only_on_labels_is_rolled_back_by_the_accuracy_rule(
         state = current_rollout(conn, stream, topics=CONTROL)
         assert state is not None and state.candidate_version == worse.version
         _send_labels(conn, stream, {f"a{i}".encode(): truth_of(r) for i, r in enumerate(first)})
-        eventually(lambda: sum(n for n, _ in _labelled(scorer.http_port, stream).values())
-                   == 600, what="600 labels joined")
+        _joined(scorer.http_port, stream, 600)
         # The next batch judges on them.
         send_json(conn, data, rows(200, seed=22), key_prefix="b")
         ended = eventually(lambda: (c := current_rollout(conn, stream, topics=CONTROL))
@@ -165,8 +170,7 @@ def test_an_equal_candidate_advances_only_after_min_labelled_labelled_records(
 
     with ready_scorer(settings, conn) as scorer:
         def joined(n: int) -> None:
-            eventually(lambda: sum(x for x, _ in _labelled(scorer.http_port, stream).values())
-                       == n, what=f"{n} labels joined")
+            _joined(scorer.http_port, stream, n)
 
         send_json(conn, data, first, key_prefix="a")
         _predictions(conn, stream, 1000)  # ~200 candidate records: over min_records
@@ -192,3 +196,25 @@ def test_an_equal_candidate_advances_only_after_min_labelled_labelled_records(
     assert _persisted(conn, stream) == offline
     assert np.asarray(offline["candidate_truth"]).sum() == arms["candidate"][0] == 60
     assert np.asarray(offline["production_truth"]).sum() == arms["production"][0] == 110
+
+
+def test_a_restarted_scorer_reads_the_canarys_label_counts_back_and_adds_to_them(
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str) -> None:
+    publish_version(dfs, stream, train="truth", seed=11, alias=True)
+    cand = publish_version(dfs, stream, train="flipped", seed=12)
+    ensure_topics(conn, [TopicSpec(labels_topic(stream), 3, "labels")])
+    start_canary(conn=conn, topics=CONTROL, root=dfs, ref=f"{stream}:{cand.version}",
+                 stream=stream, percent=50, min_records=1_000_000)  # no accuracy rule
+    for wave, prefix in enumerate(("a", "b")):
+        records = rows(300, seed=41 + wave)
+        with ready_scorer(settings, conn) as scorer:
+            send_json(conn, data, records, key_prefix=prefix)
+            _predictions(conn, stream, 300 * (wave + 1))
+            _send_labels(conn, stream, {f"{prefix}{i}".encode(): truth_of(r)
+                                        for i, r in enumerate(records)})
+            # The second scorer starts from the first one's counts.
+            _joined(scorer.http_port, stream, 300 * (wave + 1))
+        # Joined after the scorer's last batch: persisted when it stopped.
+        preds = _predictions(conn, stream, 300 * (wave + 1))
+        assert _persisted(conn, stream) == _recount(conn, stream, preds, cand.version)
+    assert _persisted(conn, stream)["labelled"] == 600
