@@ -86,6 +86,13 @@ class LiveCounts(Contract):
     only_candidate_right: int = Field(default=0, ge=0)
     ts: datetime = Field(default_factory=utcnow)
 
+    # The fields that add up across partitions and replicas (``rollout.live_sum``): integers
+    # and sums of probabilities, and the square matrices (class by class).
+    SUMMED: ClassVar[tuple[str, ...]] = (
+        "rows", "candidate_errors", "production_errors", "production_confidence",
+        "candidate_confidence", "labelled", "only_production_right", "only_candidate_right")
+    MATRICES: ClassVar[tuple[str, ...]] = ("matrix", "production_truth", "candidate_truth")
+
     def key(self) -> bytes:
         return live_key(self.stream, self.model_name, self.production_version,
                         self.candidate_version, self.role, self.partition)

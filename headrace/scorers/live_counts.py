@@ -23,6 +23,7 @@ import numpy as np
 
 from headrace.contracts import LiveCounts, RolloutRole, parse
 from headrace.contracts.rollout import live_key
+from headrace.rollout.live_sum import add_counts, as_fields
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.reading import Follower, follow_ends
 
@@ -58,15 +59,9 @@ class PartitionCounts:
 
     @classmethod
     def restored(cls, rec: LiveCounts) -> PartitionCounts:
-        k = len(rec.classes)
-
-        def m(rows: list[list[int]]) -> np.ndarray:
-            return np.asarray(rows, np.int64).reshape(k, k) if rows else _zeros(k)
-
-        return cls(k, rec.next_offset, rec.rows, m(rec.matrix), rec.candidate_errors,
-                   rec.production_errors, rec.production_confidence, rec.candidate_confidence,
-                   rec.labelled, m(rec.production_truth), m(rec.candidate_truth),
-                   rec.only_production_right, rec.only_candidate_right)
+        pc = cls(len(rec.classes), rec.next_offset)
+        add_counts(pc, rec, pc.classes)
+        return pc
 
 
 @dataclass(frozen=True)
@@ -207,31 +202,14 @@ class LiveComparison:
             stream=pr.stream, model_name=pr.model_name,
             production_version=pr.production_version, candidate_version=pr.candidate_version,
             role=pr.role, partition=partition, next_offset=pc.next_offset,
-            classes=list(self.classes), rows=pc.rows, matrix=pc.matrix.tolist(),
-            candidate_errors=pc.candidate_errors, production_errors=pc.production_errors,
-            production_confidence=pc.production_confidence,
-            candidate_confidence=pc.candidate_confidence, labelled=pc.labelled,
-            production_truth=pc.production_truth.tolist(),
-            candidate_truth=pc.candidate_truth.tolist(),
-            only_production_right=pc.only_production_right,
-            only_candidate_right=pc.only_candidate_right)
+            classes=list(self.classes), **as_fields(pc))
 
     def total(self) -> PartitionCounts:
         """Every partition this scorer holds, summed (for /metrics)."""
         with self.lock:
             out = PartitionCounts(len(self.classes))
             for pc in self.parts.values():
-                out.rows += pc.rows
-                out.matrix += pc.matrix
-                out.candidate_errors += pc.candidate_errors
-                out.production_errors += pc.production_errors
-                out.production_confidence += pc.production_confidence
-                out.candidate_confidence += pc.candidate_confidence
-                out.labelled += pc.labelled
-                out.production_truth += pc.production_truth
-                out.candidate_truth += pc.candidate_truth
-                out.only_production_right += pc.only_production_right
-                out.only_candidate_right += pc.only_candidate_right
+                add_counts(out, pc, out.classes)
             return out
 
 
