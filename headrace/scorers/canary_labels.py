@@ -25,23 +25,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headrace.contracts import LiveCounts, RolloutRole
+from headrace.contracts import RolloutRole
 from headrace.core.errors import HeadraceError
 from headrace.rollout.canary_steps import Labelled
 from headrace.scorers.candidate import classes_of
 from headrace.scorers.core import Outputs
 from headrace.scorers.label_join import LabelJoin, follow_labels
-from headrace.scorers.live_counts import LiveComparison, LiveCountsFollower, Pair
+from headrace.scorers.live_counts import LIVE_HEADERS, LiveComparison, LiveCountsFollower, Pair
 from headrace.scorers.models import LoadedModel
 from headrace.scorers.taps import SideOutput
-from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.consuming import RawBatch
 from headrace.streams.producing import send_events
 
 log = logging.getLogger(__name__)
 
-LIVE_HEADERS = hdr.contract_headers(LiveCounts.SCHEMA, 1)
 READY_WITHIN_S = 10.0  # routing starts then even if the counts topic was not read to its end
 
 
@@ -122,8 +120,9 @@ class CanaryLabels:
     def count(self, comp: LiveComparison, batch: RawBatch, production: Arm, candidate: Arm,
               out: Outputs) -> None:
         """Count ``batch`` (each partition once, past its ``next_offset``), hand its fresh rows
-        to the label join, and add the changed partitions' counts to ``out``."""
-        if not len(batch):
+        to the label join, and add the changed partitions' counts to ``out``. Nothing while
+        there is no labels topic: no record waits for a label then, so none can count twice."""
+        if not len(batch) or not self.join.active:
             return
         parts, offs = batch.partitions, batch.offsets
         for p in np.unique(parts).tolist():
@@ -131,8 +130,6 @@ class CanaryLabels:
             pm, cm = production.messages[sp], candidate.messages[sc]
             fresh_p, fresh_c = comp.add_arms(p, int(offs[parts == p].max()) + 1, offs[pm],
                                              offs[cm])
-            if not self.join.active:
-                continue
             pm, cm = pm[fresh_p], cm[fresh_c]
             if not len(pm) and not len(cm):
                 continue

@@ -24,10 +24,13 @@ import numpy as np
 from headrace.contracts import LiveCounts, RolloutRole, parse
 from headrace.contracts.rollout import live_key
 from headrace.rollout.live_sum import add_counts, as_fields
+from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.reading import Follower, follow_ends
 
 log = logging.getLogger(__name__)
+
+LIVE_HEADERS = hdr.contract_headers(LiveCounts.SCHEMA, 1)  # on each LiveCounts record
 
 
 def _zeros(k: int) -> np.ndarray:
