@@ -27,13 +27,17 @@ from headrace.rollout import routing
 from headrace.scorers.canary_outcomes import audit_id
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.reading import read_events
-from headrace.streams.topics import ControlTopics, TopicSpec, dlq_topic, labels_topic
+from headrace.streams.topics import TopicSpec, dlq_topic, labels_topic
 from tests.fixtures import read_all
 from tests.rollout.live_models import publish_version, truth_of
+from tests.scorers.canary_helpers import (
+    CONTROL,
+    audit_events,
+    is_canary,
+    one_each,
+    wait_predictions,
+)
 from tests.scorers.conftest import CLASSES, eventually, http_get, ready_scorer, rows, send_json
-from tests.scorers.test_canary import _audit, _is_canary, _one_each, _predictions
-
-CONTROL = ControlTopics()
 
 
 def _labelled(port: int, stream: str) -> dict[str, tuple[int, int]]:
@@ -109,7 +113,7 @@ def test_a_candidate_worse_only_on_labels_is_rolled_back_by_the_accuracy_rule(
     first = rows(600, seed=21)
     with ready_scorer(settings, conn) as scorer:
         send_json(conn, data, first, key_prefix="a")
-        _predictions(conn, stream, 600)
+        wait_predictions(conn, stream, 600)
         # Without labels the candidate looks fine: no errors, the canary holds.
         state = current_rollout(conn, stream, topics=CONTROL)
         assert state is not None and state.candidate_version == worse.version
@@ -120,23 +124,23 @@ def test_a_candidate_worse_only_on_labels_is_rolled_back_by_the_accuracy_rule(
         ended = eventually(lambda: (c := current_rollout(conn, stream, topics=CONTROL))
                            is not None and c.candidate_version is None and c,
                            what="the rollout's end")
-        preds = _predictions(conn, stream, 800)
+        preds = wait_predictions(conn, stream, 800)
         arms = _labelled(scorer.http_port, stream)
     assert "rolled back" in ended.reason and "live accuracy" in ended.reason
     assert "error rate" not in ended.reason
-    by_source = _one_each(preds)
+    by_source = one_each(preds)
     assert len(by_source) == 800
     assert read_all(conn, dlq_topic(stream)) == []
     salt = st.canary.salt.encode() if st.canary else b""
     for msg, p in preds:  # wave a as routed; wave b (the rollback's batch on) production only
         routed = msg.key.startswith(b"a") and routing.to_candidate(msg.key, salt, 30)
         assert p["model_version"] == (worse.version if routed else good.version)
-        assert _is_canary(msg) == routed
+        assert is_canary(msg) == routed
     rollback = [e for e in read_events(conn, CONTROL.models, ModelPublished, idle_s=0.5)
                 if e.model_name == stream]
     assert [(e.action, e.version, e.previous_version, e.reason) for e in rollback] == [
         (ModelAction.ROLLBACK, good.version, worse.version, ended.reason)]
-    audit = _audit(conn, audit_id(st))
+    audit = audit_events(conn, audit_id(st))
     assert [e.kind for e in audit] == [JobEventKind.STARTED, JobEventKind.FAILED]
     assert audit[-1].reason == ended.reason and audit[-1].metrics["candidate_errors"] == 0
     # The counts the decision used equal an offline recount, persisted and on /metrics.
@@ -173,21 +177,21 @@ def test_an_equal_candidate_advances_only_after_min_labelled_labelled_records(
             _joined(scorer.http_port, stream, n)
 
         send_json(conn, data, first, key_prefix="a")
-        _predictions(conn, stream, 1000)  # ~200 candidate records: over min_records
+        wait_predictions(conn, stream, 1000)  # ~200 candidate records: over min_records
         assert percent() == 20  # no labels: holds
         _send_labels(conn, stream, {k: truth[k] for k in on_cand[:59] + on_prod[:100]})
         joined(159)
         send_json(conn, data, rows(100, seed=32), key_prefix="b")
-        _predictions(conn, stream, 1100)  # judged with 59 labelled candidate records
+        wait_predictions(conn, stream, 1100)  # judged with 59 labelled candidate records
         assert percent() == 20
         _send_labels(conn, stream, {k: truth[k] for k in on_cand[59:60] + on_prod[100:110]})
         joined(170)
         send_json(conn, data, rows(100, seed=33), key_prefix="c")
         eventually(lambda: percent() == 50, what="the step to 50%")
-        preds = _predictions(conn, stream, 1200)
+        preds = wait_predictions(conn, stream, 1200)
         arms = _labelled(scorer.http_port, stream)
-    assert len(_one_each(preds)) == 1200
-    audit = _audit(conn, audit_id(st))
+    assert len(one_each(preds)) == 1200
+    audit = audit_events(conn, audit_id(st))
     assert [e.kind for e in audit] == [JobEventKind.STARTED, JobEventKind.PROGRESS]
     assert "advanced to 50%" in audit[1].message
     assert audit[1].metrics["candidate_labelled"] == 60
@@ -209,12 +213,12 @@ def test_a_restarted_scorer_reads_the_canarys_label_counts_back_and_adds_to_them
         records = rows(300, seed=41 + wave)
         with ready_scorer(settings, conn) as scorer:
             send_json(conn, data, records, key_prefix=prefix)
-            _predictions(conn, stream, 300 * (wave + 1))
+            wait_predictions(conn, stream, 300 * (wave + 1))
             _send_labels(conn, stream, {f"{prefix}{i}".encode(): truth_of(r)
                                         for i, r in enumerate(records)})
             # The second scorer starts from the first one's counts.
             _joined(scorer.http_port, stream, 300 * (wave + 1))
         # Joined after the scorer's last batch: persisted when it stopped.
-        preds = _predictions(conn, stream, 300 * (wave + 1))
+        preds = wait_predictions(conn, stream, 300 * (wave + 1))
         assert _persisted(conn, stream) == _recount(conn, stream, preds, cand.version)
     assert _persisted(conn, stream)["labelled"] == 600
