@@ -75,8 +75,9 @@ class LiveCounts(Contract):
     production_confidence: float = 0.0
     candidate_confidence: float = 0.0
     # With labels: confusion of each version against the truth (truth i, predicted j). In a
-    # canary the versions score disjoint keys: each matrix holds its own arm's records, and
-    # ``rows``, ``matrix`` and the McNemar counts stay 0 (nothing is paired).
+    # canary the versions score disjoint keys: each matrix holds its own arm's records,
+    # ``labelled`` both arms', and ``rows``, ``matrix`` and the McNemar counts stay 0 (nothing
+    # is paired).
     labelled: int = Field(default=0, ge=0)
     production_truth: list[list[int]] = Field(default_factory=list)
     candidate_truth: list[list[int]] = Field(default_factory=list)
