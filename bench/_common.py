@@ -126,12 +126,16 @@ def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: 
         time.sleep(0.02)  # rare wake-ups: each one takes the GIL from the scorer
     took = time.perf_counter() - t0
     model_s = MODEL_SECONDS[0] - m0
+    # Records decoded ahead (helpers or thread) vs consumed: on a preloaded stream the scorer
+    # is behind, so every batch but the first should be.
+    ahead = reg.get_sample_value("headrace_scorer_decoded_ahead_total", {"stream": stream}) or 0.0
+    consumed = reg.get_sample_value("headrace_scorer_messages_total", {"stream": stream}) or 0.0
     decoders = scorer.worker.decoders if scorer.worker is not None else None
     helpers = sum(_rss_mib(pid) for pid in (decoders.pids if decoders else []))
     stop.set()
     t.join(30)
     return {"rows": rows - first, "seconds": took, "extra_rss_mib": helpers,
-            "model_s": model_s}
+            "model_s": model_s, "decoded_ahead": ahead, "messages": consumed}
 
 
 def timed_batches(call: Callable[[], int], rows: int) -> dict[str, Any]:
@@ -262,6 +266,10 @@ def table(results: dict[str, dict[str, Any]], unit: str, ref: str | None) -> Non
         share = f"{v['model_s'] / v['seconds']:6.2f}" if v.get("model_s") else ""
         print(f"{k:46} {int(v['rows']):>9} {rate[k]:>11,.1f} {ratio} {v['rss_mib']:>13,.0f} "
               f"{share}")
+    for k, v in results.items():
+        if v.get("messages"):
+            print(f"  {k}: {int(v['decoded_ahead']):,} records decoded ahead, "
+                  f"{int(v['messages']):,} messages consumed")
 
 
 def model_share_note() -> None:

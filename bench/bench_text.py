@@ -96,6 +96,43 @@ def publish(root: Path) -> None:
     set_alias(root, MODEL, mv.version)
 
 
+DEFAULT_MODEL = "benchtextdefault"
+
+
+def publish_default(root: Path) -> None:
+    """The model Headrace's ``text`` family trains at its default sizes (``ModelSpec``'s
+    ``embedding_dim`` 64, ``max_tokens`` 20,000, ``max_length`` 64, ``hidden`` 64), built by the
+    trainer's own Keras builder: the corpus' words plus filler words make the full vocabulary.
+    Untrained (random weights): the bench measures time, not accuracy."""
+    import keras
+
+    from headrace.codecs.stats import InputStats
+    from headrace.contracts import ModelSpec
+    from headrace.store import tokens
+    from headrace.store.manifest import Manifest
+    from headrace.store.signature import InputKind, ModelInput, ModelOutput, OutputKind
+    from headrace.store.versions import publish as put
+    from headrace.store.versions import set_alias
+    from headrace.trainers.backends.keras_families import build_keras
+    from headrace.trainers.inputs import ModelPlan
+
+    keras.utils.set_random_seed(0)
+    spec = ModelSpec(model="text")
+    words = tokens.learn_vocabulary(corpus(2000, seed=1), max_tokens=spec.max_tokens)
+    vocab = (words + [f"w{i}" for i in range(spec.max_tokens - 2 - len(words))])
+    inp = ModelInput(name="text", kind=InputKind.TEXT, dtype="string",
+                     max_length=spec.max_length,
+                     preprocessing=("lowercase", "strip_punctuation", "vocabulary"))
+    out = ModelOutput(name="intent", kind=OutputKind.CLASSES, classes=CLASSES)
+    plan = ModelPlan("text", (inp,), (out,), len(CLASSES),
+                     stats={"text": InputStats(vocabulary=tuple(vocab))})
+    model = build_keras("text", spec=spec, plan=plan)
+    m = Manifest(name=DEFAULT_MODEL, framework="tensorflow", task="classifier", features=(),
+                 label="y", classes=CLASSES, family="text", inputs=(inp,), outputs=(out,))
+    mv = put(root, m, lambda d: model.save(d / "model.keras"))
+    set_alias(root, DEFAULT_MODEL, mv.version)
+
+
 def json_records(texts: list[str]) -> list[bytes]:
     return [json.dumps({"text": t}).encode() for t in texts]
 
@@ -141,7 +178,8 @@ def contender_app(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
-    return c.headrace_scorer(bootstrap=a.bootstrap, dfs=a.dfs, stream=a.stream, model=MODEL,
+    return c.headrace_scorer(bootstrap=a.bootstrap, dfs=a.dfs, stream=a.stream,
+                             model=a.model or MODEL,
                              rows=a.rows, batch_size=a.batch_size, max_wait_ms=a.max_wait_ms,
                              idempotent=a.idempotent)
 
@@ -149,8 +187,8 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
 def contender_model(a: argparse.Namespace) -> dict[str, Any]:
     from headrace.scorers.models import load_model
 
-    model = load_model(root=Path(a.dfs), name=MODEL, alias="production", device="cpu",
-                       max_batch=a.batch_size)
+    model = load_model(root=Path(a.dfs), name=a.model or MODEL, alias="production",
+                       device="cpu", max_batch=a.batch_size)
     fn = model.inputs_fn
     assert fn is not None
     x = np.asarray(corpus(a.batch_size), object)
@@ -205,6 +243,7 @@ def parent_main(a: argparse.Namespace) -> None:
         recs = json_records(texts)
         common = {"bootstrap": bootstrap, "dfs": str(dfs), "idempotent": a.idempotent}
         results: dict[str, dict[str, Any]] = {}
+        default: dict[str, dict[str, Any]] = {}  # the default-size model: its own table
 
         def want(what: str) -> bool:
             return not a.only or what in a.only.split(",")
@@ -224,6 +263,23 @@ def parent_main(a: argparse.Namespace) -> None:
             results[f"headrace Arrow ({ARROW_ROWS} rows/msg)"] = c.run_child(
                 script, "headrace", stream=s, rows=n_arrow, batch_size=8192, max_wait_ms=10,
                 **common)
+        default_k = "model alone (string batches of 1024)"
+        if want("default"):  # an additional model: the text family at its default sizes
+            publish_default(dfs)
+            default[default_k] = c.run_child(
+                script, "model", rows=n_arrow // 4, batch_size=BATCH, model=DEFAULT_MODEL,
+                **common)
+            s, i, _ = c.stream_topics(bootstrap, "dj")
+            c.load_topic(bootstrap, i, recs[:n_batch], hdr.JSON)
+            default["headrace JSON"] = c.run_child(
+                script, "headrace", stream=s, rows=n_batch, batch_size=8192, max_wait_ms=10,
+                model=DEFAULT_MODEL, **common)
+            s, i, _ = c.stream_topics(bootstrap, "da")
+            c.load_topic(bootstrap, i, arrow_messages(texts[:n_arrow]), hdr.ARROW,
+                         key_prefix="b")
+            default[f"headrace Arrow ({ARROW_ROWS} rows/msg)"] = (
+                c.run_child(script, "headrace", stream=s, rows=n_arrow, batch_size=8192,
+                            max_wait_ms=10, model=DEFAULT_MODEL, **common))
         if want("kafka-ml"):
             s, i, o = c.stream_topics(bootstrap, "k")
             c.load_topic(bootstrap, i, recs[:n_kml], hdr.JSON)
@@ -244,6 +300,10 @@ def parent_main(a: argparse.Namespace) -> None:
                 batch_size=BATCH, max_wait_ms=10, **common)
         print()
         c.table(results, "rows", alone_k if alone_k in results else None)
+        if default:
+            print("\nthe text family at its default sizes (embedding 64, 20,000 tokens, 64 a "
+                  "row), an additional model:")
+            c.table(default, "rows", default_k if default_k in default else None)
         r = {k: v["rows"] / max(v["seconds"], 1e-9) for k, v in results.items()
              if "error" not in v}
         kml = r.get("kafka-ml loop")
@@ -281,7 +341,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="short run (a few minutes on 2 cores)")
     p.add_argument("--only", default="",
-                   help="contenders to run: model,headrace,kafka-ml,app,mlserver,latency")
+                   help="contenders to run: model,headrace,kafka-ml,app,mlserver,latency; "
+                        "default: the same model alone and headrace runs with the text family "
+                        "at its default sizes (an additional model)")
     p.add_argument("--rate", type=float, default=200.0, help="offered rows/s, latency runs")
     p.add_argument("--bootstrap", default=None, help="a Kafka to use (default: embedded)")
     p.add_argument("--idempotent", action="store_true", help="idempotent producers")

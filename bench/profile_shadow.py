@@ -46,9 +46,9 @@ def _tap(dfs: Path, stream: str) -> Any:
     """The real ShadowTap, its candidate loaded, without Kafka (no follower, no labels)."""
     from headrace.core.settings import load_settings
     from headrace.scorers.metrics import ScorerMetrics
-    from headrace.scorers.models import Sizing
+    from headrace.scorers.models import Sizing, load_ref
     from headrace.scorers.settings import load_scorer_settings
-    from headrace.scorers.shadow_tap import ShadowTap, load_candidate
+    from headrace.scorers.shadow_tap import ShadowTap
     from headrace.scorers.taps import TapContext
 
     settings = load_settings(bootstrap="unused:9092", dfs_root=str(dfs), streams=[stream],
@@ -58,10 +58,10 @@ def _tap(dfs: Path, stream: str) -> Any:
                                   device="cpu")
     ctx = TapContext(settings, scorer, None, ScorerMetrics(stream=stream, model=bs.MODEL))
     tap = ShadowTap(ctx, None, None)  # type: ignore[arg-type]
-    cand = load_candidate(root=dfs, ref=f"{bs.MODEL}:2", device="cpu", max_batch=65536,
-                          sizes=Sizing())
+    cand = load_ref(root=dfs, ref=f"{bs.MODEL}:2", device="cpu", max_batch=65536,
+                    sizes=Sizing())
     tap.wanted = lambda: 2  # type: ignore[method-assign]
-    tap._ready = lambda version: cand  # type: ignore[method-assign]
+    tap.loader.want = lambda name, version, wait=False: cand  # type: ignore[method-assign]
     return tap, cand
 
 

@@ -2,7 +2,9 @@
 batch (decode into the signature, score, predictions), under cProfile; prints the time split
 against the model alone on the same, already decoded batch.
 
-Run: ``python bench/profile_signature.py [images-json|images-arrow|text-json|text-arrow] [N]``.
+Run: ``python bench/profile_signature.py [images-json|images-arrow|text-json|text-arrow|
+textdefault-json|textdefault-arrow] [N]`` (``textdefault``: the ``text`` family at its default
+sizes, ``bench_text.publish_default``).
 """
 
 from __future__ import annotations
@@ -40,9 +42,14 @@ def main() -> None:
         imgs = bench_images.images(rows)
         values = (bench_images.json_records(imgs) if what.endswith("json")
                   else bench_images.arrow_messages(imgs, 32))
-    else:
-        bench_text.publish(root)
-        name, rows = bench_text.MODEL, 8192
+    else:  # text: the bench's small model, or (textdefault-*) the text family's default sizes
+        if what.startswith("textdefault"):
+            bench_text.publish_default(root)
+            name = bench_text.DEFAULT_MODEL
+        else:
+            bench_text.publish(root)
+            name = bench_text.MODEL
+        rows = 8192
         texts = bench_text.corpus(rows)
         values = (bench_text.json_records(texts) if what.endswith("json")
                   else bench_text.arrow_messages(texts))
@@ -78,7 +85,36 @@ def main() -> None:
           f"(profiled), {plain * 1e3:.1f} ms (not profiled), model alone {alone * 1e3:.1f} ms, "
           f"model share {alone / plain:.2f}")
     pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+    _split(core, batch, model, reps)
     _overlap(core, batch, model, reps)
+
+
+def _split(core: Any, batch: Any, model: Any, reps: int) -> None:
+    """Median ms of each step of ``ScoringCore.score`` timed alone (perf_counter, no
+    profiler): decode into the signature, the model, formatting the predictions; "other" is
+    the whole call less the three."""
+    import statistics
+
+    from headrace.scorers.inputs import decode_inputs
+
+    def ms(fn: Any) -> float:
+        times = []
+        for _ in range(max(reps, 5)):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) * 1e3
+
+    decoded = decode_inputs(batch, model.signature, core.limits)
+    ys = model.inputs_fn(decoded.arrays)
+    whole = ms(lambda: core.score(batch, model))
+    parts = {"decode": ms(lambda: decode_inputs(batch, model.signature, core.limits)),
+             "model": ms(lambda: model.inputs_fn(decoded.arrays)),
+             "format": ms(lambda: core.format(batch, model, decoded, ys))}
+    parts["other"] = whole - sum(parts.values())
+    print(f"split (median of {max(reps, 5)}, ms): score {whole:.1f} = "
+          + ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
+          + f"; model share {parts['model'] / whole:.2f}")
 
 
 def _overlap(core: Any, batch: Any, model: Any, reps: int) -> None:

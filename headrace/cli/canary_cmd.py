@@ -35,6 +35,13 @@ def models_canary(
     max_error_margin: Annotated[float, typer.Option(
         "--max-error-margin",
         help="Roll back when the candidate's error rate is worse by more than this.")] = 0.01,
+    min_labelled: Annotated[int, typer.Option(
+        "--min-labelled",
+        help="Labelled candidate records (labels.STREAM) at a step before the next one.")] = 0,
+    max_accuracy_drop: Annotated[float | None, typer.Option(
+        "--max-accuracy-drop",
+        help="Roll back when the candidate's live accuracy (labels.STREAM) is worse by more "
+             "than this (0-1).")] = None,
     stop: Annotated[bool, typer.Option("--stop", help="End the stream's canary.")] = False,
     topic_prefix: PrefixOpt = "",
 ) -> None:
@@ -57,10 +64,15 @@ def models_canary(
     planned = canary.plan_canary(root=_context.base_settings(ctx).dfs_root, ref=ref,
                                  stream=stream, percent=percent, steps=_percents(steps),
                                  min_records=min_records,
-                                 max_error_rate_margin=max_error_margin)
+                                 max_error_rate_margin=max_error_margin,
+                                 min_labelled=min_labelled, max_accuracy_drop=max_accuracy_drop)
     st = canary.publish_canary(conn=_context.connection(ctx), topics=topics, state=planned)
     assert st.canary is not None
     nxt = ", then " + " -> ".join(f"{s:g}%" for s in st.canary.steps) if st.canary.steps else ""
+    every = f"every {min_records} candidate records" + (
+        f" and {min_labelled} labelled ones" if min_labelled else "")
+    drop = (f"; rolled back if its live accuracy drops by more than {max_accuracy_drop:g}"
+            if max_accuracy_drop is not None else "")
     console.print(f"canary {st.model_name}:{st.candidate_version} on {stream}: "
-                  f"{st.canary.percent:g}% of the keys{nxt} (every {min_records} candidate "
-                  f"records; salt {st.canary.salt})")
+                  f"{st.canary.percent:g}% of the keys{nxt} ({every}; salt "
+                  f"{st.canary.salt}){drop}")

@@ -52,8 +52,7 @@ def broker(
     try:
         write_state(b)
         if create_topics:
-            ensure_topics(connection_for(settings, b.bootstrap), topic_names.catalog(settings),
-                          replication_factor=1)
+            ensure_topics(connection_for(settings, b.bootstrap), topic_names.catalog(settings))
         out.print(f"Kafka broker listening on [bold]{b.bootstrap}[/]")
         out.print(f"export HEADRACE_BOOTSTRAP={b.bootstrap}")
         err.print(f"note: {MEMORY_ONLY_NOTICE}")

@@ -220,10 +220,8 @@ def text(inp: ModelInput, arr: pa.Array, limits: Limits,
     """``strings``, and a text of more tokens than the model reads is refused."""
     out, reasons = strings(inp, arr, limits, conversions)
     if inp.max_length and (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
-        counts = tokens.token_counts(arr)
-        over = counts > inp.max_length
-        if over.any():
-            for r in np.flatnonzero(over).tolist():
-                reasons.setdefault(r, f"input {inp.name!r}: text of {int(counts[r])} tokens is "
-                                      f"over the model's {inp.max_length}")
+        rows, counts = tokens.over_length(arr, inp.max_length)
+        for r, c in zip(rows.tolist(), counts.tolist(), strict=True):
+            reasons.setdefault(r, f"input {inp.name!r}: text of {c} tokens is over the "
+                                  f"model's {inp.max_length}")
     return out, reasons

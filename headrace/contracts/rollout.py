@@ -74,7 +74,10 @@ class LiveCounts(Contract):
     # Sums of the top-class probability (CBPE's estimate before labels).
     production_confidence: float = 0.0
     candidate_confidence: float = 0.0
-    # With labels: confusion of each version against the truth (truth i, predicted j).
+    # With labels: confusion of each version against the truth (truth i, predicted j). In a
+    # canary the versions score disjoint keys: each matrix holds its own arm's records,
+    # ``labelled`` both arms', and ``rows``, ``matrix`` and the McNemar counts stay 0 (nothing
+    # is paired).
     labelled: int = Field(default=0, ge=0)
     production_truth: list[list[int]] = Field(default_factory=list)
     candidate_truth: list[list[int]] = Field(default_factory=list)
@@ -84,6 +87,23 @@ class LiveCounts(Contract):
     only_candidate_right: int = Field(default=0, ge=0)
     ts: datetime = Field(default_factory=utcnow)
 
+    # The fields that add up across partitions and replicas (``rollout.live_sum``): integers
+    # and sums of probabilities, and the square matrices (class by class).
+    SUMMED: ClassVar[tuple[str, ...]] = (
+        "rows", "candidate_errors", "production_errors", "production_confidence",
+        "candidate_confidence", "labelled", "only_production_right", "only_candidate_right")
+    MATRICES: ClassVar[tuple[str, ...]] = ("matrix", "production_truth", "candidate_truth")
+
     def key(self) -> bytes:
-        return (f"{self.stream}|{self.model_name}|{self.production_version}|"
-                f"{self.candidate_version}|{self.partition}").encode()
+        return live_key(self.stream, self.model_name, self.production_version,
+                        self.candidate_version, self.role, self.partition)
+
+
+def live_key(stream: str, model_name: str, production_version: int, candidate_version: int,
+             role: RolloutRole, partition: int) -> bytes:
+    """A ``LiveCounts`` record's key. A canary's counts (two arms on disjoint keys) carry their
+    role, so they never overwrite a shadow's (paired records) of the same pair; a shadow's key
+    is unchanged."""
+    tag = "" if role == RolloutRole.SHADOW else f"{role.value}|"
+    return (f"{stream}|{model_name}|{production_version}|{candidate_version}|{tag}"
+            f"{partition}").encode()

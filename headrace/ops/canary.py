@@ -41,10 +41,13 @@ def check_steps(percent: float, steps: Sequence[float]) -> list[float]:
 
 def plan_canary(*, root: Path, ref: str, stream: str, percent: float,
                 steps: Sequence[float] = (), min_records: int = 1000,
-                max_error_rate_margin: float = 0.01, salt: str | None = None) -> RolloutState:
+                max_error_rate_margin: float = 0.01, salt: str | None = None,
+                min_labelled: int = 0, max_accuracy_drop: float | None = None) -> RolloutState:
     """The state that routes ``percent`` of ``stream``'s keys to ``ref`` (NAME:VERSION),
-    advancing through ``steps`` after ``min_records`` candidate records each; checked against
-    the model store (nothing published)."""
+    advancing through ``steps`` after ``min_records`` candidate records each (and
+    ``min_labelled`` labelled ones); rolled back when its live accuracy is worse than
+    production's by more than ``max_accuracy_drop`` (None: not judged on labels); checked
+    against the model store (nothing published)."""
     name, _, ver = ref.partition(":")
     if not ver.isdigit():
         raise ValidationFailed(f"a canary needs NAME:VERSION, not {ref!r}")
@@ -61,9 +64,15 @@ def plan_canary(*, root: Path, ref: str, stream: str, percent: float,
     if not 0 <= max_error_rate_margin <= 1:
         raise ValidationFailed("--max-error-margin must be between 0 and 1, got "
                                f"{max_error_rate_margin:g}")
+    if min_labelled < 0:
+        raise ValidationFailed(f"--min-labelled must be 0 or more, got {min_labelled}")
+    if max_accuracy_drop is not None and not 0 <= max_accuracy_drop <= 1:
+        raise ValidationFailed("--max-accuracy-drop must be between 0 and 1, got "
+                               f"{max_accuracy_drop:g}")
     canary = Canary(percent=percent, steps=check_steps(percent, steps), min_records=min_records,
                     salt=salt or secrets.token_hex(8),
-                    max_error_rate_margin=max_error_rate_margin)
+                    max_error_rate_margin=max_error_rate_margin, min_labelled=min_labelled,
+                    max_accuracy_drop=max_accuracy_drop)
     return RolloutState(stream=stream, model_name=name, candidate_version=mv.version,
                         role=RolloutRole.CANARY, canary=canary,
                         reason=f"canary of {name}:{mv.version} at {percent:g}% (production "
@@ -73,11 +82,13 @@ def plan_canary(*, root: Path, ref: str, stream: str, percent: float,
 def start_canary(*, conn: KafkaConnection, topics: ControlTopics, root: Path, ref: str,
                  stream: str, percent: float, steps: Sequence[float] = (),
                  min_records: int = 1000, max_error_rate_margin: float = 0.01,
-                 salt: str | None = None) -> RolloutState:
+                 salt: str | None = None, min_labelled: int = 0,
+                 max_accuracy_drop: float | None = None) -> RolloutState:
     """``plan_canary``, then publish it: every scorer of ``stream`` starts routing."""
     return publish_canary(conn=conn, topics=topics, state=plan_canary(
         root=root, ref=ref, stream=stream, percent=percent, steps=steps,
-        min_records=min_records, max_error_rate_margin=max_error_rate_margin, salt=salt))
+        min_records=min_records, max_error_rate_margin=max_error_rate_margin, salt=salt,
+        min_labelled=min_labelled, max_accuracy_drop=max_accuracy_drop))
 
 
 def publish_canary(*, conn: KafkaConnection, topics: ControlTopics, state: RolloutState

@@ -135,8 +135,7 @@ class Stack:
             self.broker = EmbeddedBroker(port=self.settings.embedded_port,
                                          log_path=self.log_dir / "broker.log").start()
             self.conn = connection_for(self.settings, self.broker.bootstrap)
-        ensure_topics(self.conn, catalog(self.settings),
-                      replication_factor=self.settings.replication_factor)
+        ensure_topics(self.conn, catalog(self.settings))  # the connection's durability
         return self.conn
 
     def add(self, name: str, args: list[str], *, metrics_url: str | None = None) -> Component:

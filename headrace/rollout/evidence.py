@@ -18,6 +18,7 @@ import numpy as np
 from headrace.contracts import LiveCounts
 from headrace.core.errors import ValidationFailed
 from headrace.rollout.comparison import mcnemar, wilson_interval
+from headrace.rollout.live_sum import add_counts
 
 ESTIMATE_NOTE = "estimate (assumes calibration)"
 
@@ -65,17 +66,7 @@ class LiveEvidence:
             ev.partitions.append(c.partition)
             if c.role.value not in ev.roles:
                 ev.roles.append(c.role.value)
-            ev.rows += c.rows
-            ev.matrix += _square(c.matrix, k, "matrix")
-            ev.candidate_errors += c.candidate_errors
-            ev.production_errors += c.production_errors
-            ev.production_confidence += c.production_confidence
-            ev.candidate_confidence += c.candidate_confidence
-            ev.labelled += c.labelled
-            ev.production_truth += _square(c.production_truth, k, "production_truth")
-            ev.candidate_truth += _square(c.candidate_truth, k, "candidate_truth")
-            ev.only_production_right += c.only_production_right
-            ev.only_candidate_right += c.only_candidate_right
+            add_counts(ev, c, k)
         return ev
 
     @property
@@ -142,12 +133,3 @@ class LiveEvidence:
                                    "note": ESTIMATE_NOTE},
         }
 
-
-def _square(m: list[list[int]], k: int, what: str) -> np.ndarray:
-    if not m:
-        return np.zeros((k, k), np.int64)
-    a = np.asarray(m, dtype=np.int64)
-    if a.shape != (k, k):
-        raise ValidationFailed(f"{what} is {a.shape[0]}x{a.shape[1] if a.ndim > 1 else 0}, "
-                               f"not {k}x{k}")
-    return a

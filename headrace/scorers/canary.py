@@ -22,6 +22,9 @@ record):
    topic, naming its model version; the candidate's carry the header ``prediction.role:
    canary`` (production's carry none, as before). The taps see the whole batch once per part,
    with the part's role (``Scored.role``) and its messages (``Scored.part``).
+6. With labels (``canary_labels``): each arm's published predictions wait for their labels;
+   each arm's live accuracy (persisted per partition with the batch) feeds the decision of the
+   next batch: ``min_labelled`` and ``max_accuracy_drop``.
 """
 
 from __future__ import annotations
@@ -32,19 +35,22 @@ import numpy as np
 
 from headrace.contracts import RolloutRole, RolloutState
 from headrace.rollout import routing
-from headrace.rollout.canary_steps import Decision, Ledger, Verdict, judge
+from headrace.rollout.canary_steps import Decision, Labelled, Ledger, Verdict, judge
+from headrace.scorers.canary_labels import Arm, CanaryLabels, arm
 from headrace.scorers.canary_metrics import CanaryMetrics
 from headrace.scorers.canary_outcomes import CanaryOutcomes
 from headrace.scorers.candidates import CandidateLoader
 from headrace.scorers.core import Outputs, ScoringCore
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
+from headrace.scorers.label_join import LabelJoin
+from headrace.scorers.live_counts import LiveComparison
 from headrace.scorers.models import LoadedModel, Sizing
 from headrace.scorers.roles import Parts, register
 from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.splitting import Part
 from headrace.scorers.taps import TapContext
 from headrace.streams.consuming import RawBatch
-from headrace.streams.topics import ControlTopics
+from headrace.streams.topics import ControlTopics, labels_topic
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +113,10 @@ class CanaryRole:
     name = "canary"
 
     def __init__(self, *, model_name: str, watch: RolloutWatch, loader: CandidateLoader,
-                 outcomes: CanaryOutcomes, metrics: CanaryMetrics | None = None) -> None:
+                 outcomes: CanaryOutcomes, metrics: CanaryMetrics | None = None,
+                 labels: CanaryLabels | None = None) -> None:
         self.model_name = model_name
+        self.labels = labels
         self.metrics = metrics
         self.watch = watch
         self.loader = loader
@@ -142,12 +150,17 @@ class CanaryRole:
         if self._loaded is None and self.loader.failure is not None:
             self._decided(st, Decision(Verdict.ROLLBACK, self.loader.failure),
                           self._ledger(st), production)
+        if self._loaded is not None and self.labels is not None and not self.labels.ready():
+            return False  # its label counts are still being read back
         return self._loaded is not None
 
-    def _ledger(self, st: RolloutState) -> Ledger:
+    def _ledger(self, st: RolloutState,
+                labelled: tuple[Labelled, Labelled] | None = None) -> Ledger:
         assert st.canary is not None
         if self.ledger is None or self.ledger.salt != st.canary.salt:
             self.ledger = Ledger(st.canary.salt, st.canary.percent)
+            if labelled is not None:
+                self.ledger.labels(*labelled, new_step=True)
         self.ledger.follow(st.canary)
         return self.ledger
 
@@ -158,10 +171,13 @@ class CanaryRole:
     def handle(self, batch: RawBatch, production: LoadedModel, parts: Parts) -> Outputs:
         st, cand = self._state, self._loaded
         assert st is not None and st.canary is not None and cand is not None
-        ledger = self._ledger(st)
+        comp = self.labels.comparison(production, cand) if self.labels is not None else None
+        ledger = self._ledger(st, CanaryLabels.labelled(comp) if comp is not None else None)
         to_cand = route(batch, st.canary.salt.encode(), st.canary.percent)
         cand_batch = batch.select(to_cand)
         cand_out, cand_failed = self._score_candidate(cand_batch, cand, parts.core)
+        kept = cand_batch.select(~cand_failed)
+        kept_at = np.flatnonzero(to_cand)[~cand_failed]  # in the whole batch
         # Production: its own records and those the candidate failed on.
         fallback = np.zeros(len(batch), bool)
         fallback[np.flatnonzero(to_cand)[cand_failed]] = True
@@ -169,6 +185,7 @@ class CanaryRole:
         prod_batch = batch.select(scored_here)
         out = parts.core.score(prod_batch, production)
         own = ~to_cand[scored_here]  # production's own records, in prod_batch
+        arms = self._arms(comp, out, scored_here, to_cand, cand_out, kept_at)
         prod_errors = int((failed_messages(prod_batch, out) & own).sum())
         if len(prod_batch):  # empty when every record of a small batch went to the candidate
             parts.finish(prod_batch, production, out, None,
@@ -179,9 +196,9 @@ class CanaryRole:
             self.metrics.percent.set(st.canary.percent)
             self.metrics.count("candidate", len(cand_batch), int(cand_failed.sum()))
             self.metrics.count("production", int(own.sum()), prod_errors)
+        if comp is not None:
+            ledger.labels(*CanaryLabels.labelled(comp))
         decision = judge(st.canary, ledger)
-        kept = cand_batch.select(~cand_failed)
-        kept_at = np.flatnonzero(to_cand)[~cand_failed]  # in the whole batch
         if decision.verdict == Verdict.ROLLBACK:
             if len(kept):  # this batch's candidate records: production's predictions instead
                 again = parts.core.score(kept, production)
@@ -191,8 +208,26 @@ class CanaryRole:
             parts.finish(kept, cand, cand_out, RolloutRole.CANARY, within=(batch, kept_at))
             merge(out, cand_out, headers=(CANARY_HEADER,))
         out.batch = batch  # a refused output is traced back to its input in the whole batch
+        if comp is not None and arms is not None and self.labels is not None:
+            # What was published waits for its labels: on rollback, none of the candidate's.
+            prod_arm, cand_arm = arms
+            if decision.verdict == Verdict.ROLLBACK:
+                cand_arm = Arm(cand_arm.messages[:0], cand_arm.classes[:0])
+            self.labels.count(comp, batch, prod_arm, cand_arm, out)
         self._decided(st, decision, ledger, production)
         return out
+
+    def _arms(self, comp: LiveComparison | None, out: Outputs, scored_here: np.ndarray,
+              to_cand: np.ndarray, cand_out: Outputs, kept_at: np.ndarray
+              ) -> tuple[Arm, Arm] | None:
+        """Each arm's rows and predicted classes (production's own records only: those the
+        candidate failed on are its errors), read before the outputs are finished."""
+        if self.labels is None or comp is None:
+            return None
+        prod_map, cand_map = self.labels.maps(comp)
+        p = arm(out, np.flatnonzero(scored_here), prod_map)
+        own = ~to_cand[p.messages]
+        return Arm(p.messages[own], p.classes[own]), arm(cand_out, kept_at, cand_map)
 
     def _score_candidate(self, batch: RawBatch, cand: LoadedModel,
                          production_core: ScoringCore) -> tuple[Outputs, np.ndarray]:
@@ -242,12 +277,19 @@ class CanaryRole:
 
     def close(self) -> None:
         self.outcomes.close()
+        if self.labels is not None:
+            self.labels.close()
 
 
 def _factory(ctx: TapContext) -> CanaryRole | None:
     if ctx.rollout is None or ctx.conn is None:
         return None
     s = ctx.scorer
+    labels = CanaryLabels(conn=ctx.conn, live_topic=ControlTopics.of(ctx.settings).rollout_live,
+                          labels_topic=labels_topic(s.stream), stream=s.stream,
+                          model_name=s.model_name,
+                          join=LabelJoin(max_records=s.label_window_records,
+                                         max_age_s=s.label_window_s))
     role = CanaryRole(
         model_name=s.model_name, watch=ctx.rollout,
         loader=CandidateLoader(root=ctx.settings.dfs_root, device=s.device,
@@ -255,11 +297,16 @@ def _factory(ctx: TapContext) -> CanaryRole | None:
                                sizes=Sizing(max_batch_bytes=s.max_batch_bytes,
                                             device_memory_mb=s.device_memory_mb)),
         outcomes=CanaryOutcomes(ctx.conn, ControlTopics.of(ctx.settings), ctx.settings.dfs_root),
-        metrics=CanaryMetrics(ctx.metrics))
+        metrics=CanaryMetrics(ctx.metrics, labels.totals), labels=labels)
     st = role._canary(None)
     if st is not None and st.candidate_version is not None:
-        # A (re)started scorer routes from its first batch, as the replicas before it did.
+        # A (re)started scorer routes from its first batch, as the replicas before it did, with
+        # its label counts read back.
+        assert role.labels is not None
+        role.labels.start()
         role.loader.want(st.model_name, st.candidate_version, wait=True)
+        if role.labels.follower is not None:
+            role.labels.follower.wait_caught_up(timeout_s=10.0)
     return role
 
 

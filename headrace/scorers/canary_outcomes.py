@@ -51,7 +51,11 @@ def counts(ledger: Ledger) -> dict[str, float]:
             "candidate_records": float(ledger.candidate.records),
             "candidate_errors": float(ledger.candidate.errors),
             "production_records": float(ledger.production.records),
-            "production_errors": float(ledger.production.errors)}
+            "production_errors": float(ledger.production.errors),
+            "candidate_labelled": float(ledger.candidate_labels.labelled),
+            "candidate_correct": float(ledger.candidate_labels.correct),
+            "production_labelled": float(ledger.production_labels.labelled),
+            "production_correct": float(ledger.production_labels.correct)}
 
 
 class CanaryOutcomes:

@@ -1,13 +1,19 @@
 """A rollout candidate loaded beside production, like a model swap: resolved (every file's
 sha256 verified), loaded and warmed on a background thread while production goes on serving
 every record; the role uses it once it is there. A version that cannot load is reported once
-(``failure``) and not tried again until another version is wanted."""
+(``failure``) and not tried again until another version is wanted (or the rollout ended:
+``drop``); a transient failure (the DFS away) is tried again after ``RETRY_S``.
+
+One loader for both rollout roles: the canary's routing role and the shadow tap. ``prepare``
+runs in the loading thread before the model loads (the shadow: its topic made and its live
+counts read back), so the candidate is there only once everything it needs is."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from headrace.core.errors import PermanentError
@@ -19,8 +25,10 @@ RETRY_S = 5.0
 
 
 class CandidateLoader:
-    def __init__(self, *, root: Path, device: str, max_batch: int, sizes: Sizing) -> None:
+    def __init__(self, *, root: Path, device: str, max_batch: int, sizes: Sizing,
+                 prepare: Callable[[str, int], None] | None = None) -> None:
         self.root, self.device, self.max_batch, self.sizes = root, device, max_batch, sizes
+        self.prepare = prepare
         self._lock = threading.Lock()
         self._wanted: tuple[str, int] | None = None
         self._loaded: LoadedModel | None = None
@@ -52,6 +60,11 @@ class CandidateLoader:
             self._wanted, self._loaded, self._failure = None, None, None
 
     @property
+    def loaded(self) -> LoadedModel | None:
+        """The candidate loaded now, if any."""
+        return self._loaded
+
+    @property
     def failure(self) -> str | None:
         """Why the wanted version cannot load (a permanent failure), if it cannot."""
         return self._failure
@@ -59,6 +72,8 @@ class CandidateLoader:
     def _load(self, name: str, version: int) -> None:
         ref = f"{name}:{version}"
         try:
+            if self.prepare is not None:
+                self.prepare(name, version)
             model = load_ref(root=self.root, ref=ref, device=self.device,
                              max_batch=self.max_batch, sizes=self.sizes)
         except PermanentError as exc:

@@ -140,17 +140,22 @@ class ScoringCore:
         out.row_timestamps_ms = batch.timestamps_ms[msgs]
         if not len(msgs):
             return out
-        keys = [batch.keys[i] for i in msgs.tolist()]
+        # One row a message, all scored (a JSON batch): the batch's own lists, no per-row copy.
+        whole = len(msgs) == len(batch) and bool((msgs == np.arange(len(msgs))).all())
+        keys = batch.keys if whole else [batch.keys[i] for i in msgs.tolist()]
+        only = batch.single_topic()
+        topics = ([only] * len(msgs) if only is not None
+                  else [batch.topics[i] for i in msgs.tolist()])
         cols = predictions.Columns(
             list(zip(model.outputs, ys, strict=True)),
-            predictions.Source(keys=keys, topics=[batch.topics[i] for i in msgs.tolist()],
+            predictions.Source(keys=keys, topics=topics,
                                partitions=batch.partitions[msgs], offsets=batch.offsets[msgs],
                                rows=decoded.row),
             model_name=model.name, model_version=model.version, top_k=self.top_k)
         arrow_rows = decoded.is_arrow[msgs]
         if not arrow_rows.any():
             out.json_values = cols.json_lines()
-            out.json_keys = keys
+            out.json_keys = list(keys)  # its own list: a canary merge extends it
             out.json_sources.append(msgs)
             return out
         # One Arrow table per Arrow message; consecutive JSON rows in one run of the kernels.

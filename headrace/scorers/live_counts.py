@@ -22,10 +22,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from headrace.contracts import LiveCounts, RolloutRole, parse
+from headrace.contracts.rollout import live_key
+from headrace.rollout.live_sum import add_counts, as_fields
+from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.reading import Follower, follow_ends
 
 log = logging.getLogger(__name__)
+
+LIVE_HEADERS = hdr.contract_headers(LiveCounts.SCHEMA, 1)  # on each LiveCounts record
 
 
 def _zeros(k: int) -> np.ndarray:
@@ -57,15 +62,9 @@ class PartitionCounts:
 
     @classmethod
     def restored(cls, rec: LiveCounts) -> PartitionCounts:
-        k = len(rec.classes)
-
-        def m(rows: list[list[int]]) -> np.ndarray:
-            return np.asarray(rows, np.int64).reshape(k, k) if rows else _zeros(k)
-
-        return cls(k, rec.next_offset, rec.rows, m(rec.matrix), rec.candidate_errors,
-                   rec.production_errors, rec.production_confidence, rec.candidate_confidence,
-                   rec.labelled, m(rec.production_truth), m(rec.candidate_truth),
-                   rec.only_production_right, rec.only_candidate_right)
+        pc = cls(len(rec.classes), rec.next_offset)
+        add_counts(pc, rec, pc.classes)
+        return pc
 
 
 @dataclass(frozen=True)
@@ -77,8 +76,8 @@ class Pair:
     role: RolloutRole = RolloutRole.SHADOW
 
     def key(self, partition: int) -> bytes:
-        return (f"{self.stream}|{self.model_name}|{self.production_version}|"
-                f"{self.candidate_version}|{partition}").encode()
+        return live_key(self.stream, self.model_name, self.production_version,
+                        self.candidate_version, self.role, partition)
 
 
 @dataclass(frozen=True)
@@ -157,8 +156,24 @@ class LiveComparison:
             self.dirty.add(rows.partition)
             return fresh
 
+    def add_arms(self, partition: int, end_offset: int, production_offsets: np.ndarray,
+                 candidate_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A canary's batch of one partition: each arm scored its own records (disjoint keys,
+        nothing paired). Moves ``next_offset`` past the batch; the masks of each arm's records
+        at or past it, the ones whose labels may count."""
+        with self.lock:
+            first = min([end_offset] + [int(o.min()) for o in (production_offsets,
+                                                                candidate_offsets) if len(o)])
+            pc = self.counts(partition, first)
+            fresh_p, fresh_c = (production_offsets >= pc.next_offset,
+                                candidate_offsets >= pc.next_offset)
+            pc.next_offset = max(pc.next_offset, end_offset)
+            self.dirty.add(partition)
+            return fresh_p, fresh_c
+
     def add_truth(self, partition: int, truth: str, production: int, candidate: int) -> bool:
-        """A label joined to a counted record; False for a class the model does not have."""
+        """A label joined to a counted record; False for a class the model does not have.
+        A version that did not predict the record (a canary's other arm) is -1."""
         t = self.index.get(truth)
         if t is None:
             return False
@@ -167,10 +182,13 @@ class LiveComparison:
             if pc is None:
                 return False
             pc.labelled += 1
-            pc.production_truth[t, production] += 1
-            pc.candidate_truth[t, candidate] += 1
-            pc.only_production_right += int(production == t and candidate != t)
-            pc.only_candidate_right += int(candidate == t and production != t)
+            if production >= 0:
+                pc.production_truth[t, production] += 1
+            if candidate >= 0:
+                pc.candidate_truth[t, candidate] += 1
+            if production >= 0 and candidate >= 0:
+                pc.only_production_right += int(production == t and candidate != t)
+                pc.only_candidate_right += int(candidate == t and production != t)
             self.dirty.add(partition)
         return True
 
@@ -187,31 +205,14 @@ class LiveComparison:
             stream=pr.stream, model_name=pr.model_name,
             production_version=pr.production_version, candidate_version=pr.candidate_version,
             role=pr.role, partition=partition, next_offset=pc.next_offset,
-            classes=list(self.classes), rows=pc.rows, matrix=pc.matrix.tolist(),
-            candidate_errors=pc.candidate_errors, production_errors=pc.production_errors,
-            production_confidence=pc.production_confidence,
-            candidate_confidence=pc.candidate_confidence, labelled=pc.labelled,
-            production_truth=pc.production_truth.tolist(),
-            candidate_truth=pc.candidate_truth.tolist(),
-            only_production_right=pc.only_production_right,
-            only_candidate_right=pc.only_candidate_right)
+            classes=list(self.classes), **as_fields(pc))
 
     def total(self) -> PartitionCounts:
         """Every partition this scorer holds, summed (for /metrics)."""
         with self.lock:
             out = PartitionCounts(len(self.classes))
             for pc in self.parts.values():
-                out.rows += pc.rows
-                out.matrix += pc.matrix
-                out.candidate_errors += pc.candidate_errors
-                out.production_errors += pc.production_errors
-                out.production_confidence += pc.production_confidence
-                out.candidate_confidence += pc.candidate_confidence
-                out.labelled += pc.labelled
-                out.production_truth += pc.production_truth
-                out.candidate_truth += pc.candidate_truth
-                out.only_production_right += pc.only_production_right
-                out.only_candidate_right += pc.only_candidate_right
+                add_counts(out, pc, out.classes)
             return out
 
 
@@ -234,12 +235,16 @@ class LiveCountsFollower:
         self._thread.start()
         return self
 
+    def caught_up(self, idle_s: float = 0.3) -> bool:
+        """The topic has been read to its end (and nothing came for ``idle_s``)."""
+        idle = self._idle_since
+        return idle is not None and time.monotonic() - idle >= idle_s
+
     def wait_caught_up(self, timeout_s: float = 10.0, idle_s: float = 0.3) -> bool:
         """Block until the topic has been read to its end (idle for ``idle_s``)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            idle = self._idle_since
-            if idle is not None and time.monotonic() - idle >= idle_s:
+            if self.caught_up(idle_s):
                 return True
             time.sleep(0.02)
         return False
@@ -247,7 +252,8 @@ class LiveCountsFollower:
     def latest_for(self, pair: Pair) -> dict[int, LiveCounts]:
         head = pair.key(0).rsplit(b"|", 1)[0] + b"|"
         with self._lock:
-            return {rec.partition: rec for k, rec in self._latest.items() if k.startswith(head)}
+            return {rec.partition: rec for k, rec in self._latest.items()
+                    if k.startswith(head) and rec.role == pair.role}
 
     def newest(self, pair: Pair, partition: int) -> LiveCounts | None:
         with self._lock:

@@ -224,7 +224,7 @@ class Columns:
         keys, topics, parts, offs, rws = self._source(s, e)
         heads = [h.take(slice(s, e)) for h in self.heads]
         scores, label, top = heads[0].json()
-        only = topics[0] if all(t == topics[0] for t in topics) else None
+        only = topics[0] if topics.count(topics[0]) == len(topics) else None  # C, not a genexpr
         topic: pa.Array | pa.Scalar = (pa.scalar(json.dumps(only)) if only is not None
                                        else pa.array([json.dumps(t) for t in topics], pa.string()))
         parts_: list[Any] = [

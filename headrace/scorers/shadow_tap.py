@@ -18,9 +18,10 @@ The candidate reads production's decoded rows without a copy: the decoder's feat
 decoded into fresh memory while the candidate still holds it.
 
 The candidate is loaded as production is (every file's sha256 verified, warmed) in the
-background when a shadow starts; batches scored before it is ready are not compared. A scorer
-that starts while a shadow is set loads the candidate and reads its counts back before it
-scores, so a restart compares every record it scores.
+background when a shadow starts, by the canary's loader (``candidates.CandidateLoader``);
+batches scored before it is ready are not compared. A scorer that starts while a shadow is set
+loads the candidate and reads its counts back before it scores, so a restart compares every
+record it scores.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -40,12 +40,13 @@ from headrace.contracts import LiveCounts, RolloutRole
 from headrace.core.errors import HeadraceError
 from headrace.scorers.budget import MessageCaps
 from headrace.scorers.candidate import CandidateRun, classes_of, run_candidate
+from headrace.scorers.candidates import CandidateLoader
 from headrace.scorers.core import Outputs, ScoringCore
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.inputs import InputLimits
 from headrace.scorers.label_join import LabelJoin, follow_labels
 from headrace.scorers.live_counts import LiveComparison, LiveCountsFollower, Pair
-from headrace.scorers.models import LoadedModel, Sizing, load_ref
+from headrace.scorers.models import LoadedModel, Sizing
 from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.shadow_metrics import ShadowMetrics
 from headrace.scorers.shadow_rows import PartitionRows, Production, pair_rows
@@ -109,12 +110,6 @@ class _Started:
         return self.job is None or self.job.done()
 
 
-def load_candidate(*, root: Path, ref: str, device: str, max_batch: int,
-                   sizes: Sizing) -> LoadedModel:
-    """Resolve, verify, load and warm the candidate (what production's loader does)."""
-    return load_ref(root=root, ref=ref, device=device, max_batch=max_batch, sizes=sizes)
-
-
 class ShadowTap:
     name = "shadow"
 
@@ -136,14 +131,15 @@ class ShadowTap:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="shadow")
         self._started: list[_Started] = []  # batches not yet delivered, oldest first
         self._late: Future[_Ran] | None = None  # a run over its budget
-        self._candidate: LoadedModel | None = None
-        self._loading: int | None = None  # the version being loaded
-        self._refused: tuple[int, int] | None = None  # (watch version, candidate version)
+        self._send: SendSide | None = None  # the scorer's producer, for the candidate's thread
+        self.loader = CandidateLoader(root=ctx.settings.dfs_root, device=s.device,
+                                      max_batch=s.batch_size,
+                                      sizes=Sizing(max_batch_bytes=s.max_batch_bytes,
+                                                   device_memory_mb=s.device_memory_mb),
+                                      prepare=self.prepare)
         self._pairs: dict[tuple[int, int], LiveComparison] = {}
         self._maps: dict[tuple[int, int], np.ndarray] = {}
         self._logged: dict[str, float] = {}
-        self._lock = threading.Lock()
-        self._send: SendSide | None = None  # the scorer's producer, for the candidate's thread
         self.metrics = ShadowMetrics(ctx.metrics, lambda: list(self._pairs.values()),
                                      lambda: self.join.stats)
 
@@ -156,37 +152,18 @@ class ShadowTap:
             return None
         return st.candidate_version
 
-    def prepare(self, version: int) -> None:
-        """Load ``version`` and read the counts back (a thread: a live start; the scorer's
-        start: before scoring). A candidate that fails is refused until the rollout changes."""
-        watch = self.rollout.version
-        try:
-            self._start_followers()
-            spec = shadow_spec(self.stream, partition_count(self.conn, data_topic(self.stream))
-                               or self.settings.partitions)
-            ensure_topics(self.conn, [dataclasses.replace(
-                spec, config={**spec.config, **self.settings.topic_config()})],
-                replication_factor=self.settings.replication_factor)
-            s = self.scorer
-            model = load_candidate(root=self.settings.dfs_root,
-                                   ref=f"{self.model_name}:{version}", device=s.device,
-                                   max_batch=s.batch_size,
-                                   sizes=Sizing(max_batch_bytes=s.max_batch_bytes,
-                                                device_memory_mb=s.device_memory_mb))
-            assert self.follower is not None
-            if not self.follower.wait_caught_up(timeout_s=10.0):
-                log.warning("%s not read to its end in 10s", self.live_topic)
-        except (HeadraceError, OSError) as exc:
-            self._refused = (watch, version)
-            log.error("shadow candidate %s:%s refused: %s; production goes on alone",
-                      self.model_name, version, exc)
-            return
-        finally:
-            with self._lock:
-                self._loading = None
-        with self._lock:
-            self._candidate = model
-        log.info("shadowing %s with %s", self.stream, model.ref)
+    def prepare(self, name: str, version: int) -> None:
+        """Before the loader loads the candidate (in its thread): make the shadow topic and
+        read the counts back, so the candidate is there only once its counts are."""
+        self._start_followers()
+        spec = shadow_spec(self.stream, partition_count(self.conn, data_topic(self.stream))
+                           or self.settings.partitions)
+        ensure_topics(self.conn, [dataclasses.replace(
+            spec, config={**spec.config, **self.settings.topic_config()})],
+            replication_factor=self.settings.replication_factor)
+        assert self.follower is not None
+        if not self.follower.wait_caught_up(timeout_s=10.0):
+            log.warning("%s not read to its end in 10s", self.live_topic)
 
     def _start_followers(self) -> None:
         if self.follower is not None:
@@ -203,21 +180,12 @@ class ShadowTap:
         while not self.stop.wait(0.5):
             version = self.wanted()
             if version is not None:
-                self._ready(version)
+                self.loader.want(self.model_name, version)
 
-    def _ready(self, version: int) -> LoadedModel | None:
-        with self._lock:
-            cand = self._candidate
-            if cand is not None and cand.version == version:
-                return cand
-            if cand is not None:
-                self._candidate = None  # another candidate now
-            if self._loading is not None or self._refused == (self.rollout.version, version):
-                return None
-            self._loading = version
-        threading.Thread(target=self.prepare, args=(version,), name="shadow-load",
-                         daemon=True).start()
-        return None
+    @property
+    def candidate(self) -> LoadedModel | None:
+        """The candidate loaded now, if any."""
+        return self.loader.loaded
 
     def bind_sender(self, send: SendSide) -> None:
         """The candidate's thread produces its predictions as soon as they are made, so they
@@ -229,10 +197,9 @@ class ShadowTap:
         """Start the candidate on the batch (its own thread); ``before_delivery`` collects it."""
         version = self.wanted()
         if version is None:
-            with self._lock:
-                self._candidate = None
+            self.loader.drop()
             return
-        cand = self._ready(version)
+        cand = self.loader.want(self.model_name, version)
         if cand is None:
             return
         comp = self._pair(scored.model, cand)
@@ -411,8 +378,7 @@ def make_shadow_tap(ctx: TapContext) -> Tap | None:
     tap = ShadowTap(ctx, ctx.conn, ctx.rollout)
     version = tap.wanted()
     if version is not None:
-        tap._loading = version
-        tap.prepare(version)
+        tap.loader.want(tap.model_name, version, wait=True)
     threading.Thread(target=tap.watch, name="shadow-watch", daemon=True).start()
     return tap
 

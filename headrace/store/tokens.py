@@ -97,6 +97,23 @@ def token_counts(texts: pa.Array | Sequence[str] | np.ndarray) -> np.ndarray:
     return np.bincount(rows[keep], minlength=len(tokens)).astype(np.int64)
 
 
+def over_length(texts: pa.Array | Sequence[str] | np.ndarray, max_length: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of more than ``max_length`` tokens and their token counts, as ``token_counts``
+    gives them. Only rows of at least ``2 * max_length`` bytes are tokenized: standardising
+    only lowers ASCII and removes bytes, and ``n`` tokens take at least ``2n - 1`` bytes (one
+    separator between two), so a shorter row cannot be over. On a scorer's batch of short texts
+    that is one length kernel instead of the whole tokenizer."""
+    arr = _strings(texts)
+    lengths = pc.binary_length(arr).to_numpy(zero_copy_only=False)
+    long = np.flatnonzero(lengths >= 2 * max_length)
+    if not len(long):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    counts = token_counts(arr.take(pa.array(long)))
+    over = counts > max_length
+    return long[over].astype(np.int64), counts[over]
+
+
 def encode_categories(values: pa.Array | Sequence[str] | np.ndarray,
                       vocabulary: Sequence[str]) -> np.ndarray:
     """Category ids ``int32 (rows,)``: 0 for a value not in the vocabulary."""

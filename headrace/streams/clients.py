@@ -31,6 +31,10 @@ class KafkaConnection:
     extra: dict[str, str] = field(default_factory=dict)
     client_rack: str | None = None
     timeout_s: float = 10.0
+    # Durability of the topics created through this connection: every creator gets the
+    # cluster's, so a topic created first by a CLI command is as durable as a scorer's.
+    replication_factor: int = 1
+    topic_config: dict[str, str] = field(default_factory=dict)  # e.g. min.insync.replicas
 
     def base(self) -> dict[str, Any]:
         # librdkafka's own log lines go to Python logging, not straight to stderr.
@@ -121,20 +125,25 @@ def list_topics(conn: KafkaConnection) -> dict[str, int]:
     return {name: len(t.partitions) for name, t in md.topics.items() if not name.startswith("__")}
 
 
+def new_topic(conn: KafkaConnection, spec: TopicSpec, *,
+              replication_factor: int | None = None) -> NewTopic:
+    """The topic as created on ``conn``'s cluster: its own config plus the cluster's durability."""
+    return NewTopic(spec.name, num_partitions=spec.partitions,
+                    replication_factor=replication_factor or conn.replication_factor,
+                    config={**spec.config, **conn.topic_config})
+
+
 def ensure_topics(
-    conn: KafkaConnection, specs: Iterable[TopicSpec], *, replication_factor: int = 1
+    conn: KafkaConnection, specs: Iterable[TopicSpec], *, replication_factor: int | None = None
 ) -> list[str]:
-    """Create the missing topics; return the names created. Idempotent."""
+    """Create the missing topics; return the names created. Idempotent. The replication
+    factor and durability config are the connection's unless ``replication_factor`` is given."""
     existing = set(list_topics(conn))
     missing = [s for s in specs if s.name not in existing]
     if not missing:
         return []
     admin = make_admin(conn)
-    new = [
-        NewTopic(s.name, num_partitions=s.partitions, replication_factor=replication_factor,
-                 config=dict(s.config))
-        for s in missing
-    ]
+    new = [new_topic(conn, s, replication_factor=replication_factor) for s in missing]
     futures = admin.create_topics(new, request_timeout=conn.timeout_s)
     created = []
     for name, fut in futures.items():

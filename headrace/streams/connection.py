@@ -12,11 +12,16 @@ from headrace.streams.clients import KafkaConnection
 
 
 def connection_for(settings: Settings, bootstrap: str | None = None) -> KafkaConnection:
+    """The configured cluster, or (``bootstrap`` given) an embedded broker started for us: one
+    node, so its topics get one replica and no durability config."""
+    embedded = bootstrap is not None
     return KafkaConnection(
         bootstrap=bootstrap or settings.bootstrap or "",
         extra=dict(settings.kafka_config),
         client_rack=settings.client_rack,
         timeout_s=settings.request_timeout_s,
+        replication_factor=1 if embedded else settings.replication_factor,
+        topic_config={} if embedded else settings.topic_config(),
     )
 
 

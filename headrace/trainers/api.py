@@ -128,9 +128,12 @@ def request_training(*, conn: KafkaConnection, request: TrainRequested,
                      ) -> str:
     """Publish ``request`` on events.train-requests; return the job id it maps to. Missing
     control topics are created with ``durability`` (replication factor, topic config)."""
-    rf, config = durability or (1, {})
-    ensure_topics(conn, [dataclasses.replace(s, config={**s.config, **config})
-                         for s in topics.specs()], replication_factor=rf)
+    if durability is None:  # the connection's own (the cluster's settings)
+        ensure_topics(conn, topics.specs())
+    else:
+        rf, config = durability
+        ensure_topics(conn, [dataclasses.replace(s, config={**s.config, **config})
+                             for s in topics.specs()], replication_factor=rf)
     send_events(conn, topics.train_requests, [request], key_of=lambda r: r.idempotency_key)
     return jobs.job_id_for(request.idempotency_key)
 

@@ -29,13 +29,18 @@ def test_canary_starts_and_stops_on_the_streams_state(
     base = ["--bootstrap", broker, "--dfs-root", str(dfs), "models", "canary"]
     stream = model
     assert main([*base, f"{model}:2", "--stream", stream, "--percent", "5",
-                 "--steps", "25,50,100", "--min-records", "200"]) == 0
+                 "--steps", "25,50,100", "--min-records", "200", "--min-labelled", "50",
+                 "--max-accuracy-drop", "0.02"]) == 0
     out = capsys.readouterr().out
     assert f"canary {model}:2 on {stream}: 5% of the keys, then 25% -> 50% -> 100%" in out
+    flat = " ".join(out.split())  # the console wraps long lines
+    assert "every 200 candidate records and 50 labelled ones" in flat
+    assert "live accuracy drops by more than 0.02" in flat
     st = current_rollout(conn, stream)
     assert st is not None and st.role == RolloutRole.CANARY and st.candidate_version == 2
     assert st.canary is not None and (st.canary.percent, st.canary.steps,
                                       st.canary.min_records) == (5, [25, 50, 100], 200)
+    assert (st.canary.min_labelled, st.canary.max_accuracy_drop) == (50, 0.02)
     assert f"salt {st.canary.salt}" in out
     assert main([*base, model, "--stream", stream, "--stop"]) == 0
     assert f"stopped the canary of {model}:2 on {stream}" in capsys.readouterr().out
@@ -57,6 +62,10 @@ def test_canary_starts_and_stops_on_the_streams_state(
     (["{m}:2"], "give --percent (or --stop)"),
     (["{m}:2", "--percent", "10", "--min-records", "0"], "--min-records must be at least 1"),
     (["{m}:2", "--percent", "10", "--max-error-margin", "2"], "--max-error-margin must be"),
+    (["{m}:2", "--percent", "10", "--min-labelled", "-1"], "--min-labelled must be 0 or more"),
+    (["{m}:2", "--percent", "10", "--max-accuracy-drop", "1.5"],
+     "--max-accuracy-drop must be between 0 and 1, got 1.5"),
+    (["{m}:2", "--percent", "10", "--max-accuracy-drop", "x"], "--max-accuracy-drop"),
 ])
 def test_bad_canary_input_is_one_line_and_a_non_zero_exit_before_any_broker_is_asked(
         dfs: Path, model: str, private_state: Path,

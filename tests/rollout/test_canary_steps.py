@@ -4,7 +4,14 @@ advance by records (not minutes) when it is not, promote at the step of 100."""
 from __future__ import annotations
 
 from headrace.contracts import Canary
-from headrace.rollout.canary_steps import Ledger, Verdict, advanced, judge
+from headrace.rollout.canary_steps import (
+    ACCURACY_MIN_LABELLED,
+    Labelled,
+    Ledger,
+    Verdict,
+    advanced,
+    judge,
+)
 
 
 def _canary(**kw: object) -> Canary:
@@ -61,4 +68,52 @@ def test_a_doubtful_candidate_holds_instead_of_advancing() -> None:
 
 def test_labelled_records_required_hold_the_step() -> None:
     d = judge(_canary(min_labelled=10), _ledger((500, 0), (500, 0)))
-    assert d.verdict == Verdict.HOLD and "labelled" in d.reason
+    assert d.verdict == Verdict.HOLD and "0/10 labelled candidate records" in d.reason
+
+
+def test_a_step_advances_once_the_candidate_has_min_labelled_labelled_records_in_it() -> None:
+    c = _canary(min_labelled=40)
+    led = _ledger((500, 0), (500, 0))
+    led.labels(Labelled(300, 290), Labelled(39, 38))
+    assert judge(c, led).verdict == Verdict.HOLD  # production's labels do not count
+    led.labels(Labelled(300, 290), Labelled(40, 38))
+    assert judge(c, led).verdict == Verdict.ADVANCE
+    # The next step counts its own labelled records, from the total when it began.
+    nxt = advanced(c, 25.0)
+    led.follow(nxt)
+    assert led.step_labelled == 0 and judge(nxt, led).verdict == Verdict.HOLD
+    led.add(candidate=(100, 0), production=(100, 0))
+    led.labels(Labelled(400, 390), Labelled(79, 77))
+    assert judge(nxt, led).verdict == Verdict.HOLD
+    led.labels(Labelled(400, 390), Labelled(80, 78))
+    assert judge(nxt, led).verdict == Verdict.ADVANCE
+    # A scorer (re)starting mid-step counts the step's labelled records from what it read back.
+    fresh = Ledger("s", 5.0, step_records=500)
+    fresh.labels(Labelled(400, 390), Labelled(80, 78), new_step=True)
+    assert fresh.step_labelled == 0 and judge(c, fresh).verdict == Verdict.HOLD
+
+
+def test_a_clearly_less_accurate_candidate_rolls_back_naming_accuracy() -> None:
+    c = _canary(max_accuracy_drop=0.05)
+    led = _ledger((40, 0), (400, 0))  # too few records for a step: the rollback comes first
+    led.labels(Labelled(200, 196), Labelled(40, 20))
+    d = judge(c, led)
+    assert d.verdict == Verdict.ROLLBACK
+    assert "live accuracy 0.5000 (20/40)" in d.reason and "0.9800 (196/200)" in d.reason
+    assert "margin 0.05" in d.reason
+    assert judge(_canary(), led).verdict == Verdict.HOLD  # no max_accuracy_drop: not judged
+
+
+def test_accuracy_never_rolls_back_on_few_labels_and_doubt_holds() -> None:
+    c = _canary(max_accuracy_drop=0.05)
+    led = _ledger((500, 0), (500, 0))
+    few = ACCURACY_MIN_LABELLED - 1
+    led.labels(Labelled(1000, 1000), Labelled(few, 0))  # 0% right, but too few labelled
+    assert judge(c, led).verdict == Verdict.ADVANCE
+    # 88% vs 97%: worse by more than the margin, but not with 95% confidence on 50 labels.
+    led.labels(Labelled(1000, 970), Labelled(50, 44))
+    d = judge(c, led)
+    assert d.verdict == Verdict.HOLD and "not yet clearly worse" in d.reason
+    # Within the margin: advances.
+    led.labels(Labelled(1000, 970), Labelled(50, 47))
+    assert judge(c, led).verdict == Verdict.ADVANCE

@@ -127,7 +127,7 @@ def test_compare_sums_every_partition_and_equals_the_offline_recount(
     finally:
         dash.stop()
     assert panel["matrix"] == got["matrix"] and panel["agreement"] == got["agreement"]
-    assert panel["summary"][0].startswith(f"{name} v1 vs v2 on {stream}: 600 rows")
+    assert panel["summary"][0].startswith(f"{name} v1 vs v2 on {stream}: 600 paired rows")
 
 
 def test_before_labels_compare_shows_the_cbpe_estimate_labelled_as_such(

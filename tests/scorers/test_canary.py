@@ -5,7 +5,6 @@ batch; steps advance by records and the last one promotes."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,12 +14,10 @@ import numpy as np
 import pytest
 
 from headrace.contracts import (
-    JobEvent,
     JobEventKind,
     LineageRange,
     ModelAction,
     ModelPublished,
-    RolloutRole,
     RolloutState,
 )
 from headrace.core.settings import Settings
@@ -28,15 +25,21 @@ from headrace.ops.canary import start_canary
 from headrace.ops.rollout_control import current_rollout, publish_rollout
 from headrace.rollout import routing
 from headrace.scorers import taps
-from headrace.scorers.canary import ROLE_HEADER
 from headrace.scorers.canary_outcomes import audit_id
 from headrace.scorers.taps import Scored
 from headrace.store.manifest import Manifest
 from headrace.store.versions import ModelVersion, publish, read_alias
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.reading import read_events
-from headrace.streams.topics import ControlTopics, dlq_topic, predictions_topic
+from headrace.streams.topics import dlq_topic
 from tests.fixtures import read_all
+from tests.scorers.canary_helpers import (
+    CONTROL,
+    audit_events,
+    is_canary,
+    one_each,
+    wait_predictions,
+)
 from tests.scorers.conftest import (
     CLASSES,
     FEATURES,
@@ -47,8 +50,6 @@ from tests.scorers.conftest import (
     rows,
     send_json,
 )
-
-CONTROL = ControlTopics()  # the test settings carry no topic prefix
 
 
 def publish_broken(root: Path, name: str, *, nan_when_a_positive: bool = False) -> ModelVersion:
@@ -76,29 +77,8 @@ def publish_broken(root: Path, name: str, *, nan_when_a_positive: bool = False) 
     return publish(root, manifest, lambda d: model.save(d / "model.keras"))
 
 
-def _predictions(conn: KafkaConnection, stream: str, expect: int) -> list[tuple[Any, dict]]:
-    msgs = eventually(lambda: (lambda got: got if len(got) >= expect else None)(
-        read_all(conn, predictions_topic(stream))), timeout_s=60,
-        what=f"{expect} predictions")
-    return [(m, json.loads(m.value)) for m in msgs]
 
 
-def _one_each(preds: list[tuple[Any, dict]]) -> dict[tuple[int, int], dict]:
-    by_source: dict[tuple[int, int], dict] = {}
-    for _, p in preds:
-        src = (p["source_partition"], p["source_offset"])
-        assert src not in by_source, f"two predictions for {src}"
-        by_source[src] = p
-    return by_source
-
-
-def _is_canary(msg: Any) -> bool:
-    return (ROLE_HEADER, RolloutRole.CANARY.value.encode()) in list(msg.headers or ())
-
-
-def _audit(conn: KafkaConnection, job_id: str) -> list[JobEvent]:
-    return [e for e in read_events(conn, CONTROL.jobs, JobEvent, idle_s=0.5)
-            if e.job_id == job_id]
 
 
 def _waves(preds: list[tuple[Any, dict]], waves: int) -> list[list[tuple[Any, dict]]]:
@@ -134,18 +114,18 @@ def test_predictions_follow_the_salted_routing_exactly_across_a_restart_and_a_ri
         for msg, p in preds:
             want = routing.to_candidate(msg.key, salt, percent)
             assert p["model_version"] == (v2.version if want else v1.version), p
-            assert _is_canary(msg) == want
+            assert is_canary(msg) == want
             if want:
                 chosen.add(msg.key)
         return chosen
 
     with ready_scorer(settings, conn):
         send_json(conn, data, rows(n, seed=1), key_prefix="user")
-        at_30 = on_candidate(_predictions(conn, stream, n), 30)
+        at_30 = on_candidate(wait_predictions(conn, stream, n), 30)
         assert 0.25 < len(at_30) / n < 0.35
     with ready_scorer(settings, conn):  # a restarted scorer: the same keys, the same routing
         send_json(conn, data, rows(n, seed=2), key_prefix="user")
-        again = _waves(_predictions(conn, stream, 2 * n), 2)[1]
+        again = _waves(wait_predictions(conn, stream, 2 * n), 2)[1]
         assert on_candidate(again, 30) == at_30
         publish_rollout(conn, CONTROL, st.model_copy(update={
             "canary": st.canary.model_copy(update={"percent": 60.0})}))
@@ -155,8 +135,8 @@ def test_predictions_follow_the_salted_routing_exactly_across_a_restart_and_a_ri
             what="the 60% state on the topic")
         time.sleep(1.0)  # the scorer's watch polls every 0.5 s
         send_json(conn, data, rows(n, seed=3), key_prefix="user")
-        preds = _predictions(conn, stream, 3 * n)
-    assert len(_one_each(preds)) == 3 * n  # one prediction per record, none lost or doubled
+        preds = wait_predictions(conn, stream, 3 * n)
+    assert len(one_each(preds)) == 3 * n  # one prediction per record, none lost or doubled
     last = _waves(preds, 3)[2]
     assert {m.key for m, _ in last} == {f"user{i}".encode() for i in range(n)}
     at_60 = on_candidate(last, 60)
@@ -174,17 +154,17 @@ def test_a_candidate_returning_nan_rolls_back_by_itself_within_one_batch(
                       stream=stream, percent=20, steps=[50, 100], min_records=10)
     send_json(conn, data, rows(3000, seed=4), key_prefix="c")  # waiting: full batches of 512
     with ready_scorer(settings, conn, transactional=transactional) as scorer:
-        preds = _predictions(conn, stream, 3000)
+        preds = wait_predictions(conn, stream, 3000)
         ended = eventually(lambda: (c := current_rollout(conn, stream, topics=CONTROL)) is not None
                            and c.candidate_version is None and c, what="the rollout's end")
         metrics = http_get(scorer.http_port, "/metrics")[1].decode()
     assert (f'headrace_scorer_canary_decisions_total{{stream="{stream}",verdict="rollback"}} 1.0'
             in metrics)
     assert f'headrace_scorer_canary_percent{{stream="{stream}"}} 0.0' in metrics
-    by_source = _one_each(preds)
+    by_source = one_each(preds)
     assert len(by_source) == 3000  # every record exactly one prediction, from production
     assert {p["model_version"] for p in by_source.values()} == {v1.version}
-    assert not any(_is_canary(m) for m, _ in preds)
+    assert not any(is_canary(m) for m, _ in preds)
     assert read_all(conn, dlq_topic(stream)) == []  # nothing dead-lettered for the candidate
     assert "rolled back" in ended.reason and "error rate" in ended.reason
     rollback = [e for e in read_events(conn, CONTROL.models, ModelPublished, idle_s=0.5)
@@ -192,7 +172,7 @@ def test_a_candidate_returning_nan_rolls_back_by_itself_within_one_batch(
     assert [(e.action, e.version, e.previous_version) for e in rollback] == [
         (ModelAction.ROLLBACK, v1.version, bad.version)]
     assert rollback[0].reason == ended.reason
-    audit = _audit(conn, audit_id(st))
+    audit = audit_events(conn, audit_id(st))
     assert [e.kind for e in audit] == [JobEventKind.STARTED, JobEventKind.FAILED]
     # Within one batch: the candidate was given one batch's share (~20% of 512), no more.
     assert audit[-1].reason == ended.reason
@@ -243,26 +223,26 @@ def test_rows_a_candidate_fails_are_scored_by_production_in_the_same_batch(
     records = rows(1000, seed=5)
     with ready_scorer(settings, conn):
         send_json(conn, data, records, key_prefix="h")
-        preds = _predictions(conn, stream, 1000)
+        preds = wait_predictions(conn, stream, 1000)
     by_key = {m.key: (m, p) for m, p in preds}
-    assert len(_one_each(preds)) == len(by_key) == 1000
+    assert len(one_each(preds)) == len(by_key) == 1000
     assert read_all(conn, dlq_topic(stream)) == []
     served = {"canary": 0, "fallback": 0}
     for i, rec in enumerate(records):
         msg, p = by_key[f"h{i}".encode()]
         routed = routing.to_candidate(msg.key, salt, 50)
         if routed and rec["a"] <= 0:  # the candidate scores it
-            assert p["model_version"] == half.version and _is_canary(msg)
+            assert p["model_version"] == half.version and is_canary(msg)
             assert all(np.isfinite(p["scores"]))
             served["canary"] += 1
         else:  # production's own, or the candidate returned NaN for it
-            assert p["model_version"] == v1.version and not _is_canary(msg)
+            assert p["model_version"] == v1.version and not is_canary(msg)
             served["fallback"] += routed
     assert served["canary"] > 100 and served["fallback"] > 100, served
     # The taps saw each row once, with the role and version of the prediction it got.
     seen = dict(role_tap.seen)
     assert len(seen) == len(role_tap.seen) == 1000
-    for src, p in _one_each(preds).items():
+    for src, p in one_each(preds).items():
         assert seen[src] == (("canary", half.version) if p["model_version"] == half.version
                              else (None, v1.version))
     # The lineage index: one run per partition and role, holding exactly that role's records.
@@ -272,7 +252,7 @@ def test_rows_a_candidate_fails_are_scored_by_production_in_the_same_batch(
             ranges[r.key()] = r
     runs = sorted((r.partition, r.role.value, r.version, r.records) for r in ranges.values())
     want: dict[tuple[int, str, int], int] = {}
-    for (part, _), p in _one_each(preds).items():
+    for (part, _), p in one_each(preds).items():
         role = "canary" if p["model_version"] == half.version else "production"
         want[(part, role, p["model_version"])] = want.get((part, role, p["model_version"]), 0) + 1
     assert runs == sorted((*k, n) for k, n in want.items())
@@ -287,7 +267,7 @@ def test_steps_advance_by_records_and_the_last_promotes(
     with ready_scorer(settings, conn) as scorer:
         # ~100 candidate records at 10%: under min_records, the step holds.
         send_json(conn, data, rows(1000, seed=6), key_prefix="a")
-        _predictions(conn, stream, 1000)
+        wait_predictions(conn, stream, 1000)
         state = current_rollout(conn, stream, topics=CONTROL)
         assert state is not None and state.canary is not None and state.canary.percent == 10
         # ~100 more: over 150, the canary steps to 50%; ~1000 at 50%: over 150, it promotes
@@ -299,15 +279,15 @@ def test_steps_advance_by_records_and_the_last_promotes(
         eventually(lambda: scorer.holder.current is not None
                    and scorer.holder.current.version == v2.version, what="v2 swapped in")
         send_json(conn, data, rows(500, seed=9), key_prefix="d")
-        preds = _predictions(conn, stream, 4500)
-    assert len(_one_each(preds)) == 4500
+        preds = wait_predictions(conn, stream, 4500)
+    assert len(one_each(preds)) == 4500
     pointer = read_alias(dfs, stream)
     assert pointer is not None and pointer.version == v2.version and pointer.previous == v1.version
     published = [e for e in read_events(conn, CONTROL.models, ModelPublished, idle_s=0.5)
                  if e.model_name == stream]
     assert [(e.action, e.version, e.previous_version) for e in published] == [
         (ModelAction.PROMOTED, v2.version, v1.version)]
-    audit = _audit(conn, audit_id(st))
+    audit = audit_events(conn, audit_id(st))
     assert [e.kind for e in audit] == [JobEventKind.STARTED, JobEventKind.PROGRESS,
                                        JobEventKind.SUCCEEDED]
     assert audit[1].metrics["percent"] == 10 and audit[1].metrics["candidate_records"] >= 150
@@ -315,7 +295,7 @@ def test_steps_advance_by_records_and_the_last_promotes(
     assert audit[2].reason is None and "canary promoted" in audit[2].message  # not "kept"
     assert audit[2].metrics["percent"] == 50
     assert audit[2].metrics["candidate_records"] - audit[1].metrics["candidate_records"] >= 150
-    last = {p["model_version"] for p in _one_each(preds).values() if p["key"].startswith("d")}
+    last = {p["model_version"] for p in one_each(preds).values() if p["key"].startswith("d")}
     assert last == {v2.version}  # promoted: production is the candidate now
 
 
@@ -330,9 +310,9 @@ def test_a_candidate_that_does_not_load_rolls_back_and_production_scores_everyth
         f.write(b"\x00corrupt\x00")
     with ready_scorer(settings, conn):
         send_json(conn, data, rows(300, seed=10), key_prefix="k")  # the first batch decides
-        preds = _predictions(conn, stream, 300)
+        preds = wait_predictions(conn, stream, 300)
         ended = eventually(lambda: (c := current_rollout(conn, stream, topics=CONTROL)) is not None
                            and c.candidate_version is None and c, what="the rollout's end")
     assert "does not load" in ended.reason and "sha256" in ended.reason
-    assert len(_one_each(preds)) == 300
+    assert len(one_each(preds)) == 300
     assert {p["model_version"] for _, p in preds} == {v1.version}

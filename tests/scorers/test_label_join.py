@@ -70,3 +70,27 @@ def test_labels_are_not_kept_while_the_join_is_off_and_unknown_classes_are_count
     assert (join.stats.unknown, comp.total().labelled) == (1, 0)
     assert [parse_label(v) for v in (b'{"label": "yes"}', b'"no"', b"3", b"{}", b"x")] == [
         "yes", "no", "3", None, None]
+
+
+def test_a_canarys_arms_are_labelled_apart_and_a_redelivered_batch_is_not_counted_again(
+        ) -> None:
+    """In a canary each record has one version's prediction (the other is -1): a label counts
+    for that version alone, and records before the partition's next_offset (a redelivery)
+    never wait for a label again."""
+    join = LabelJoin(max_records=10, max_age_s=60, clock=Clock())
+    join.active = True
+    comp = LiveComparison(Pair("s", "m", 1, 2), CLASSES)
+    offsets = np.asarray([10, 11], np.int64)
+    fresh_p, fresh_c = comp.add_arms(0, 13, offsets[:1], offsets[1:])
+    assert fresh_p.tolist() == [True] and fresh_c.tolist() == [True]
+    join.predicted(comp, [b"p", b"c"], np.zeros(2, np.int64), np.asarray([1, -1]),
+                   np.asarray([-1, 0]))
+    join.labelled(b"p", "yes")  # production right
+    join.labelled(b"c", "yes")  # the candidate wrong
+    t = comp.total()
+    assert t.production_truth.tolist() == [[0, 0], [0, 1]]
+    assert t.candidate_truth.tolist() == [[0, 0], [1, 0]]
+    assert (t.labelled, t.only_production_right, t.only_candidate_right) == (2, 0, 0)
+    again = comp.add_arms(0, 13, offsets[:1], offsets[1:])  # the same batch, redelivered
+    assert not again[0].any() and not again[1].any()
+    assert comp.parts[0].next_offset == 13

@@ -17,7 +17,7 @@ from headrace.core.settings import Settings
 from headrace.models import load
 from headrace.ops.live_evidence import compare
 from headrace.ops.rollout_control import start_shadow
-from headrace.scorers import shadow_tap
+from headrace.scorers import candidates, shadow_tap
 from headrace.scorers.models import LoadedModel
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.topics import (
@@ -86,13 +86,13 @@ def test_shadow_predictions_and_live_matrix_equal_an_offline_recount(
 
 def _wrapped(monkeypatch: pytest.MonkeyPatch, fn: Any) -> None:
     """The real candidate from the store, its model call replaced by ``fn(real_fn, x)``."""
-    real = shadow_tap.load_candidate
+    real = candidates.load_ref  # the rollout candidate's loader (the shadow's and canary's)
 
     def load(**kw: Any) -> LoadedModel:
         m = real(**kw)
         return dataclasses.replace(m, fn=lambda x: fn(m.fn, x))
 
-    monkeypatch.setattr(shadow_tap, "load_candidate", load)
+    monkeypatch.setattr(candidates, "load_ref", load)
 
 
 def _production_alone(settings: Settings, conn: KafkaConnection, dfs: Path, data: str,
@@ -216,8 +216,8 @@ def test_a_candidate_on_a_subset_of_the_columns_is_sliced_and_one_on_other_colum
         start_shadow(root=dfs, conn=conn, ref=f"{stream}:3", topics=topics)
         eventually(lambda: _metric(scorer.http_port, "headrace_shadow_dropped_rows_total")
                    == 0 and scorer.worker is not None and any(
-                       getattr(t, "_candidate", None) is not None
-                       and t._candidate.version == 3 for t in scorer.worker.taps),
+                       isinstance(t, shadow_tap.ShadowTap) and t.candidate is not None
+                       and t.candidate.version == 3 for t in scorer.worker.taps),
                    what="candidate 3 loaded")
         send_json(conn, data, records, key_prefix="x")
         eventually(lambda: _metric(scorer.http_port, "headrace_shadow_rows_total",

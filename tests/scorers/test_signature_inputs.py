@@ -229,3 +229,33 @@ def test_an_undecodable_image_gets_the_same_reason_every_time() -> None:
     first = reason()
     assert first == reason()
     assert "0x" not in first and "image" in first
+
+
+def test_json_predictions_keep_each_records_key_and_topic_whether_or_not_rows_drop(
+        tmp_path: Path) -> None:
+    """The formatter takes the batch's own key list when every message is one scored row, and
+    per-row lists otherwise: each prediction names its own record either way."""
+    from headrace.scorers.core import ScoringCore
+    from headrace.scorers.models import load_model
+
+    sm.tf_text(tmp_path, "t")
+    model = load_model(root=tmp_path, name="t", alias="production", device="cpu", max_batch=64)
+    texts = ["good movie", "awful plot", " ".join(["the"] * 9), "fine", "great the movie"]
+    good = batch([json.dumps({"text": t}).encode() for t in texts[:2] + texts[3:]])
+    out = ScoringCore().score(good, model)
+    assert out.json_keys == good.keys and not out.letters
+    out.json_keys.append(None)  # the outputs' own list (a canary merge extends it)
+    assert len(good.keys) == 4
+    recs = [json.loads(v) for v in out.json_values]
+    assert [r["key"] for r in recs] == ["k0", "k1", "k2", "k3"]
+    assert [r["source_offset"] for r in recs] == [0, 1, 2, 3]
+    # One text over the model's 8 tokens: its row drops, the others keep their own keys.
+    mixed = batch([json.dumps({"text": t}).encode() for t in texts])
+    mixed.topics[3] = "data.other"
+    out = ScoringCore().score(mixed, model)
+    recs = [json.loads(v) for v in out.json_values]
+    assert out.json_keys == [b"k0", b"k1", b"k3", b"k4"]
+    assert [r["key"] for r in recs] == ["k0", "k1", "k3", "k4"]
+    assert [r["source_topic"] for r in recs] == ["data.t", "data.t", "data.other", "data.t"]
+    assert out.json_messages().tolist() == [0, 1, 3, 4]
+    assert [ltr.record.offset for ltr in out.letters] == [2]

@@ -67,3 +67,18 @@ def test_columnar_arrow_predictions_are_the_row_by_row_table(case: str,
             g = [None if v is None else json.loads(v) for v in g]
             w = [None if v is None else json.loads(v) for v in w]
         assert g == w, name
+
+
+@pytest.mark.parametrize("values", [
+    ["k0", None, "", "é✓ key"],  # nothing to escape: quoted as they are
+    ['q"x', "b\\s", "plain", None],  # quotes and backslashes: replaced by kernels
+    ["n\nl", "tab\there", 'q"', "x"],  # control characters: json.dumps
+])
+def test_keys_become_the_json_string_literals_json_dumps_writes(values: list[str | None]
+                                                                ) -> None:
+    import pyarrow as pa
+
+    from headrace.scorers.encoding import _json_strings
+
+    got = _json_strings(pa.array(values, pa.string())).to_pylist()
+    assert got == ["null" if v is None else json.dumps(v, ensure_ascii=False) for v in values]

@@ -4,6 +4,7 @@ TextVectorization gives for the same vocabulary (so both frameworks read text al
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from headrace.store import tokens
 
@@ -72,3 +73,25 @@ def test_token_ids_match_keras_byte_for_byte_on_a_unicode_corpus() -> None:
         int(np.count_nonzero(r)) for r in np.asarray(
             keras.layers.TextVectorization(vocabulary=vocab, output_sequence_length=64)(
                 np.array(UNICODE, dtype=object)))]
+
+
+def test_over_length_finds_exactly_the_rows_token_counts_finds() -> None:
+    """The scorer's over-length check tokenizes only rows long enough to be over (n tokens
+    take at least 2n - 1 bytes): it must refuse exactly the rows the full count refuses."""
+    rng = np.random.default_rng(0)
+    words = [w for t in UNICODE for w in t.split()] + ["!!", "a", "b,", "é", "🍕", "x-y"]
+    seps = [" ", "  ", "\t", "\u00a0", "\u3000", " , ", "\n"]
+    built = ["".join(rng.choice(words) + rng.choice(seps) for _ in range(rng.integers(0, 40)))
+             for _ in range(300)]
+    # At the bound: m one-byte tokens in 2m - 1 bytes (not over m), then m + 1 of them.
+    edge = [t for m in (1, 2, 3, 8) for t in (
+        " ".join("a" * m), " ".join("a" * (m + 1)), " ".join("a" * m) + " ,,,")]
+    corpus = [*UNICODE, *built, *edge, None]
+    full = tokens.token_counts(corpus)
+    for max_length in (1, 2, 3, 5, 8, 16, 64):
+        rows, counts = tokens.over_length(corpus, max_length)
+        want = np.flatnonzero(full > max_length)
+        assert rows.tolist() == want.tolist(), max_length
+        assert counts.tolist() == full[want].tolist()
+    assert tokens.over_length(pa.array(["a b c"]), 2)[0].tolist() == [0]
+    assert tokens.over_length(pa.array(["a b"]), 2)[0].tolist() == []
