@@ -26,17 +26,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from headrace.contracts import RolloutRole
-from headrace.core.errors import HeadraceError
 from headrace.rollout.canary_steps import Labelled
 from headrace.scorers.candidate import classes_of
 from headrace.scorers.core import Outputs
 from headrace.scorers.label_join import LabelJoin, follow_labels
-from headrace.scorers.live_counts import LIVE_HEADERS, LiveComparison, LiveCountsFollower, Pair
+from headrace.scorers.live_counts import (
+    LiveComparison,
+    LiveCountsFollower,
+    Pair,
+    changed_counts,
+    persist_last,
+)
 from headrace.scorers.models import LoadedModel
-from headrace.scorers.taps import SideOutput
 from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.consuming import RawBatch
-from headrace.streams.producing import send_events
 
 log = logging.getLogger(__name__)
 
@@ -138,10 +141,9 @@ class CanaryLabels:
                                 np.full(len(pm) + len(cm), p),
                                 np.concatenate([production.classes[sp][fresh_p], none_c]),
                                 np.concatenate([none_p, candidate.classes[sc][fresh_c]]))
-        snaps = comp.snapshots()
-        if snaps:
-            out.side.append(SideOutput(self.live_topic, [s.to_bytes() for s in snaps],
-                                       [s.key() for s in snaps], LIVE_HEADERS))
+        changed = changed_counts(comp, self.live_topic)
+        if changed is not None:
+            out.side.append(changed)
 
     @staticmethod
     def labelled(comp: LiveComparison) -> tuple[Labelled, Labelled]:
@@ -164,11 +166,5 @@ class CanaryLabels:
     def close(self) -> None:
         """The last batch is committed: persist the labels joined since, then stop."""
         self.stop.set()
-        snaps = [s for comp in self._pairs.values() if comp is not None
-                 for s in comp.snapshots()]
-        if snaps:
-            try:
-                send_events(self.conn, self.live_topic, snaps,
-                            key_of=lambda s: s.key().decode())
-            except HeadraceError as exc:
-                log.warning("could not persist the canary's last label counts: %s", exc)
+        persist_last(self.conn, self.live_topic, self._pairs.values(),
+                     "the canary's last label counts")

@@ -17,15 +17,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from headrace.contracts import LiveCounts, RolloutRole, parse
 from headrace.contracts.rollout import live_key
+from headrace.core.errors import HeadraceError
 from headrace.rollout.live_sum import add_counts, as_fields
+from headrace.scorers.taps import SideOutput
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
+from headrace.streams.producing import send_events
 from headrace.streams.reading import Follower, follow_ends
 
 log = logging.getLogger(__name__)
@@ -285,3 +289,26 @@ class LiveCountsFollower:
                             self._latest[lc.key()] = lc
         finally:
             follower.close()
+
+
+def changed_counts(comp: LiveComparison, topic: str) -> SideOutput | None:
+    """The partitions' counts changed by a batch, as the side output that goes out with it
+    (flushed before the batch's offsets are committed); None when nothing changed."""
+    snaps = comp.snapshots()
+    if not snaps:
+        return None
+    return SideOutput(topic, [s.to_bytes() for s in snaps], [s.key() for s in snaps],
+                      LIVE_HEADERS)
+
+
+def persist_last(conn: KafkaConnection, topic: str,
+                 comps: Iterable[LiveComparison | None], what: str) -> None:
+    """At close, after the last batch is committed: send the counts of labels joined since
+    (no batch carries them); a failure loses only those and is logged."""
+    snaps = [s for comp in comps if comp is not None for s in comp.snapshots()]
+    if not snaps:
+        return
+    try:
+        send_events(conn, topic, snaps, key_of=lambda s: s.key().decode())
+    except HeadraceError as exc:
+        log.warning("could not persist %s: %s", what, exc)

@@ -36,8 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headrace.contracts import LiveCounts, RolloutRole
-from headrace.core.errors import HeadraceError
+from headrace.contracts import RolloutRole
 from headrace.scorers.budget import MessageCaps
 from headrace.scorers.candidate import CandidateRun, classes_of, run_candidate
 from headrace.scorers.candidates import CandidateLoader
@@ -45,16 +44,20 @@ from headrace.scorers.core import Outputs, ScoringCore
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.inputs import InputLimits
 from headrace.scorers.label_join import LabelJoin, follow_labels
-from headrace.scorers.live_counts import LiveComparison, LiveCountsFollower, Pair
+from headrace.scorers.live_counts import (
+    LiveComparison,
+    LiveCountsFollower,
+    Pair,
+    changed_counts,
+    persist_last,
+)
 from headrace.scorers.models import LoadedModel, Sizing
 from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.shadow_metrics import ShadowMetrics
 from headrace.scorers.shadow_rows import PartitionRows, Production, pair_rows
 from headrace.scorers.taps import Scored, SendSide, SideOutput, Tap, TapContext, register
-from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, partition_count
 from headrace.streams.consuming import RawBatch
-from headrace.streams.producing import send_events
 from headrace.streams.topics import (
     ControlTopics,
     data_topic,
@@ -65,7 +68,6 @@ from headrace.streams.topics import (
 
 log = logging.getLogger(__name__)
 
-LIVE_HEADERS = hdr.contract_headers(LiveCounts.SCHEMA, 1)
 LOG_EVERY_S = 10.0
 
 
@@ -317,10 +319,9 @@ class ShadowTap:
                     batch.keys[i] for i in part.messages[fresh].tolist()]
                 self.join.predicted(comp, keys, np.full(len(keys), part.rows.partition),
                                     part.rows.production[fresh], part.rows.candidate[fresh])
-        snaps = comp.snapshots()
-        if snaps:
-            out.side.append(SideOutput(self.live_topic, [s.to_bytes() for s in snaps],
-                                       [s.key() for s in snaps], LIVE_HEADERS))
+        changed = changed_counts(comp, self.live_topic)
+        if changed is not None:
+            out.side.append(changed)
 
     def _dropped(self, cand: LoadedModel, reason: str, rows: int) -> None:
         self.metrics.dropped.labels(stream=self.stream, candidate=cand.ref,
@@ -335,13 +336,7 @@ class ShadowTap:
     def close(self) -> None:
         """The last batch is committed: persist what labels joined since, then stop."""
         self.stop.set()
-        snaps = [s for comp in self._pairs.values() for s in comp.snapshots()]
-        if snaps:
-            try:
-                send_events(self.conn, self.live_topic, snaps,
-                            key_of=lambda s: s.key().decode())
-            except HeadraceError as exc:
-                log.warning("could not persist the last live counts: %s", exc)
+        persist_last(self.conn, self.live_topic, self._pairs.values(), "the last live counts")
         self._pool.shutdown(wait=False)
 
 
