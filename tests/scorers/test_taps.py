@@ -48,24 +48,31 @@ class Echo:
         self.closed = True
 
 
-@pytest.fixture
-def echo(conn: KafkaConnection, settings: Settings, request: pytest.FixtureRequest
-         ) -> Iterator[tuple[str, list[Echo]]]:
-    topic = f"{settings.streams[0]}.echo"
+def _registered(name: str, cls: Any, conn: KafkaConnection, settings: Settings,
+                request: pytest.FixtureRequest) -> Iterator[tuple[str, list[Any]]]:
+    """Register a tap of ``cls`` (its options from the test's ``param``) writing to its own
+    topic; every instance the scorer makes is kept in the list."""
+    topic = f"{settings.streams[0]}.{name}"
     ensure_topics(conn, [TopicSpec(topic, 1, "tap output")])
-    made: list[Echo] = []
+    made: list[Any] = []
     opts: dict[str, Any] = getattr(request, "param", {})
 
-    def factory(ctx: TapContext) -> Echo:
+    def factory(ctx: TapContext) -> Any:
         assert ctx.rollout is not None and ctx.conn is not None
-        made.append(Echo(topic, **opts))
+        made.append(cls(topic, **opts))
         return made[-1]
 
-    taps.register("echo", factory)
+    taps.register(name, factory)
     try:
         yield topic, made
     finally:
-        taps.unregister("echo")
+        taps.unregister(name)
+
+
+@pytest.fixture
+def echo(conn: KafkaConnection, settings: Settings, request: pytest.FixtureRequest
+         ) -> Iterator[tuple[str, list[Echo]]]:
+    yield from _registered("echo", Echo, conn, settings, request)
 
 
 def _run(settings: Settings, conn: KafkaConnection, n: int) -> list[dict[str, Any]]:
@@ -144,20 +151,7 @@ class Later(Echo):
 @pytest.fixture
 def later(conn: KafkaConnection, settings: Settings, request: pytest.FixtureRequest
           ) -> Iterator[tuple[str, list[Later]]]:
-    topic = f"{settings.streams[0]}.later"
-    ensure_topics(conn, [TopicSpec(topic, 1, "tap output")])
-    made: list[Later] = []
-    opts: dict[str, Any] = getattr(request, "param", {})
-
-    def factory(ctx: TapContext) -> Later:
-        made.append(Later(topic, **opts))
-        return made[-1]
-
-    taps.register("later", factory)
-    try:
-        yield topic, made
-    finally:
-        taps.unregister("later")
+    yield from _registered("later", Later, conn, settings, request)
 
 
 def test_a_two_phase_tap_adds_its_outputs_at_delivery_and_every_batch_is_delivered_once(
