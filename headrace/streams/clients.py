@@ -16,7 +16,13 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from headrace.core.errors import BrokerUnavailable, FatalError, HeadraceError, RetriableError
+from headrace.core.errors import (
+    BrokerUnavailable,
+    ConfigError,
+    FatalError,
+    HeadraceError,
+    RetriableError,
+)
 from headrace.streams.topics import TopicSpec
 
 _KAFKA_LOG = logging.getLogger("headrace.kafka")
@@ -36,6 +42,13 @@ class KafkaConnection:
     replication_factor: int = 1
     topic_config: dict[str, str] = field(default_factory=dict)  # e.g. min.insync.replicas
 
+    def __post_init__(self) -> None:
+        owned = sorted(k for k in self.extra if k.strip().lower() in RESERVED)
+        if owned:
+            key = owned[0]
+            raise ConfigError(f"HEADRACE_KAFKA_CONFIG: {key} is set by Headrace "
+                              f"({RESERVED[key.strip().lower()]}); remove it")
+
     def base(self) -> dict[str, Any]:
         # librdkafka's own log lines go to Python logging, not straight to stderr.
         conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _KAFKA_LOG}
@@ -43,6 +56,16 @@ class KafkaConnection:
             conf["client.rack"] = self.client_rack
         conf.update(self.extra)
         return conf
+
+    def producer_config(self, **overrides: Any) -> dict[str, Any]:
+        """Headrace's producer defaults, then the caller's tunings, then the operator's
+        settings (``extra``), which hold no ``RESERVED`` key: a ``linger.ms`` or
+        ``compression.type`` the operator gives is the one used."""
+        return {**PRODUCER_DEFAULTS, **overrides, **self.base()}
+
+    def consumer_config(self, group_id: str, **overrides: Any) -> dict[str, Any]:
+        """Likewise for a consumer of ``group_id``."""
+        return {**CONSUMER_DEFAULTS, **overrides, **self.base(), "group.id": group_id}
 
 
 PRODUCER_DEFAULTS: dict[str, Any] = {
@@ -56,6 +79,24 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     "queue.buffering.max.messages": 1_000_000,
     "queue.buffering.max.kbytes": 1_048_576,
     "message.max.bytes": 8 * 1024 * 1024,
+}
+
+# What the guarantees rest on (no duplicate from a retry, nothing committed before it is
+# published, no aborted record read) and what each client names itself: not the operator's
+# to change through ``extra``. The reason is in the error.
+RESERVED: dict[str, str] = {
+    "bootstrap.servers": "HEADRACE_BOOTSTRAP or --bootstrap names the cluster",
+    "enable.idempotence": "producers are idempotent so a retry never duplicates a record",
+    "acks": "every in-sync replica acknowledges a prediction before its input is committed",
+    "transactional.id": "each transactional scorer names its own",
+    "group.id": "each role names its own consumer group",
+    "enable.auto.commit": "offsets are committed only after the outputs are acknowledged",
+    "enable.auto.offset.store": "offsets are committed only after the outputs are acknowledged",
+    "isolation.level": "records of aborted transactions are never read",
+    "max.in.flight.requests.per.connection": "a producer keeps each partition's order across "
+                                              "retries",
+    **{cb: "a Python callback Headrace sets" for cb in (
+        "logger", "on_delivery", "error_cb", "stats_cb", "throttle_cb", "oauth_cb")},
 }
 
 CONSUMER_DEFAULTS: dict[str, Any] = {
@@ -77,13 +118,11 @@ CONSUMER_DEFAULTS: dict[str, Any] = {
 
 
 def make_producer(conn: KafkaConnection, **overrides: Any) -> Producer:
-    conf = {**conn.base(), **PRODUCER_DEFAULTS, **overrides}
-    return Producer(conf)
+    return Producer(conn.producer_config(**overrides))
 
 
 def make_consumer(conn: KafkaConnection, group_id: str, **overrides: Any) -> Consumer:
-    conf = {**conn.base(), **CONSUMER_DEFAULTS, "group.id": group_id, **overrides}
-    return Consumer(conf)
+    return Consumer(conn.consumer_config(group_id, **overrides))
 
 
 def make_admin(conn: KafkaConnection) -> AdminClient:

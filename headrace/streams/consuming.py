@@ -26,7 +26,7 @@ from confluent_kafka import (
 )
 
 from headrace.core.errors import FatalError, RetriableError
-from headrace.streams.clients import CONSUMER_DEFAULTS, KafkaConnection, classify, reason
+from headrace.streams.clients import KafkaConnection, classify, reason
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +177,7 @@ class BatchConsumer:
         self._assigned: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
         self.rewinds = 0  # seeks back to the committed offsets: consumed batches are stale
-        self.consumer = Consumer({**conn.base(), **CONSUMER_DEFAULTS, "group.id": group_id,
-                                  **overrides})
+        self.consumer = Consumer(conn.consumer_config(group_id, **overrides))
         if partitions:
             tps = [TopicPartition(t, p, OFFSET_INVALID) for t in self.topics for p in partitions]
             self.consumer.assign(tps)  # static ownership: start from the committed offsets

@@ -22,7 +22,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from headrace.contracts import Contract
 from headrace.core.errors import FatalError, HeadraceError, RecordRef, RetriableError
 from headrace.streams import headers as hdr
-from headrace.streams.clients import PRODUCER_DEFAULTS, KafkaConnection
+from headrace.streams.clients import KafkaConnection
 from headrace.streams.dlq import DeadLetter
 
 # Errors that are the message's own fault: producing it again fails the same way.
@@ -156,7 +156,7 @@ class BatchProducer:
         self.conn = conn
         self.transactional = transactional_id is not None
         self.deliveries = Deliveries()
-        conf = {**conn.base(), **PRODUCER_DEFAULTS, "on_delivery": self.deliveries, **overrides}
+        conf = conn.producer_config(on_delivery=self.deliveries, **overrides)
         if transactional_id is not None:
             conf["transactional.id"] = transactional_id
             conf["transaction.timeout.ms"] = 60_000

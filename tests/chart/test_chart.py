@@ -432,6 +432,7 @@ def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any)
     {"scorerGroups": [{**GROUP, "partitionz": [1]}]},
     {"trainer": {"gang": "slurm"}},
     {"kafka": {"sasl": {"mechanism": "OAUTHBEARER"}}},
+    {"kafka": {"config": {"enable.auto.commit": True}}},  # Headrace's own (clients.RESERVED)
     {"limits": {"maxLayers": 0}},
     {"image": {"digest": "latest"}},
     {"kafka": {"bootstrap": "", "existingSecret": ""}},
