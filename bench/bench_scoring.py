@@ -111,9 +111,13 @@ def publish_model(root: Path) -> None:
 
 
 def _conn(bootstrap: str) -> Any:
+    """The bench's clients, with the operator's librdkafka settings (HEADRACE_KAFKA_CONFIG,
+    e.g. a compression.type to compare) as the scorer would take them."""
+    from headrace.core.settings import load_settings
     from headrace.streams.clients import KafkaConnection
 
-    return KafkaConnection(bootstrap=bootstrap, timeout_s=30.0)
+    extra = dict(load_settings().kafka_config)
+    return KafkaConnection(bootstrap=bootstrap, extra=extra, timeout_s=30.0)
 
 
 def ensure(bootstrap: str, *names: str) -> None:
@@ -322,12 +326,12 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
 
     while (first := scored()) == 0:  # steady state: the clock starts at the first batch out
         time.sleep(0.001)
-    t0 = time.perf_counter()
+    t0, busy0 = time.perf_counter(), machine_busy_s()
     # Each wake-up of this thread takes the GIL from the scorer's thread: at 2 ms that handoff
     # cost the scorer ~20% on 2 cores. 20 ms adds at most 20 ms to a run of seconds.
     while scored() < a.rows:
         time.sleep(0.02)
-    took = time.perf_counter() - t0
+    took, busy = time.perf_counter() - t0, machine_busy_s() - busy0
     # The decode helpers are the scorer's too: their peak RSS counts in its memory.
     decoders = scorer.worker.decoders if scorer.worker is not None else None
     helpers = sum(_rss_mib(pid) for pid in (decoders.pids if decoders else []))
@@ -336,9 +340,21 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
     shadow = {m.name: sum(x.value for x in m.samples if x.name.endswith("_total"))
               for m in reg.collect() if m.name in ("headrace_shadow_rows",
                                                     "headrace_shadow_dropped_rows")}
-    return {"rows": a.rows - first, "seconds": took, "extra_rss_mib": helpers,
+    return {"rows": a.rows - first, "seconds": took, "extra_rss_mib": helpers, "busy_s": busy,
             "shadow_rows": shadow.get("headrace_shadow_rows", 0.0),
             "shadow_dropped": shadow.get("headrace_shadow_dropped_rows", 0.0)}
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine has spent busy (every core, every process: the broker,
+    the scorer, its decode helpers), from /proc/stat; NaN where there is none."""
+    try:
+        with open("/proc/stat") as f:
+            cpu = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return float("nan")
+    idle = cpu[3] + (cpu[4] if len(cpu) > 4 else 0)  # idle + iowait
+    return (sum(cpu[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def contender_model(a: argparse.Namespace) -> dict[str, Any]:
@@ -575,8 +591,11 @@ def shadow_main(a: argparse.Namespace) -> None:
         rates: dict[str, float] = {}
         paced: dict[str, tuple[float, float]] = {}
 
-        def best(key: str, value: float, higher: bool = True) -> float:
-            old = rates.get(key)
+        cpu: dict[str, float] = {}  # machine CPU seconds per row, the least of the rounds
+
+        def best(key: str, value: float, higher: bool = True,
+                 seen: dict[str, float] | None = None) -> float:
+            old = (rates if seen is None else seen).get(key)
             return value if old is None or (value > old) == higher else old
 
         # Off, on, off, on: the best of each, so a burst of other load on a shared machine
@@ -588,17 +607,21 @@ def shadow_main(a: argparse.Namespace) -> None:
             r = run_child("headrace-json", stream=s, rows=n_json, batch_size=8192,
                           max_wait_ms=10, shadow=shadow, **common)
             rates[f"JSON {tag}"] = best(f"JSON {tag}", r["rows"] / r["seconds"])
+            cpu[f"JSON {tag}"] = best(f"JSON {tag}", r["busy_s"] / r["rows"], higher=False,
+                                      seen=cpu)
             print(f"JSON shadow {tag}: {r['rows'] / r['seconds']:,.0f} rows/s; the candidate "
-                  f"predicted {r['shadow_rows']:,.0f} rows, dropped {r['shadow_dropped']:,.0f}",
-                  flush=True)
+                  f"predicted {r['shadow_rows']:,.0f} rows, dropped {r['shadow_dropped']:,.0f}; "
+                  f"{_cpu_line(r)}", flush=True)
             s, i, _ = stream_topics("d")
             load_topic(bootstrap, i, arrow, hdr.ARROW, key_prefix="b")
             r = run_child("headrace-arrow", stream=s, rows=n_arrow, batch_size=65536,
                           max_wait_ms=10, shadow=shadow, **common)
             rates[f"Arrow {tag}"] = best(f"Arrow {tag}", r["rows"] / r["seconds"])
+            cpu[f"Arrow {tag}"] = best(f"Arrow {tag}", r["busy_s"] / r["rows"], higher=False,
+                                       seen=cpu)
             print(f"Arrow shadow {tag}: {r['rows'] / r['seconds']:,.0f} rows/s; the candidate "
-                  f"predicted {r['shadow_rows']:,.0f} rows, dropped {r['shadow_dropped']:,.0f}",
-                  flush=True)
+                  f"predicted {r['shadow_rows']:,.0f} rows, dropped {r['shadow_dropped']:,.0f}; "
+                  f"{_cpu_line(r)}", flush=True)
             for kind, values, per in (
                     ("JSON", records[:n_paced], 1),
                     ("Arrow", arrow_messages_sized(records[:n_paced], 100), 100)):
@@ -622,9 +645,20 @@ def shadow_main(a: argparse.Namespace) -> None:
             added = paced[f"{kind} on"][1] - paced[f"{kind} off"][1]
             print(f"{kind:5}: shadow on / off = {ratio:.2f} (goal >= {goal}); added p99 at "
                   f"10 000 rows/s = {added:+.1f} ms (goal <= 5 ms)")
+            # With every core busy, no overlap can beat the ratio of the CPU each row costs.
+            off, on = cpu[f"{kind} off"], cpu[f"{kind} on"]
+            print(f"{kind:5}: machine CPU per row off {off * 1e6:.2f} us, on {on * 1e6:.2f} us; "
+                  f"where the cores are saturated, on / off cannot pass {off / on:.2f}")
     finally:
         if broker is not None:
             broker.stop()
+
+
+def _cpu_line(r: dict[str, Any]) -> str:
+    """The machine's CPU over the run: per row, and how busy its cores were."""
+    cores = os.cpu_count() or 1
+    return (f"machine CPU {r['busy_s'] / r['rows'] * 1e6:.2f} us/row, cores "
+            f"{r['busy_s'] / (r['seconds'] * cores):.0%} busy")
 
 
 def arrow_messages_sized(records: list[bytes], rows: int) -> list[bytes]:

@@ -86,6 +86,7 @@ def main() -> None:
           f"model share {alone / plain:.2f}")
     pstats.Stats(prof).sort_stats("tottime").print_stats(18)
     _split(core, batch, model, reps)
+    _cpu_split(core, batch, model, reps)
     _overlap(core, batch, model, reps)
 
 
@@ -115,6 +116,31 @@ def _split(core: Any, batch: Any, model: Any, reps: int) -> None:
     print(f"split (median of {max(reps, 5)}, ms): score {whole:.1f} = "
           + ", ".join(f"{k} {v:.1f}" for k, v in parts.items())
           + f"; model share {parts['model'] / whole:.2f}")
+
+
+def _cpu_split(core: Any, batch: Any, model: Any, reps: int) -> None:
+    """CPU seconds (this process, every thread: TF's and Pillow's pools included) of each step,
+    per batch. Where the cores are all busy (as on a machine shared with the broker), the
+    model's share of the scorer's wall time cannot pass its share of the CPU, Kafka's work
+    not even counted."""
+    from headrace.scorers.inputs import decode_inputs
+
+    def cpu_ms(fn: Any) -> float:
+        n = max(reps, 5)
+        t0 = time.process_time()
+        for _ in range(n):
+            fn()
+        return (time.process_time() - t0) / n * 1e3
+
+    decoded = decode_inputs(batch, model.signature, core.limits)
+    ys = model.inputs_fn(decoded.arrays)
+    parts = {"decode": cpu_ms(lambda: decode_inputs(batch, model.signature, core.limits)),
+             "model": cpu_ms(lambda: model.inputs_fn(decoded.arrays)),
+             "format": cpu_ms(lambda: core.format(batch, model, decoded, ys))}
+    total = sum(parts.values())
+    print("CPU per batch (ms, all threads): " + ", ".join(f"{k} {v:.1f}"
+                                                            for k, v in parts.items())
+          + f"; on saturated cores the model share cannot pass {parts['model'] / total:.2f}")
 
 
 def _overlap(core: Any, batch: Any, model: Any, reps: int) -> None:
