@@ -110,13 +110,14 @@ def publish_model(root: Path) -> None:
             lambda d: cand.save(d / "model.keras"))
 
 
-def _conn(bootstrap: str) -> Any:
+def _conn(bootstrap: str, *, upstream: bool = False) -> Any:
     """The bench's clients, with the operator's librdkafka settings (HEADRACE_KAFKA_CONFIG,
-    e.g. a compression.type to compare) as the scorer would take them."""
+    e.g. a compression.type to compare) as the scorer would take them; ``upstream``: the
+    producer of the input records, another system's, without them."""
     from headrace.core.settings import load_settings
     from headrace.streams.clients import KafkaConnection
 
-    extra = dict(load_settings().kafka_config)
+    extra = {} if upstream else dict(load_settings().kafka_config)
     return KafkaConnection(bootstrap=bootstrap, extra=extra, timeout_s=30.0)
 
 
@@ -131,7 +132,7 @@ def load_topic(bootstrap: str, topic: str, values: list[bytes], content_type: st
                key_prefix: str = "k") -> None:
     from headrace.streams.clients import make_producer
 
-    p = make_producer(_conn(bootstrap), **{"linger.ms": 20})
+    p = make_producer(_conn(bootstrap, upstream=True), **{"linger.ms": 20})
     h = [("content-type", content_type.encode())]
     for i, v in enumerate(values):
         while True:
@@ -151,7 +152,8 @@ def paced_send(bootstrap: str, topic: str, values: list[bytes], content_type: st
 
     # An upstream with the default 5 ms linger, in the run's producer profile: on Tansu an
     # idempotent producer stalls now and then for ~500 ms (pass-through p99 517 ms vs 12 ms).
-    p = make_producer(_conn(bootstrap), **({} if idempotent else {"enable.idempotence": False}))
+    p = make_producer(_conn(bootstrap, upstream=True),
+                      **({} if idempotent else {"enable.idempotence": False}))
     h = [("content-type", content_type.encode())]
     per_tick = max(1, round(rate_rows_s / rows_per_msg / 100))
     t0 = time.perf_counter()

@@ -1,6 +1,7 @@
 """The operator's librdkafka settings (HEADRACE_KAFKA_CONFIG): a tuning they give is the one
 the clients use (it was silently replaced by Headrace's defaults); a setting the guarantees
-rest on is refused in one line, by the CLI and by the chart's schema alike."""
+rest on is refused in one line, by the CLI and by the chart's schema alike. The scorer's
+predictions go lz4-compressed unless the operator says otherwise."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from headrace.cli import main
 from headrace.core.errors import ConfigError
+from headrace.scorers.stream_io import SCORER_PRODUCER
 from headrace.streams.clients import (
     CONSUMER_DEFAULTS,
     PRODUCER_DEFAULTS,
@@ -97,3 +99,12 @@ def test_an_operators_compression_is_used_and_the_records_read_back(conn: KafkaC
     assert lz4 < plain / 4, (lz4, plain)  # 200 kB of repetitive JSON
     got = [r.value for r in read_all(conn, topic)]
     assert got == values * 2
+
+
+def test_the_scorers_predictions_are_lz4_unless_the_operator_says_otherwise() -> None:
+    mine = BatchProducer(KafkaConnection("127.0.0.1:1"), **SCORER_PRODUCER)
+    theirs = BatchProducer(KafkaConnection("127.0.0.1:1", extra={"compression.type": "zstd"}),
+                           **SCORER_PRODUCER)
+    assert mine._conf["compression.type"] == "lz4"
+    assert theirs._conf["compression.type"] == "zstd"
+    assert theirs._conf["delivery.report.only.error"] is True  # the rest of the profile kept
