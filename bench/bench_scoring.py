@@ -595,10 +595,9 @@ def shadow_main(a: argparse.Namespace) -> None:
 
         cpu: dict[str, float] = {}  # machine CPU seconds per row, the least of the rounds
 
-        def best(key: str, value: float, higher: bool = True,
-                 seen: dict[str, float] | None = None) -> float:
-            old = (rates if seen is None else seen).get(key)
-            return value if old is None or (value > old) == higher else old
+        def keep(table: dict[str, float], key: str, value: float, higher: bool = True) -> None:
+            old = table.get(key)
+            table[key] = value if old is None or (value > old) == higher else old
 
         # Off, on, off, on: the best of each, so a burst of other load on a shared machine
         # penalises neither side alone.
@@ -608,9 +607,8 @@ def shadow_main(a: argparse.Namespace) -> None:
             load_topic(bootstrap, i, records[:n_json], hdr.JSON)
             r = run_child("headrace-json", stream=s, rows=n_json, batch_size=8192,
                           max_wait_ms=10, shadow=shadow, **common)
-            rates[f"JSON {tag}"] = best(f"JSON {tag}", r["rows"] / r["seconds"])
-            cpu[f"JSON {tag}"] = best(f"JSON {tag}", r["busy_s"] / r["rows"], higher=False,
-                                      seen=cpu)
+            keep(rates, f"JSON {tag}", r["rows"] / r["seconds"])
+            keep(cpu, f"JSON {tag}", r["busy_s"] / r["rows"], higher=False)
             print(f"JSON shadow {tag}: {r['rows'] / r['seconds']:,.0f} rows/s; the candidate "
                   f"predicted {r['shadow_rows']:,.0f} rows, dropped {r['shadow_dropped']:,.0f}; "
                   f"{_cpu_line(r)}", flush=True)
@@ -618,9 +616,8 @@ def shadow_main(a: argparse.Namespace) -> None:
             load_topic(bootstrap, i, arrow, hdr.ARROW, key_prefix="b")
             r = run_child("headrace-arrow", stream=s, rows=n_arrow, batch_size=65536,
                           max_wait_ms=10, shadow=shadow, **common)
-            rates[f"Arrow {tag}"] = best(f"Arrow {tag}", r["rows"] / r["seconds"])
-            cpu[f"Arrow {tag}"] = best(f"Arrow {tag}", r["busy_s"] / r["rows"], higher=False,
-                                       seen=cpu)
+            keep(rates, f"Arrow {tag}", r["rows"] / r["seconds"])
+            keep(cpu, f"Arrow {tag}", r["busy_s"] / r["rows"], higher=False)
             print(f"Arrow shadow {tag}: {r['rows'] / r['seconds']:,.0f} rows/s; the candidate "
                   f"predicted {r['shadow_rows']:,.0f} rows, dropped {r['shadow_dropped']:,.0f}; "
                   f"{_cpu_line(r)}", flush=True)
