@@ -30,7 +30,7 @@ __all__ = ["NON_IDEMPOTENT", "SCORER_PRODUCER", "CommitAbandoned", "DeliveryFail
 # Throughput-oriented producer settings for predictions (bigger linger than the shared default).
 # lz4: a prediction repeats its source topic, key, model and version, so the broker takes a
 # fraction of the bytes; on the embedded broker a shadow's Arrow predictions cost the machine
-# ~20% less CPU a row (bench_scoring --shadow-only). An operator's compression.type wins.
+# ~25% less CPU a row (bench_scoring --shadow-only). An operator's compression.type wins.
 SCORER_PRODUCER: dict[str, Any] = {
     "linger.ms": 5,
     "batch.num.messages": 100_000,
