@@ -40,11 +40,12 @@ from headrace.scorers.canary_labels import Arm, CanaryLabels, arm
 from headrace.scorers.canary_metrics import CanaryMetrics
 from headrace.scorers.canary_outcomes import CanaryOutcomes
 from headrace.scorers.candidates import CandidateLoader
-from headrace.scorers.core import Outputs, ScoringCore
+from headrace.scorers.core import ScoringCore
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.label_join import LabelJoin
 from headrace.scorers.live_counts import LiveComparison
 from headrace.scorers.models import LoadedModel, Sizing
+from headrace.scorers.outputs import Outputs
 from headrace.scorers.roles import Parts, register
 from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.splitting import Part

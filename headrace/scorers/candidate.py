@@ -16,10 +16,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from headrace.scorers.buffers import Scratch
-from headrace.scorers.core import Outputs, ScoringCore
+from headrace.scorers.core import ScoringCore
 from headrace.scorers.decoding import Features, decode
 from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs
 from headrace.scorers.models import LoadedModel
+from headrace.scorers.outputs import Outputs
 from headrace.store.signature import OutputKind
 from headrace.streams.consuming import RawBatch
 

@@ -15,53 +15,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from headrace.scorers import predictions, refusals, splitting
+from headrace.scorers import predictions, refusals
 from headrace.scorers.buffers import Scratch
 from headrace.scorers.decoding import BadInput, DecodedAhead, Features, decode
 from headrace.scorers.encoding import arrow_prediction_table, arrow_predictions, json_predictions
 from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs
 from headrace.scorers.models import LoadedModel
-from headrace.scorers.taps import SideOutput
+from headrace.scorers.outputs import Outputs
 from headrace.streams.codecs import encode_arrow
 from headrace.streams.consuming import RawBatch
 from headrace.streams.dlq import DeadLetter
-
-
-@dataclass
-class Outputs:
-    """Everything one batch publishes."""
-
-    json_values: list[bytes] = field(default_factory=list)
-    json_keys: list[bytes | None] = field(default_factory=list)
-    arrow_values: list[bytes] = field(default_factory=list)
-    arrow_keys: list[bytes | None] = field(default_factory=list)
-    letters: list[DeadLetter] = field(default_factory=list)
-    parts: list[splitting.Part] = field(default_factory=list)  # split Arrow predictions
-    batch: RawBatch | None = None  # the inputs, to dead-letter one whose output is refused
-    scored_rows: int = 0
-    row_timestamps_ms: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    received_ms: float = -1.0  # when the scorer consumed the batch (RawBatch.received_ms)
-    image_conversions: dict[str, int] = field(default_factory=dict)
-    # The message (index in the batch) each output came from: one per JSON value, one per Arrow
-    # value (re-scoring writes each next to its source record).
-    json_sources: list[np.ndarray] = field(default_factory=list)
-    arrow_messages: list[int] = field(default_factory=list)
-    # For the taps (``taps.Scored``): the decoded rows and the model's raw outputs, one row
-    # each, and what the taps publish with the batch.
-    inputs: Features | Decoded | None = None
-    scores: list[np.ndarray] = field(default_factory=list)
-    side: list[SideOutput] = field(default_factory=list)
-    score_s: float = 0.0  # decode + model + format: a shadow's budget is a share of it
-
-    def json_messages(self) -> np.ndarray:
-        """The message each JSON value came from, in ``json_values`` order."""
-        if not self.json_sources:
-            return np.zeros(0, np.int64)
-        return np.concatenate(self.json_sources).astype(np.int64, copy=False)
 
 
 class ScoringCore:

@@ -27,7 +27,8 @@ from headrace.drift.summaries import input_features, prediction_features
 from headrace.drift.tracking import VersionTracker
 from headrace.scorers.decoding import Features
 from headrace.scorers.models import LoadedModel
-from headrace.scorers.taps import Scored, SideOutput, TapContext, register
+from headrace.scorers.outputs import SideOutput
+from headrace.scorers.taps import Scored, TapContext, register
 from headrace.store import tokens
 from headrace.store.dfs import model_dir
 from headrace.streams.reading import iter_records

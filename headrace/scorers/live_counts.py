@@ -26,7 +26,7 @@ from headrace.contracts import LiveCounts, RolloutRole, parse
 from headrace.contracts.rollout import live_key
 from headrace.core.errors import HeadraceError
 from headrace.rollout.live_sum import add_counts, as_fields
-from headrace.scorers.taps import SideOutput
+from headrace.scorers.outputs import SideOutput
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import send_events

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     import numpy as np
 
     from headrace.contracts import RolloutRole
-    from headrace.scorers.core import Outputs, ScoringCore
+    from headrace.scorers.core import ScoringCore
     from headrace.scorers.models import LoadedModel
+    from headrace.scorers.outputs import Outputs
     from headrace.scorers.taps import TapContext
     from headrace.streams.consuming import RawBatch
 

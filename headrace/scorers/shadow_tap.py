@@ -40,7 +40,7 @@ from headrace.contracts import RolloutRole
 from headrace.scorers.budget import MessageCaps
 from headrace.scorers.candidate import CandidateRun, classes_of, run_candidate
 from headrace.scorers.candidates import CandidateLoader
-from headrace.scorers.core import Outputs, ScoringCore
+from headrace.scorers.core import ScoringCore
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.inputs import InputLimits
 from headrace.scorers.label_join import LabelJoin, follow_labels
@@ -52,10 +52,11 @@ from headrace.scorers.live_counts import (
     persist_last,
 )
 from headrace.scorers.models import LoadedModel, Sizing
+from headrace.scorers.outputs import Outputs, SendSide, SideOutput
 from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.shadow_metrics import ShadowMetrics
 from headrace.scorers.shadow_rows import PartitionRows, Production, pair_rows
-from headrace.scorers.taps import Scored, SendSide, SideOutput, Tap, TapContext, register
+from headrace.scorers.taps import Scored, Tap, TapContext, register
 from headrace.streams.clients import KafkaConnection, ensure_topics, partition_count
 from headrace.streams.consuming import RawBatch
 from headrace.streams.topics import (

@@ -26,15 +26,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:  # import cycles: core imports SideOutput
+from headrace.scorers.outputs import Outputs, SideOutput
+
+if TYPE_CHECKING:
     from headrace.contracts import RolloutRole
     from headrace.core.settings import Settings
-    from headrace.scorers.core import Outputs
     from headrace.scorers.decoding import Features
     from headrace.scorers.inputs import Decoded
     from headrace.scorers.metrics import ScorerMetrics
@@ -45,27 +46,6 @@ if TYPE_CHECKING:  # import cycles: core imports SideOutput
     from headrace.streams.consuming import RawBatch
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SideOutput:
-    """Records a tap publishes with the batch (before the batch's offsets are committed)."""
-
-    topic: str
-    values: list[bytes]
-    keys: list[bytes | None]
-    headers: list[tuple[str, bytes]] = field(default_factory=list)
-    # Produced already, from the tap's own thread (``SendSide``), in this epoch of the
-    # scorer's producer; None: the scorer produces it with the batch. One sent in an older
-    # epoch (a producer renewed, a delivery failed since) is produced again.
-    sent: int | None = None
-
-
-SendSide = Callable[[SideOutput], list[SideOutput]]
-"""Produce a side output now, from a tap's thread, so it travels before its batch's flush;
-what comes back goes in ``out.side`` (marked ``sent``, plus any refused part, unsent, which
-the scorer handles at delivery as its own refusals). The scorer gives one to a tap that has
-``bind_sender`` (never in transactional mode, where outputs go in the batch's transaction)."""
 
 
 @dataclass(frozen=True)

@@ -47,13 +47,14 @@ from headrace.contracts import RolloutRole
 from headrace.core.errors import FatalError, RetriableError
 from headrace.scorers import refusals, splitting
 from headrace.scorers.batching import Batcher, rows_in
-from headrace.scorers.core import Outputs, ScoringCore
+from headrace.scorers.core import ScoringCore
 from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.decoding import DecodedAhead, is_arrow_mask, tabular_row_bytes
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder
+from headrace.scorers.outputs import Outputs
 from headrace.scorers.roles import Routing, close_roles
 from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.stream_io import (

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from headrace.contracts import LineageRange, RolloutRole, RolloutState, parse
-from headrace.scorers.core import Outputs
 from headrace.scorers.decoding import Features
 from headrace.scorers.lineage_tap import LineageTap
+from headrace.scorers.outputs import Outputs
 from headrace.scorers.taps import Scored
 from headrace.streams.consuming import RawBatch
 

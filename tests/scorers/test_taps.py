@@ -14,7 +14,8 @@ import pytest
 
 from headrace.core.settings import Settings
 from headrace.scorers import taps
-from headrace.scorers.taps import Scored, SideOutput, TapContext
+from headrace.scorers.outputs import SendSide, SideOutput
+from headrace.scorers.taps import Scored, TapContext
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.topics import TopicSpec, catalog, predictions_topic
 from tests.fixtures import read_all, read_topic
@@ -189,12 +190,12 @@ class Sending(Later):
 
     def __init__(self, topic: str, *, huge: bool = False) -> None:
         super().__init__(topic, huge=huge)
-        self.send: taps.SendSide | None = None
+        self.send: SendSide | None = None
         self.pool = ThreadPoolExecutor(1)
         self.jobs: list[tuple[Any, Future[list[SideOutput]]]] = []
         self.added: list[SideOutput] = []
 
-    def bind_sender(self, send: taps.SendSide) -> None:
+    def bind_sender(self, send: SendSide) -> None:
         self.send = send
 
     def after_scoring(self, scored: Scored) -> None:
