@@ -87,7 +87,7 @@ class LiveCounts(Contract):
     only_candidate_right: int = Field(default=0, ge=0)
     ts: datetime = Field(default_factory=utcnow)
 
-    # The fields that add up across partitions and replicas (``rollout.live_sum``): integers
+    # The fields that add up across partitions and replicas (``rollout.tally``): integers
     # and sums of probabilities, and the square matrices (class by class).
     SUMMED: ClassVar[tuple[str, ...]] = (
         "rows", "candidate_errors", "production_errors", "production_confidence",

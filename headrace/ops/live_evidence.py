@@ -53,19 +53,6 @@ def latest_counts(conn: KafkaConnection, topic: str) -> dict[Pair, list[LiveCoun
     return pairs
 
 
-def flipped(ev: LiveEvidence) -> LiveEvidence:
-    """The same evidence seen from the other side (A and B swapped)."""
-    return LiveEvidence(
-        ev.stream, ev.model_name, ev.candidate_version, ev.production_version, ev.classes,
-        partitions=ev.partitions, roles=ev.roles, rows=ev.rows, matrix=ev.matrix.T.copy(),
-        candidate_errors=ev.production_errors, production_errors=ev.candidate_errors,
-        production_confidence=ev.candidate_confidence,
-        candidate_confidence=ev.production_confidence, labelled=ev.labelled,
-        production_truth=ev.candidate_truth, candidate_truth=ev.production_truth,
-        only_production_right=ev.only_candidate_right,
-        only_candidate_right=ev.only_production_right)
-
-
 def compare(conn: KafkaConnection, topics: ControlTopics, *, stream: str, name: str,
             a: int, b: int) -> LiveEvidence:
     """The stream's live comparison of ``name:a`` (as production) with ``name:b``."""
@@ -73,7 +60,7 @@ def compare(conn: KafkaConnection, topics: ControlTopics, *, stream: str, name: 
     if (stream, name, a, b) in pairs:
         return LiveEvidence.of(pairs[(stream, name, a, b)])
     if (stream, name, b, a) in pairs:
-        return flipped(LiveEvidence.of(pairs[(stream, name, b, a)]))
+        return LiveEvidence.of(pairs[(stream, name, b, a)]).flipped()
     known = sorted(f"{m}:{p} vs {m}:{c}" for s, m, p, c in pairs if s == stream and m == name)
     raise PermanentError(f"no live counts for {name}:{a} vs {name}:{b} on stream {stream}"
                          + (f" (there are: {', '.join(known)})" if known else

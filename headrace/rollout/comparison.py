@@ -1,5 +1,6 @@
-"""Two model versions on the same records: agreement, the production-vs-candidate confusion
-matrix, live accuracy with confidence intervals once labels arrive, and McNemar's paired test.
+"""The statistics that compare two model versions on the same records (the counts are
+``rollout.tally.LiveTally``): McNemar's exact paired test, Wilson intervals for live accuracy,
+and CBPE's estimate before labels arrive.
 
 Pairing is what makes this cheap in traffic: McNemar looks only at the discordant records (one
 version right, the other wrong), so far fewer labelled records tell two models apart than two
@@ -12,7 +13,6 @@ the tests check it against ``scipy.stats.binomtest``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,59 +58,3 @@ def estimated_accuracy(scores: np.ndarray) -> float:
     only for a calibrated classifier; callers say it is an estimate."""
     s = np.asarray(scores, dtype=np.float64)
     return float(s.max(axis=1).mean()) if s.size else float("nan")
-
-
-@dataclass
-class PairedComparison:
-    """Counts over records scored by both versions; all integers, so they add across scorers
-    and windows, survive a restart as they are, and equal an offline recount exactly."""
-
-    classes: int
-    agree: int = 0
-    total: int = 0
-    matrix: np.ndarray | None = None  # production label x candidate label
-    labelled: int = 0
-    production_right: int = 0
-    candidate_right: int = 0
-    only_production_right: int = 0  # McNemar's b
-    only_candidate_right: int = 0  # McNemar's c
-
-    def __post_init__(self) -> None:
-        if self.matrix is None:
-            self.matrix = np.zeros((self.classes, self.classes), dtype=np.int64)
-
-    def add(self, production: np.ndarray, candidate: np.ndarray,
-            truth: np.ndarray | None = None) -> None:
-        """Class indices per record; ``truth`` where labels are known (-1: not yet)."""
-        p = np.asarray(production, dtype=np.int64)
-        c = np.asarray(candidate, dtype=np.int64)
-        assert self.matrix is not None
-        np.add.at(self.matrix, (p, c), 1)
-        self.agree += int(np.count_nonzero(p == c))
-        self.total += int(p.size)
-        if truth is None:
-            return
-        t = np.asarray(truth, dtype=np.int64)
-        known = t >= 0
-        pr, cr = (p == t) & known, (c == t) & known
-        self.labelled += int(np.count_nonzero(known))
-        self.production_right += int(np.count_nonzero(pr))
-        self.candidate_right += int(np.count_nonzero(cr))
-        self.only_production_right += int(np.count_nonzero(pr & ~cr))
-        self.only_candidate_right += int(np.count_nonzero(cr & ~pr))
-
-    @property
-    def agreement(self) -> float:
-        return self.agree / self.total if self.total else float("nan")
-
-    def accuracy(self, version: str) -> tuple[float, tuple[float, float]]:
-        """Live accuracy of ``production`` or ``candidate`` with its 95% Wilson interval."""
-        right = {"production": self.production_right, "candidate": self.candidate_right}[version]
-        if not self.labelled:
-            return float("nan"), (0.0, 1.0)
-        return right / self.labelled, wilson_interval(right, self.labelled)
-
-    def candidate_better_p(self) -> float:
-        """One-sided McNemar p-value that the candidate is more accurate."""
-        return mcnemar(self.only_production_right, self.only_candidate_right,
-                       alternative="greater")

@@ -13,18 +13,17 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from headrace.contracts import LiveCounts
 from headrace.core.errors import ValidationFailed
-from headrace.rollout.comparison import mcnemar, wilson_interval
-from headrace.rollout.live_sum import add_counts
+from headrace.rollout.tally import LiveTally
 
 ESTIMATE_NOTE = "estimate (assumes calibration)"
 
 
-@dataclass
-class LiveEvidence:
+@dataclass(kw_only=True)
+class LiveEvidence(LiveTally):
+    """A pair's tally on a stream, with the pair it is of and the partitions it sums."""
+
     stream: str
     model_name: str
     production_version: int
@@ -32,17 +31,6 @@ class LiveEvidence:
     classes: list[str]
     partitions: list[int] = field(default_factory=list)
     roles: list[str] = field(default_factory=list)
-    rows: int = 0
-    matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    candidate_errors: int = 0
-    production_errors: int = 0
-    production_confidence: float = 0.0
-    candidate_confidence: float = 0.0
-    labelled: int = 0
-    production_truth: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    candidate_truth: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    only_production_right: int = 0
-    only_candidate_right: int = 0
 
     @classmethod
     def of(cls, counts: list[LiveCounts]) -> LiveEvidence:
@@ -50,12 +38,9 @@ class LiveEvidence:
         if not counts:
             raise ValidationFailed("no live counts to sum")
         first = counts[0]
-        k = len(first.classes)
-        ev = cls(first.stream, first.model_name, first.production_version,
-                 first.candidate_version, list(first.classes),
-                 matrix=np.zeros((k, k), np.int64),
-                 production_truth=np.zeros((k, k), np.int64),
-                 candidate_truth=np.zeros((k, k), np.int64))
+        ev = cls(k=len(first.classes), stream=first.stream, model_name=first.model_name,
+                 production_version=first.production_version,
+                 candidate_version=first.candidate_version, classes=list(first.classes))
         for c in sorted(counts, key=lambda c: c.partition):
             if (c.stream, c.model_name, c.production_version, c.candidate_version) != (
                     ev.stream, ev.model_name, ev.production_version, ev.candidate_version):
@@ -66,34 +51,16 @@ class LiveEvidence:
             ev.partitions.append(c.partition)
             if c.role.value not in ev.roles:
                 ev.roles.append(c.role.value)
-            add_counts(ev, c, k)
+            ev.add(c)
         return ev
 
-    @property
-    def agreement(self) -> float:
-        paired = int(self.matrix.sum())
-        return float(np.trace(self.matrix)) / paired if paired else math.nan
-
-    def accuracy(self, version: str) -> tuple[float, tuple[float, float]]:
-        """Live accuracy of ``production`` or ``candidate`` on the labelled records, with the
-        95% Wilson interval; nan without labels."""
-        truth = self.production_truth if version == "production" else self.candidate_truth
-        n = int(truth.sum())
-        if not n:
-            return math.nan, (0.0, 1.0)
-        right = int(np.trace(truth))
-        return right / n, wilson_interval(right, n)
-
-    def estimated_accuracy(self, version: str) -> float:
-        """CBPE: the mean top-class probability over the scored rows (an estimate that
-        assumes calibrated scores)."""
-        total = (self.production_confidence if version == "production"
-                 else self.candidate_confidence)
-        return total / self.rows if self.rows else math.nan
-
-    def mcnemar_p(self, *, alternative: str = "two-sided") -> float:
-        return mcnemar(self.only_production_right, self.only_candidate_right,
-                       alternative=alternative)
+    def flipped(self) -> LiveEvidence:
+        """The same evidence seen from the other side (A and B swapped)."""
+        return LiveEvidence(**self.swapped(), stream=self.stream, model_name=self.model_name,
+                            production_version=self.candidate_version,
+                            candidate_version=self.production_version,
+                            classes=list(self.classes), partitions=list(self.partitions),
+                            roles=list(self.roles))
 
     def confusion_share(self, production: str, candidate: str) -> float | None:
         """Of the records production called ``production``, the share the candidate called

@@ -18,14 +18,14 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from headrace.contracts import LiveCounts, RolloutRole, parse
 from headrace.contracts.rollout import live_key
 from headrace.core.errors import HeadraceError
-from headrace.rollout.live_sum import add_counts, as_fields
+from headrace.rollout.tally import LiveTally
 from headrace.scorers.outputs import SideOutput
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
@@ -37,37 +37,16 @@ log = logging.getLogger(__name__)
 LIVE_HEADERS = hdr.contract_headers(LiveCounts.SCHEMA, 1)  # on each LiveCounts record
 
 
-def _zeros(k: int) -> np.ndarray:
-    return np.zeros((k, k), np.int64)
+@dataclass(kw_only=True)
+class PartitionCounts(LiveTally):
+    """One partition's tally, covering every record before ``next_offset`` and none after."""
 
-
-@dataclass
-class PartitionCounts:
-    classes: int
     next_offset: int = 0
-    rows: int = 0
-    matrix: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    candidate_errors: int = 0
-    production_errors: int = 0
-    production_confidence: float = 0.0
-    candidate_confidence: float = 0.0
-    labelled: int = 0
-    production_truth: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    candidate_truth: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int64))
-    # McNemar's discordant pairs on labelled records (the truth matrices cannot give them).
-    only_production_right: int = 0
-    only_candidate_right: int = 0
-
-    def __post_init__(self) -> None:
-        k = self.classes
-        for name in ("matrix", "production_truth", "candidate_truth"):
-            if getattr(self, name).shape != (k, k):
-                setattr(self, name, _zeros(k))
 
     @classmethod
     def restored(cls, rec: LiveCounts) -> PartitionCounts:
-        pc = cls(len(rec.classes), rec.next_offset)
-        add_counts(pc, rec, pc.classes)
+        pc = cls(k=len(rec.classes), next_offset=rec.next_offset)
+        pc.add(rec)
         return pc
 
 
@@ -136,7 +115,7 @@ class LiveComparison:
                     and self._adopt(partition, newer):
                 pc = self.parts[partition]
         if pc is None:
-            pc = self.parts[partition] = PartitionCounts(len(self.classes))
+            pc = self.parts[partition] = PartitionCounts(k=len(self.classes))
         return pc
 
     def add(self, rows: BatchRows) -> np.ndarray:
@@ -209,14 +188,14 @@ class LiveComparison:
             stream=pr.stream, model_name=pr.model_name,
             production_version=pr.production_version, candidate_version=pr.candidate_version,
             role=pr.role, partition=partition, next_offset=pc.next_offset,
-            classes=list(self.classes), **as_fields(pc))
+            classes=list(self.classes), **pc.fields())
 
-    def total(self) -> PartitionCounts:
+    def total(self) -> LiveTally:
         """Every partition this scorer holds, summed (for /metrics)."""
         with self.lock:
-            out = PartitionCounts(len(self.classes))
+            out = LiveTally(len(self.classes))
             for pc in self.parts.values():
-                add_counts(out, pc, out.classes)
+                out.add(pc)
             return out
 
 

@@ -19,7 +19,6 @@ import numpy as np
 
 from headrace import models
 from headrace.contracts import LiveCounts, RolloutRole
-from headrace.rollout.comparison import PairedComparison
 from headrace.store.manifest import Manifest
 from headrace.store.versions import ModelVersion, publish, set_alias
 from headrace.streams.clients import KafkaConnection
@@ -62,12 +61,23 @@ def publish_version(root: Path, name: str, *, train: str | None, seed: int,
 
 @dataclass
 class Offline:
-    """The offline recount over every record: what the live figures must equal."""
+    """The offline recount over every record, in plain numpy: what the live figures must
+    equal. ``matrix``: production class x candidate class; the truth matrices: truth x
+    predicted; ``only_*_right``: McNemar's discordant labelled records."""
 
-    pair: PairedComparison
+    matrix: np.ndarray
     production_truth: np.ndarray
     candidate_truth: np.ndarray
-    rows: int
+    rows: int = 0
+    only_production_right: int = 0
+    only_candidate_right: int = 0
+
+    @property
+    def agreement(self) -> float:
+        return float(np.trace(self.matrix)) / self.rows
+
+    def right(self, truth: np.ndarray) -> int:
+        return int(np.trace(truth))
 
 
 def publish_live_counts(conn: KafkaConnection, root: Path, *, topic: str, data: str,
@@ -77,8 +87,7 @@ def publish_live_counts(conn: KafkaConnection, root: Path, *, topic: str, data: 
     prod = models.load(f"{name}:{production}", dfs_root=root)
     cand = models.load(f"{name}:{candidate}", dfs_root=root)
     k = len(CLASSES)
-    total = Offline(PairedComparison(k), np.zeros((k, k), np.int64), np.zeros((k, k), np.int64),
-                    0)
+    total = Offline(*(np.zeros((k, k), np.int64) for _ in range(3)))
     counts: list[LiveCounts] = []
     for part in sorted({r.partition for r in records}):
         recs = [r for r in records if r.partition == part]
@@ -87,27 +96,31 @@ def publish_live_counts(conn: KafkaConnection, root: Path, *, topic: str, data: 
         p = np.array([CLASSES.index(o["label"]) for o in p_out])  # type: ignore[index]
         c = np.array([CLASSES.index(o["label"]) for o in c_out])  # type: ignore[index]
         t = np.array([CLASSES.index(truth_of(json.loads(v))) for v in values])
-        pair = PairedComparison(k)
-        pair.add(p, c, t if labelled else None)
-        total.pair.add(p, c, t if labelled else None)
+        matrix = np.zeros((k, k), np.int64)
+        np.add.at(matrix, (p, c), 1)
         pt, ct = np.zeros((k, k), np.int64), np.zeros((k, k), np.int64)
+        b = c_right = 0
         if labelled:
             np.add.at(pt, (t, p), 1)
             np.add.at(ct, (t, c), 1)
-            total.production_truth += pt
-            total.candidate_truth += ct
+            b = int(((p == t) & (c != t)).sum())
+            c_right = int(((c == t) & (p != t)).sum())
+        total.matrix += matrix
+        total.production_truth += pt
+        total.candidate_truth += ct
+        total.only_production_right += b
+        total.only_candidate_right += c_right
         total.rows += len(recs)
-        assert pair.matrix is not None
         counts.append(LiveCounts(
             stream=stream, model_name=name, production_version=production,
             candidate_version=candidate, role=RolloutRole.SHADOW, partition=part,
             next_offset=recs[-1].offset + 1, classes=list(CLASSES), rows=len(recs),
-            matrix=pair.matrix.tolist(),
+            matrix=matrix.tolist(),
             production_confidence=float(sum(max(o["scores"]) for o in p_out)),  # type: ignore[index]
             candidate_confidence=float(sum(max(o["scores"]) for o in c_out)),  # type: ignore[index]
-            labelled=pair.labelled, production_truth=pt.tolist() if labelled else [],
+            labelled=len(recs) if labelled else 0,
+            production_truth=pt.tolist() if labelled else [],
             candidate_truth=ct.tolist() if labelled else [],
-            only_production_right=pair.only_production_right,
-            only_candidate_right=pair.only_candidate_right))
+            only_production_right=b, only_candidate_right=c_right))
     send_events(conn, topic, counts, key_of=lambda c: c.key())
     return total

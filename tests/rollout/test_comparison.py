@@ -6,13 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from headrace.rollout.comparison import (
-    PairedComparison,
-    binomial_tail,
-    estimated_accuracy,
-    mcnemar,
-    wilson_interval,
-)
+from headrace.rollout.comparison import binomial_tail, estimated_accuracy, mcnemar, wilson_interval
+from headrace.rollout.tally import LiveTally
 
 
 @pytest.mark.parametrize(("b", "c"), [(0, 0), (3, 9), (25, 12), (140, 170), (1, 60)])
@@ -40,21 +35,23 @@ def test_counts_equal_an_offline_recount_and_add_across_batches() -> None:
     prod = np.where(rng.random(5000) < 0.8, truth, rng.integers(0, 3, size=5000))
     cand = np.where(rng.random(5000) < 0.9, truth, rng.integers(0, 3, size=5000))
     known = np.where(rng.random(5000) < 0.7, truth, -1)
-    cmp = PairedComparison(classes=3)
+    cmp = LiveTally(3)
     for lo in range(0, 5000, 700):
-        cmp.add(prod[lo:lo + 700], cand[lo:lo + 700], known[lo:lo + 700])
-    assert cmp.total == 5000 and cmp.agree == int((prod == cand).sum())
+        part = LiveTally(3)
+        part.add_rows(prod[lo:lo + 700], cand[lo:lo + 700], known[lo:lo + 700])
+        cmp.add(part)  # batches add up to the whole
+    assert cmp.rows == 5000 and int(np.trace(cmp.matrix)) == int((prod == cand).sum())
     offline = np.zeros((3, 3), dtype=np.int64)
     for p, c in zip(prod, cand, strict=True):
         offline[p, c] += 1
-    assert cmp.matrix is not None and (cmp.matrix == offline).all()
+    assert (cmp.matrix == offline).all()
     lab = known >= 0
     assert cmp.labelled == int(lab.sum())
-    assert cmp.production_right == int((prod[lab] == truth[lab]).sum())
+    assert int(np.trace(cmp.production_truth)) == int((prod[lab] == truth[lab]).sum())
     assert cmp.only_candidate_right == int(((cand == truth) & (prod != truth) & lab).sum())
     acc, (lo, hi) = cmp.accuracy("candidate")
     assert lo < acc < hi and acc == pytest.approx(0.93, abs=0.02)
-    assert cmp.candidate_better_p() < 1e-6  # 0.9 vs 0.8 on ~3500 labelled records
+    assert cmp.mcnemar_p(alternative="greater") < 1e-6  # 0.9 vs 0.8 on ~3500 labelled
 
 
 def test_cbpe_estimate_is_the_mean_top_probability() -> None:

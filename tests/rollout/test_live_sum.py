@@ -1,5 +1,6 @@
-"""One sum over LiveCounts: the fields it adds are every count field of the contract, and the
-scorer's per-partition counts, its total and the stream's evidence all add them the same way."""
+"""One live-count type: the fields it adds are every count field of the contract, and the
+scorer's per-partition counts, its total and the stream's evidence are that type and add them
+the same way."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from headrace.contracts import LiveCounts, RolloutRole
 from headrace.core.errors import ValidationFailed
 from headrace.rollout.evidence import LiveEvidence
-from headrace.rollout.live_sum import add_counts, as_fields
+from headrace.rollout.tally import LiveTally
 from headrace.scorers.live_counts import LiveComparison, Pair, PartitionCounts
 
 IDENTITY = {"stream", "model_name", "production_version", "candidate_version", "role",
@@ -34,11 +35,17 @@ def _counts(partition: int, seed: int) -> LiveCounts:
                       only_production_right=seed * 2, only_candidate_right=seed * 3)
 
 
-def test_the_summed_fields_are_every_count_field_of_the_contract_and_its_twins() -> None:
+def as_fields(counts: LiveTally | LiveCounts) -> dict[str, object]:
+    if isinstance(counts, LiveTally):
+        return counts.fields()
+    return {n: getattr(counts, n) for n in (*LiveCounts.SUMMED, *LiveCounts.MATRICES)}
+
+
+def test_the_summed_fields_are_every_count_field_of_the_contract_and_of_the_one_tally() -> None:
     summed = set(LiveCounts.SUMMED) | set(LiveCounts.MATRICES)
     assert summed == set(LiveCounts.model_fields) - IDENTITY
-    assert summed <= {f.name for f in dataclasses.fields(PartitionCounts)}
-    assert summed <= {f.name for f in dataclasses.fields(LiveEvidence)}
+    assert summed == {f.name for f in dataclasses.fields(LiveTally)} - {"k"}
+    assert issubclass(PartitionCounts, LiveTally) and issubclass(LiveEvidence, LiveTally)
 
 
 def test_partitions_restored_totalled_and_summed_as_evidence_agree_field_by_field() -> None:
@@ -64,4 +71,4 @@ def test_partitions_restored_totalled_and_summed_as_evidence_agree_field_by_fiel
 def test_a_matrix_of_the_wrong_shape_is_refused() -> None:
     bad = _counts(0, 1).model_copy(update={"matrix": [[1, 2, 3]]})
     with pytest.raises(ValidationFailed, match="matrix is 1x3, not 2x2"):
-        add_counts(PartitionCounts(2), bad, 2)
+        PartitionCounts(k=2).add(bad)
