@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from headrace.contracts import LiveCounts, ModelPublished, RolloutState, parse
+from headrace.contracts.gates import load_gates
 from headrace.core.errors import PermanentError, ValidationFailed
 from headrace.ops.rollout_control import current_rollout, stop_rollout
 from headrace.rollout.evidence import LiveEvidence
@@ -24,7 +25,6 @@ from headrace.streams.producing import EventSink
 from headrace.streams.reading import probe_ends, read_range
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import promotion
-from headrace.trainers.gate import load_gates
 
 Pair = tuple[str, str, int, int]  # stream, model, production version, candidate version
 

@@ -17,48 +17,11 @@ happened as clearly as a refusal says why not.
 from __future__ import annotations
 
 import math
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict
 
+from headrace.contracts.gates import LiveGate
 from headrace.rollout.evidence import LiveEvidence
-
-
-def class_label(value: Any) -> Any:
-    # YAML reads an unquoted class name 0 or 1 as a number: take it as the name it is.
-    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
-
-
-class LiveConfusionLimit(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    production: str
-    candidate: str
-    max_share: float = Field(ge=0, le=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _names(cls, raw: Any) -> Any:
-        if isinstance(raw, dict):
-            raw = {k: (class_label(v) if k in ("production", "candidate") else v)
-                   for k, v in raw.items()}
-        return raw
-
-
-class BetterThanProduction(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    alpha: float = Field(default=0.05, gt=0, lt=1)
-
-
-class LiveGate(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    min_rows: int = Field(default=0, ge=0)
-    min_live_agreement: float | None = Field(default=None, ge=0, le=1)
-    max_live_confusion: list[LiveConfusionLimit] = Field(default_factory=list)
-    min_live_accuracy: float | None = Field(default=None, ge=0, le=1)
-    better_than_production: BetterThanProduction | None = None
 
 
 class LiveCheck(BaseModel):

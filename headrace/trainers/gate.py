@@ -1,8 +1,9 @@
 """The promotion gate: thresholds on the new version, and no regression against production
 measured on the same validation data.
 
-Configuration: ``<dfs>/config/gates.yaml`` (one file for every model; snapshotted into
-``jobs/<id>/gate.json`` the first time a job evaluates, so a retried job keeps its gate)::
+Configuration: ``<dfs>/config/gates.yaml``, read by ``contracts.gates`` (one file for every
+model; snapshotted into ``jobs/<id>/gate.json`` the first time a job evaluates, so a retried job
+keeps its gate)::
 
     default:                      # models without their own entry
       max_regression: {accuracy: 0.01}
@@ -34,74 +35,11 @@ rule (``GateResult.held_by``).
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from pydantic import BaseModel, ConfigDict, Field
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from headrace.core.errors import ValidationFailed
-from headrace.rollout.live_gate import LiveGate, class_label
+from headrace.contracts.gates import BaselineMargin, Gate
 from headrace.trainers import chance
 from headrace.trainers.evaluation import Evaluation, lower_is_better
-
-GATES_FILE = Path("config") / "gates.yaml"
-
-
-class ConfusionLimit(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    true: str
-    predicted: str
-    max_fraction: float = Field(ge=0, le=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _as_written(cls, raw: Any) -> Any:
-        # YAML 1.1 reads an unquoted `true:` key as the boolean True, and `0` as a number:
-        # take them as the user meant them.
-        if isinstance(raw, dict):
-            raw = {("true" if k is True else k): (class_label(v) if k in (True, "true", "predicted")
-                                                    else v) for k, v in raw.items()}
-        return raw
-
-
-class BaselineMargin(BaseModel):
-    """How much better than the trivial predictor a model must be (``chance``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    alpha: float = Field(default=0.01, gt=0, le=1)  # one-sided test level; 1: no test
-    accuracy: float = Field(default=0.0, ge=-1, le=1)  # absolute, added to the trivial rate
-    rmse: float = Field(default=0.0, ge=-1, lt=1)  # relative reduction of the mean's RMSE
-    loss: float = Field(default=0.0, ge=-1, lt=1)  # relative reduction of the trivial log loss
-    min_class_rows: int = Field(default=10, ge=1)  # classes this big need recall > 0
-
-
-class Gate(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    baseline: BaselineMargin | None = Field(default_factory=BaselineMargin)
-
-    min: dict[str, float] = Field(default_factory=dict)
-    max: dict[str, float] = Field(default_factory=dict)
-    min_class_recall: float | None = Field(default=None, ge=0, le=1)
-    class_recall: dict[str, float] = Field(default_factory=dict)
-    max_confusion: list[ConfusionLimit] = Field(default_factory=list)
-    max_regression: dict[str, float] = Field(default_factory=dict)
-    promote: bool = True
-    # Rules over the live comparison window (``models promote --if-live-gate``); the offline
-    # gate above ignores them.
-    live: LiveGate | None = None
-
-    @field_validator("class_recall", mode="before")
-    @classmethod
-    def _class_names(cls, raw: Any) -> Any:
-        # Class names are strings; an unquoted `2:` key is read as a number.
-        return {class_label(k): v for k, v in raw.items()} if isinstance(raw, dict) else raw
-
-
-DEFAULT_GATE = Gate(max_regression={"accuracy": 0.01})
 
 
 class GateResult(BaseModel):
@@ -115,34 +53,6 @@ class GateResult(BaseModel):
     # The rules that held it back: baseline, min, max, class_recall, confusion, regression.
     held_by: list[str] = Field(default_factory=list)
     baseline_metrics: dict[str, float] = Field(default_factory=dict)
-
-
-def load_gates(root: Path, model: str) -> Gate:
-    """The gate for ``model`` from ``<root>/config/gates.yaml``; the default without one."""
-    path = root / GATES_FILE
-    if not path.exists():
-        return DEFAULT_GATE
-    models: Any = {}
-    try:
-        doc: Any = yaml.safe_load(path.read_text()) or {}
-        models = doc.get("models") or {}
-        raw = models.get(model, doc.get("default"))
-        return DEFAULT_GATE if raw is None else Gate.model_validate(raw)
-    except ValidationError as exc:
-        where = f"models.{model}" if model in models else "default"
-        raise ValidationFailed(f"gates file {path}: {validation_errors(exc, where)}") from None
-    except (yaml.YAMLError, AttributeError) as exc:
-        raise ValidationFailed(f"gates file {path}: {str(exc).splitlines()[0]}") from None
-
-
-def validation_errors(exc: ValidationError, prefix: str) -> str:
-    """Every error of ``exc``, one line each: ``N errors:`` then ``  at.path: message``."""
-    errors = exc.errors()
-    lines = [f"{len(errors)} error{'s' if len(errors) != 1 else ''}:"]
-    for e in errors:
-        loc = ".".join([prefix, *(str(p) for p in e["loc"])])
-        lines.append(f"  {loc}: {e['msg']}")
-    return "\n".join(lines)
 
 
 def check(gate: Gate, new: Evaluation, production: Evaluation | None = None,

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from headrace.contracts import JobEvent, JobEventKind, JobState, Task, TrainRequested
+from headrace.contracts.gates import Gate, load_gates
 from headrace.core.errors import HeadraceError, PermanentError, RetriableError
 from headrace.store import versions
 from headrace.store.dfs import job_dir, write_atomic
@@ -58,7 +59,7 @@ from headrace.trainers.distributed.weights import LINE as CHECKSUM_LINE
 from headrace.trainers.drift_reference import write_profile
 from headrace.trainers.evaluation import Evaluation, baseline, evaluate, render_confusion_png
 from headrace.trainers.executors.base import ExitCode
-from headrace.trainers.gate import Gate, GateResult, check, load_gates
+from headrace.trainers.gate import GateResult, check
 from headrace.trainers.history import History
 from headrace.trainers.inputs import ModelPlan, export_signature, inputs_for, plan_for
 from headrace.trainers.limits import RequestCaps

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from headrace.contracts.gates import load_gates
 from headrace.streams.sending import read_records
 from headrace.topology.cluster import load_cluster
 from headrace.topology.planning import plan_placement
 from headrace.trainers.control.triggers import load_triggers
 from headrace.trainers.datasets import make_demo
-from headrace.trainers.gate import load_gates
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"

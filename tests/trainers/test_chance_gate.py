@@ -13,12 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from headrace.contracts import ModelSpec, Task, TrainRequested
+from headrace.contracts.gates import DEFAULT_GATE
 from headrace.store import versions
 from headrace.trainers import jobs
 from headrace.trainers.datasets import make_demo
 from headrace.trainers.evaluation import baseline, evaluate
 from headrace.trainers.executors.base import ExitCode
-from headrace.trainers.gate import DEFAULT_GATE, check
+from headrace.trainers.gate import check
 from headrace.trainers.job_process import run_job
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from headrace.contracts import JobEvent, ModelPublished
+from headrace.contracts.gates import ConfusionLimit, load_gates
 from headrace.core.errors import ValidationFailed
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
@@ -15,7 +16,6 @@ from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.executors.base import ExitCode
-from headrace.trainers.gate import ConfusionLimit, load_gates
 from headrace.trainers.job_process import run_job
 from tests.trainers.conftest import request
 

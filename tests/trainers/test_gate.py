@@ -9,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from headrace.contracts import JobEventKind, ModelPublished, ModelSpec, Task
+from headrace.contracts.gates import Gate, load_gates
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.reading import read_events
@@ -16,7 +17,7 @@ from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.evaluation import Evaluation, baseline, evaluate
 from headrace.trainers.executors.base import ExitCode
-from headrace.trainers.gate import Gate, check, load_gates
+from headrace.trainers.gate import check
 from headrace.trainers.job_process import run_job
 from tests.trainers.conftest import request, wait_events
 
