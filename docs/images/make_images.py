@@ -31,7 +31,7 @@ from headrace.streams.sending import send_table
 from headrace.streams.topics import data_topic
 from headrace.trainers import api
 from headrace.trainers.datasets import make_demo
-from headrace.trainers.gate import GATES_FILE
+from headrace.contracts.gates import GATES_FILE
 
 OUT = Path(__file__).resolve().parent
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
