@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from headrace.contracts.gates import GATES_FILE
 from headrace.core.settings import load_settings
 from headrace.ops.dashboard import Dashboard
 from headrace.ops.demo import run_demo, sample_rows
@@ -31,7 +32,6 @@ from headrace.streams.sending import send_table
 from headrace.streams.topics import data_topic
 from headrace.trainers import api
 from headrace.trainers.datasets import make_demo
-from headrace.contracts.gates import GATES_FILE
 
 OUT = Path(__file__).resolve().parent
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

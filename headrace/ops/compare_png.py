@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import numpy as np
-
+from headrace.core import confusion_plot
+from headrace.core.confusion_plot import Panel
 from headrace.rollout.evidence import ESTIMATE_NOTE, LiveEvidence
 
 
@@ -45,37 +45,12 @@ def summary_lines(ev: LiveEvidence) -> list[str]:
 
 
 def render(ev: LiveEvidence, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     a, b = f"v{ev.production_version}", f"v{ev.candidate_version}"
-    panels = [(ev.matrix, f"{a} (rows) vs {b} (columns)", a, b)]
+    panels = [Panel(ev.matrix, f"{a} (rows) vs {b} (columns)", a, b)]
     if ev.labelled:
-        panels += [(ev.production_truth, f"truth vs {a}", "truth", a),
-                   (ev.candidate_truth, f"truth vs {b}", "truth", b)]
-    k = len(ev.classes)
-    side = 1.6 + 0.6 * k
-    fig, axes = plt.subplots(1, len(panels), figsize=(side * len(panels), side + 1.4),
-                             dpi=100, squeeze=False)
-    for ax, (m, title, ylab, xlab) in zip(axes[0], panels, strict=True):
-        cm = np.asarray(m)
-        ax.imshow(cm, cmap="Blues")
-        ax.set_xticks(range(k), labels=ev.classes)
-        ax.set_yticks(range(k), labels=ev.classes)
-        ax.set_xlabel(xlab)
-        ax.set_ylabel(ylab)
-        ax.set_title(title, fontsize=9)
-        top = cm.max() if cm.size else 0
-        for i in range(k):
-            for j in range(k):
-                ax.text(j, i, str(cm[i, j]), ha="center", va="center",
-                        color="white" if cm[i, j] > top / 2 else "black", fontsize=8)
-    fig.suptitle("\n".join(summary_lines(ev)), fontsize=7, ha="left", x=0.02)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+        panels += [Panel(ev.production_truth, f"truth vs {a}", "truth", a),
+                   Panel(ev.candidate_truth, f"truth vs {b}", "truth", b)]
+    confusion_plot.render(panels, ev.classes, path, caption="\n".join(summary_lines(ev)))
 
 
 def _pct(x: float) -> str:

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from headrace.contracts import Task
+from headrace.core.confusion_plot import Panel, render
 
 # Metrics where lower is better; every other metric is higher-is-better.
 LOWER_IS_BETTER = ("loss", "rmse", "mae")
@@ -92,26 +93,5 @@ def _regressor(pred: np.ndarray, y: np.ndarray) -> Evaluation:
 
 
 def render_confusion_png(ev: Evaluation, path: Path, *, title: str) -> None:
-    """The confusion matrix as a PNG (Agg backend: no display needed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cm = np.array(ev.confusion_matrix)
-    k = len(ev.classes)
-    fig, ax = plt.subplots(figsize=(2 + 0.6 * k, 1.6 + 0.6 * k), dpi=100)
-    ax.imshow(cm, cmap="Blues")
-    ax.set_xticks(range(k), labels=list(ev.classes))
-    ax.set_yticks(range(k), labels=list(ev.classes))
-    ax.set_xlabel("predicted")
-    ax.set_ylabel("true")
-    ax.set_title(title, fontsize=9)
-    top = cm.max() if cm.size else 0
-    for i in range(k):
-        for j in range(k):
-            ax.text(j, i, str(cm[i, j]), ha="center", va="center",
-                    color="white" if cm[i, j] > top / 2 else "black", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    """The confusion matrix (truth vs predicted) as a PNG."""
+    render([Panel(ev.confusion_matrix, title, "true", "predicted")], ev.classes, path)
