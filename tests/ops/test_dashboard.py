@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import shutil
 import socket
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -28,6 +26,7 @@ from headrace.streams.clients import KafkaConnection, ensure_topics, make_produc
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import send_events, write_dead_letter
 from headrace.streams.topics import JOB_EVENTS, TopicSpec, catalog, data_topic, dlq_topic
+from tests.browser import chromium, needs_chromium
 from tests.fixtures import eventually
 from tests.ops.dashboard_data import HISTORY, KEPT_WHY, MATRIX, REFUSED_WHY, write_dfs
 
@@ -273,7 +272,6 @@ def test_static_files_and_index_are_served(bare_dash: Dashboard) -> None:
         assert "javascript" in r.headers["Content-Type"]
 
 
-CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 
 DASH = "\N{EN DASH}"  # the page's "none" (an unknown outcome, an unstored version)
@@ -281,37 +279,24 @@ SHOT_DIR_ENV = "HEADRACE_DASHBOARD_SHOT_DIR"  # set: the screenshot is kept ther
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (Path(CHROMIUM).exists() and Path(DRIVER).exists()),
-                    reason="needs Debian's chromium and chromium-driver "
-                           "(apt-get install -y chromium chromium-driver)")
+@needs_chromium
 def test_page_shows_gate_badges_every_stream_curves_and_heatmap_in_chromium_at_1280px(
     dash: Dashboard, settings: Settings, streams: Streams, tmp_path: Path,
 ) -> None:
     import os
 
     from PIL import Image
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    profile = tempfile.mkdtemp(prefix="chromium-")
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--window-size=1280,1000",
-                 "--force-device-scale-factor=1", f"--user-data-dir={profile}"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    with chromium(window=(1280, 1000)) as driver:
 
-    def badges(where: str, key: str) -> dict[str, list[str]]:
-        return driver.execute_script(
-            f"const out = {{}}; for (const tr of document.querySelectorAll('{where} tbody tr')) "
-            f"{{ const k = {key}; out[k] = [...tr.querySelectorAll('.badge')]"
-            ".map((b) => b.textContent); } return out;")
+        def badges(where: str, key: str) -> dict[str, list[str]]:
+            return driver.execute_script(
+                f"const out = {{}}; for (const tr of document.querySelectorAll("
+                f"'{where} tbody tr')) {{ const k = {key}; out[k] = "
+                "[...tr.querySelectorAll('.badge')].map((b) => b.textContent); } return out;")
 
-    try:
         driver.get(dash.url)
         wait = WebDriverWait(driver, 30)
         wait.until(lambda d: "iris:2" in d.find_element(By.ID, "model-title").text)
@@ -390,9 +375,6 @@ def test_page_shows_gate_badges_every_stream_curves_and_heatmap_in_chromium_at_1
             assert "no Kafka given" in driver.find_element(By.ID, "streams").text
         finally:
             empty.stop()
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
     left, top, width, height, dpr = rect
     img = Image.open(shot).convert("RGB")
     box = img.crop((int(left * dpr), int(top * dpr), int((left + width) * dpr),

@@ -5,8 +5,6 @@ scorers publish them), with since when it is in that state; the page renders it.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import urllib.error
 import urllib.request
 import uuid
@@ -23,9 +21,9 @@ from headrace.ops.dashboard import Dashboard
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.producing import send_events
 from headrace.streams.topics import ControlTopics
+from tests.browser import chromium, needs_chromium
 from tests.fixtures import eventually
 
-CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 T0 = datetime(2026, 11, 24, 20, 0, tzinfo=UTC)
 
 
@@ -110,31 +108,17 @@ def test_without_kafka_the_drift_panel_says_so(tmp_path: Path) -> None:
         d.stop()
 
 
-@pytest.mark.skipif(not (Path(CHROMIUM).exists() and Path(DRIVER).exists()),
-                    reason="needs chromium and chromedriver")
+@needs_chromium
 def test_page_renders_the_drift_panel_in_chromium(dash: Dashboard) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    profile = tempfile.mkdtemp(prefix="chromium-")
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", f"--user-data-dir={profile}"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    try:
+    with chromium() as driver:
         driver.get(dash.url)
         WebDriverWait(driver, 30).until(
             lambda d: "image:brightness" in d.find_element(By.ID, "drift").text)
         text = driver.find_element(By.ID, "drift").text
         f0 = driver.find_element(By.CSS_SELECTOR, 'table[data-stream="clicks"] '
                                                   'tr[data-feature="f0"]').text
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
     assert "clicks: 1 of 3 drifting" in text and "views: 1 of 1 drifting" in text
     assert "iris:2" in f0 and "0.4500" in f0 and "0.1200" in f0 and "drifting" in f0

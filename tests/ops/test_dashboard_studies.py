@@ -4,8 +4,6 @@ journal on the DFS, and the page renders it in Chromium."""
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +15,7 @@ from optuna.trial import TrialState
 from headrace.core.settings import Settings
 from headrace.ops.dashboard import Dashboard
 from headrace.trainers.tuning import StudyConfig, parse_space, storage
-
-CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+from tests.browser import chromium, needs_chromium
 
 
 def _study(root: Path) -> None:
@@ -77,30 +74,16 @@ def test_api_without_studies_says_so(settings: Settings) -> None:
         d.stop()
 
 
-@pytest.mark.skipif(not (Path(CHROMIUM).exists() and Path(DRIVER).exists()),
-                    reason="needs chromium and chromedriver")
+@needs_chromium
 def test_page_renders_the_studies_panel_in_chromium(dash: Dashboard) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    profile = tempfile.mkdtemp(prefix="chromium-")
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", f"--user-data-dir={profile}"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
-    try:
+    with chromium() as driver:
         driver.get(dash.url)
         WebDriverWait(driver, 30).until(
             lambda d: "j-trial2" in d.find_element(By.ID, "studies").text)
         text = driver.find_element(By.ID, "studies").text
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
     assert "wine: mxnet mlp, minimize loss · 2 complete, 1 pruned" in text
     assert "1 *" in text and "0.3100" in text and "2 (promoted)" in text
     assert "broken" in text and "study.json unreadable" in text
