@@ -1,4 +1,5 @@
-"""How many bytes an Arrow IPC stream holds once decompressed, read from its metadata alone.
+"""How many rows and bytes an Arrow IPC stream holds once decompressed, read from its metadata
+alone (``read_meta``: one walk; ``budget.admit`` checks a message's limits from it).
 
 A compressed (LZ4/ZSTD) record batch of a few kilobytes can decompress to gigabytes. Each
 record batch message's flatbuffer metadata lists its body buffers (offset, length); in a
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from headrace.core.errors import ValidationFailed
 
@@ -101,33 +103,25 @@ def _batch_bytes(value: bytes, batch: int, body: int, body_len: int) -> int:
     return total
 
 
-def decompressed_bytes(value: bytes) -> int:
-    """Bytes the stream's record and dictionary batches take once decompressed."""
-    return sum(_batch_bytes(value, table, body, n) for _, table, body, n in _batches(value))
+@dataclass(frozen=True)
+class ArrowMeta:
+    """What an Arrow IPC stream's metadata says: its rows and its bytes once decompressed."""
+
+    rows: int
+    stored_bytes: int
 
 
-def check_size(value: bytes, limit: int) -> None:
-    """Refuse (``ValidationFailed``) a stream that would decompress to more than ``limit``.
-    Uncompressed streams hold their bytes already: only their framing is walked."""
+def read_meta(value: bytes) -> ArrowMeta:
+    """One walk over the stream's metadata (nothing is decompressed); ``ValidationFailed``
+    when it is not a readable Arrow IPC stream. Uncompressed streams hold their bytes already:
+    only their framing is walked."""
+    rows = stored = 0
     try:
-        size = decompressed_bytes(value)
+        for kind, table, body, body_len in _batches(value):
+            stored += _batch_bytes(value, table, body, body_len)
+            if kind == _RECORD_BATCH:
+                length = _field(value, table, 0)
+                rows += 0 if length is None else _i64(value, length)[0]
     except (struct.error, IndexError) as exc:
         raise ValidationFailed(f"undecodable Arrow IPC: {exc}", stage="decode") from None
-    if size > limit:
-        raise ValidationFailed(f"Arrow payload decompresses to {size} bytes, over the limit "
-                               f"of {limit}", stage="decode")
-
-
-def stream_rows(value: bytes) -> int:
-    """Rows of the stream's record batches, from their metadata (nothing is decompressed);
-    ``ValidationFailed`` when it is not an Arrow IPC stream."""
-    try:
-        rows = 0
-        for kind, table, _, _ in _batches(value):
-            if kind != _RECORD_BATCH:
-                continue
-            length = _field(value, table, 0)
-            rows += 0 if length is None else _i64(value, length)[0]
-        return rows
-    except (struct.error, IndexError) as exc:
-        raise ValidationFailed(f"undecodable Arrow IPC: {exc}", stage="decode") from None
+    return ArrowMeta(rows, stored)

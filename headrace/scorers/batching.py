@@ -6,7 +6,7 @@ many messages as the rows still wanted divided by the rows a message has held la
 average), so a batch of 4096-row messages stops near ``batch_size`` rows instead of taking
 ``batch_size`` messages.
 
-The byte budget counts what the messages cost once decoded (``budget.message_cost``: an Arrow
+The byte budget counts what the messages cost once decoded (``budget.message_measure``: an Arrow
 message from its metadata, anything else its payload). One consume may fetch several messages
 at once; a batch that went over the budget is closed before the message that crossed it (a
 batch holds at least one message), and the rest is carried to the next batch: consumed, not
@@ -22,8 +22,8 @@ from contextlib import suppress
 import numpy as np
 
 from headrace.core.errors import ValidationFailed
-from headrace.scorers.arrow_limits import stream_rows
-from headrace.scorers.budget import message_cost
+from headrace.scorers.arrow_limits import read_meta
+from headrace.scorers.budget import message_measure
 from headrace.scorers.stream_io import RawBatch, StreamIO
 from headrace.streams.codecs import arrow_flags
 
@@ -43,7 +43,7 @@ def rows_in_values(values: list[bytes]) -> int:
     for value, arrow in zip(values, arrow_flags(values), strict=True):
         if arrow:
             with suppress(ValidationFailed):  # else one row: it is dead-lettered whole
-                rows += stream_rows(value) - 1  # from metadata: a bomb is not decompressed
+                rows += read_meta(value).rows - 1  # from metadata: a bomb is not decompressed
     return rows
 
 
@@ -67,15 +67,19 @@ class Batcher:
 
     def costs(self, values: list[bytes]) -> list[int]:
         """Decoded bytes of each message (see the module doc)."""
-        return [message_cost(v, a, self.input_row_bytes)
+        return [message_measure(v, a, self.input_row_bytes)[1]
                 for v, a in zip(values, arrow_flags(values), strict=True)]
 
     def measure(self, values: list[bytes]) -> tuple[int, int]:
         """(rows, decoded bytes) of messages; JSON alone costs what ``rows_in`` did."""
-        if not any(arrow_flags(values)):
+        flags = list(arrow_flags(values))
+        if not any(flags):
             return len(values), sum(map(len, values)) if self.max_bytes else 0
-        rows = rows_in_values(values)
-        return rows, sum(self.costs(values)) if self.max_bytes else 0
+        rows = size = 0
+        for value, arrow in zip(values, flags, strict=True):  # one metadata walk a message
+            r, b = message_measure(value, arrow, self.input_row_bytes)
+            rows, size = rows + r, size + b
+        return rows, size if self.max_bytes else 0
 
     def _carried(self) -> RawBatch | None:
         carry, self._carry = self._carry, None

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from headrace.core.errors import ValidationFailed
-from headrace.scorers.arrow_limits import decompressed_bytes, stream_rows
+from headrace.scorers.arrow_limits import ArrowMeta, read_meta
 
 DEFAULT_MAX_MESSAGE_ROWS = 1 << 20
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -60,17 +60,18 @@ def column_bytes(t: pa.DataType) -> int:
         return 8
 
 
-def arrow_cost(value: bytes, input_row_bytes: int = 0) -> Cost:
-    """The decoded cost of an Arrow IPC message from its metadata (nothing is decompressed);
-    ``input_row_bytes``: what the model's inputs take per row (default: float32 per column).
-    ``ValidationFailed`` when it is not a readable Arrow IPC stream."""
+def arrow_cost(value: bytes, input_row_bytes: int = 0, meta: ArrowMeta | None = None) -> Cost:
+    """The decoded cost of an Arrow IPC message from its metadata (nothing is decompressed;
+    ``meta``: already read); ``input_row_bytes``: what the model's inputs take per row
+    (default: float32 per column). ``ValidationFailed`` when it is not a readable Arrow IPC
+    stream."""
+    meta = meta or read_meta(value)
     try:
-        rows = stream_rows(value)
-        stored = decompressed_bytes(value)
         columns, width = _schema_bytes(_schema_message(value), value)
     except (struct.error, IndexError, pa.ArrowException, OSError) as exc:
         raise ValidationFailed(f"undecodable Arrow IPC: {exc}", stage="decode") from None
-    return Cost(rows, stored + rows * (columns + (input_row_bytes or FLOAT32 * width)))
+    return Cost(meta.rows,
+                meta.stored_bytes + meta.rows * (columns + (input_row_bytes or FLOAT32 * width)))
 
 
 def _schema_message(value: bytes) -> bytes:
@@ -97,10 +98,16 @@ def _schema_bytes(key: bytes, value: bytes) -> tuple[int, int]:
     return got
 
 
-def check_message(value: bytes, caps: MessageCaps, input_row_bytes: int = 0) -> Cost:
-    """Refuse (``ValidationFailed``, stage decode) an Arrow message over a cap, from its
-    metadata; its cost otherwise."""
-    cost = arrow_cost(value, input_row_bytes)
+def admit(value: bytes, *, caps: MessageCaps, max_arrow_bytes: int,
+          input_row_bytes: int = 0) -> Cost:
+    """The one admission of an Arrow message before it is read, from one walk over its
+    metadata: refuse (``ValidationFailed``, stage decode) a stream that would decompress to
+    more than ``max_arrow_bytes`` (a bomb), or a message over a cap; its cost otherwise."""
+    meta = read_meta(value)
+    if meta.stored_bytes > max_arrow_bytes:
+        raise ValidationFailed(f"Arrow payload decompresses to {meta.stored_bytes} bytes, over "
+                               f"the limit of {max_arrow_bytes}", stage="decode")
+    cost = arrow_cost(value, input_row_bytes, meta)
     if cost.decoded_bytes > caps.max_bytes:
         raise ValidationFailed(
             f"Arrow message of {len(value)} bytes decodes to about {cost.decoded_bytes} bytes "
@@ -112,12 +119,14 @@ def check_message(value: bytes, caps: MessageCaps, input_row_bytes: int = 0) -> 
     return cost
 
 
-def message_cost(value: bytes, is_arrow: bool, input_row_bytes: int = 0) -> int:
-    """Decoded bytes a message costs a batch: an Arrow message from its metadata (an unreadable
-    one costs its length: it is dead-lettered unread); anything else its payload length."""
+def message_measure(value: bytes, is_arrow: bool, input_row_bytes: int = 0) -> tuple[int, int]:
+    """(rows, decoded bytes) a message adds to a batch: an Arrow message's from one walk over
+    its metadata (an unreadable one is one row costing its length: it is dead-lettered
+    unread); anything else one row costing its payload length."""
     if not is_arrow:
-        return len(value)
+        return 1, len(value)
     try:
-        return max(len(value), arrow_cost(value, input_row_bytes).decoded_bytes)
+        cost = arrow_cost(value, input_row_bytes)
     except ValidationFailed:
-        return len(value)
+        return 1, len(value)
+    return cost.rows, max(len(value), cost.decoded_bytes)

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from headrace.core.errors import ValidationFailed
-from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES, check_size
-from headrace.scorers.budget import FLOAT32, FLOAT64, MessageCaps, check_message
+from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES
+from headrace.scorers.budget import FLOAT32, FLOAT64, MessageCaps, admit
 from headrace.scorers.buffers import Scratch
 from headrace.scorers.json_rows import JsonRows, decode_rows
 from headrace.streams import headers as hdr
@@ -94,8 +94,8 @@ def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None 
 
     for i in np.flatnonzero(arrow).tolist():
         try:
-            check_size(batch.values[i], max_arrow_bytes)  # a bomb is refused before reading
-            check_message(batch.values[i], caps, tabular_row_bytes(width))
+            admit(batch.values[i], caps=caps, max_arrow_bytes=max_arrow_bytes,
+                  input_row_bytes=tabular_row_bytes(width))  # a bomb is refused before reading
             table = decode_arrow(batch.values[i])
             columns.append((i, _arrow_features(table, features)))
         except ValidationFailed as exc:

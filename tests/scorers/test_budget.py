@@ -18,7 +18,7 @@ import pytest
 from headrace.core.errors import ValidationFailed
 from headrace.core.settings import Settings
 from headrace.scorers import splitting
-from headrace.scorers.budget import MessageCaps, arrow_cost, check_message, message_cost
+from headrace.scorers.budget import MessageCaps, admit, arrow_cost, message_measure
 from headrace.scorers.decoding import tabular_row_bytes
 from headrace.scorers.encoding import ARROW_HEADERS, arrow_prediction_table, arrow_predictions
 from headrace.scorers.inputs import InputLimits, decode_inputs
@@ -53,20 +53,24 @@ def test_the_issue_bomb_is_refused_from_its_metadata() -> None:
     # Bits on the wire (16 MB) but at least a byte, a float64 and the float32 input a row.
     assert cost.rows == 4_000_000 and cost.decoded_bytes > 4_000_000 * 32 * (1 + 8 + 4)
     with pytest.raises(ValidationFailed, match=r"4000000 rows\), over the per-message limit"):
-        check_message(bomb, MessageCaps(), tabular_row_bytes(32))
+        admit(bomb, caps=MessageCaps(), max_arrow_bytes=1 << 40,
+              input_row_bytes=tabular_row_bytes(32))
     with pytest.raises(ValidationFailed, match="holds 4000000 rows, over the per-message limit"
                                                " of 1000000"):
-        check_message(bomb, MessageCaps(max_rows=1_000_000, max_bytes=1 << 40))
+        admit(bomb, caps=MessageCaps(max_rows=1_000_000, max_bytes=1 << 40),
+              max_arrow_bytes=1 << 40)
 
 
 def test_small_messages_pass_and_what_is_not_arrow_is_refused() -> None:
     value = encode_arrow(pa.table({"a": [1.0, 2.0], "b": [True, False]}))
-    cost = check_message(value, MessageCaps(max_rows=2, max_bytes=4096))
+    cost = admit(value, caps=MessageCaps(max_rows=2, max_bytes=4096), max_arrow_bytes=4096)
     assert cost.rows == 2 and 0 < cost.decoded_bytes < 4096
     with pytest.raises(ValidationFailed, match="undecodable Arrow IPC"):
         arrow_cost(b"\xff\xff\xff\xff" + b"\x10\x00\x00\x00" + b"junk" * 4)
-    assert message_cost(b'{"a": 1}', False) == 8  # JSON: its payload
-    assert message_cost(b"\xff\xff\xff\xffjunk", True) == 8  # unreadable: dead-lettered unread
+    assert message_measure(b'{"a": 1}', False) == (1, 8)  # JSON: a row, its payload
+    # Unreadable: one row, its length (dead-lettered unread).
+    assert message_measure(b"\xff\xff\xff\xffjunk", True) == (1, 8)
+    assert message_measure(value, True)[0] == 2
 
 
 _MEASURE = """

@@ -14,7 +14,8 @@ import pytest
 from PIL import Image
 
 from headrace.scorers import sizing
-from headrace.scorers.arrow_limits import check_size, decompressed_bytes
+from headrace.scorers.arrow_limits import read_meta
+from headrace.scorers.budget import MessageCaps, admit
 from headrace.scorers.inputs import InputLimits, decode_inputs, signature_bytes
 from headrace.scorers.predictions import Source, rows, top_k_for
 from headrace.store import tokens
@@ -142,10 +143,10 @@ def test_arrow_decompression_bomb_is_measured_from_metadata_and_refused() -> Non
         w.write_table(table)
     bomb = sink.getvalue().to_pybytes()
     assert len(bomb) < 64 * 1024
-    assert decompressed_bytes(bomb) >= 4 * n
-    assert decompressed_bytes(encode_arrow(table)) >= 4 * n  # uncompressed: the same figure
+    assert read_meta(bomb).stored_bytes >= 4 * n and read_meta(bomb).rows == n
+    assert read_meta(encode_arrow(table)).stored_bytes >= 4 * n  # uncompressed: the same
     with pytest.raises(Exception, match=r"decompresses to .* over the limit of 1048576"):
-        check_size(bomb, 1 << 20)
+        admit(bomb, caps=MessageCaps(max_rows=n, max_bytes=1 << 40), max_arrow_bytes=1 << 20)
     pool = pa.default_memory_pool()
     before = pool.bytes_allocated()
     dec = decode_inputs(batch([bomb]), (GRID,), InputLimits(max_arrow_bytes=1 << 20))

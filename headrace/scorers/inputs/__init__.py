@@ -31,8 +31,8 @@ from headrace import codecs
 from headrace.codecs.columns import Getter, Limits, Reasons
 from headrace.core.errors import ValidationFailed
 from headrace.core.limits import MAX_RECORD_BYTES
-from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES, check_size
-from headrace.scorers.budget import MessageCaps, check_message
+from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES
+from headrace.scorers.budget import MessageCaps, admit
 from headrace.scorers.decoding import BadInput, is_arrow_mask
 from headrace.scorers.inputs import json_columns
 from headrace.store.signature import ModelInput
@@ -119,8 +119,8 @@ def decode_inputs(batch: RawBatch, signature: Signature,
 
     for i in np.flatnonzero(arrow).tolist():
         try:
-            check_size(batch.values[i], limits.max_arrow_bytes)
-            check_message(batch.values[i], limits.message, signature_bytes(signature))
+            admit(batch.values[i], caps=limits.message, max_arrow_bytes=limits.max_arrow_bytes,
+                  input_row_bytes=signature_bytes(signature))  # a bomb is refused before reading
             table = decode_arrow(batch.values[i])
             _check_table(table)
         except ValidationFailed as exc:
