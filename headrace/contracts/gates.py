@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -25,24 +25,32 @@ def class_label(value: Any) -> Any:
     return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
 
 
-def class_labels(raw: Any, names: tuple[str, ...]) -> Any:
-    """``raw`` (a rule as written) with its class-name fields ``names`` read as names."""
-    if isinstance(raw, dict):
-        return {k: (class_label(v) if k in names else v) for k, v in raw.items()}
-    return raw
+class CellLimit(BaseModel):
+    """A limit on one cell of a confusion matrix, named by its two classes (``CLASSES``: the
+    fields that hold them) as the user wrote them."""
 
-
-class LiveConfusionLimit(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+    CLASSES: ClassVar[tuple[str, str]]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _as_written(cls, raw: Any) -> Any:
+        # YAML 1.1 reads an unquoted `true:` key as the boolean True, and a class 0 as a number.
+        if isinstance(raw, dict):
+            raw = {("true" if k is True else k): v for k, v in raw.items()}
+            return {k: (class_label(v) if k in cls.CLASSES else v) for k, v in raw.items()}
+        return raw
+
+
+class LiveConfusionLimit(CellLimit):
+    """Of the records production called ``production``, the most the candidate may call
+    ``candidate``."""
+
+    CLASSES = ("production", "candidate")
 
     production: str
     candidate: str
     max_share: float = Field(ge=0, le=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _names(cls, raw: Any) -> Any:
-        return class_labels(raw, ("production", "candidate"))
 
 
 class BetterThanProduction(BaseModel):
@@ -61,20 +69,14 @@ class LiveGate(BaseModel):
     better_than_production: BetterThanProduction | None = None
 
 
-class ConfusionLimit(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class ConfusionLimit(CellLimit):
+    """Of the validation rows of class ``true``, the most the model may call ``predicted``."""
+
+    CLASSES = ("true", "predicted")
 
     true: str
     predicted: str
     max_fraction: float = Field(ge=0, le=1)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _as_written(cls, raw: Any) -> Any:
-        # YAML 1.1 reads an unquoted `true:` key as the boolean True.
-        if isinstance(raw, dict):
-            raw = {("true" if k is True else k): v for k, v in raw.items()}
-        return class_labels(raw, ("true", "predicted"))
 
 
 class BaselineMargin(BaseModel):
