@@ -110,7 +110,7 @@ def test_the_default_gate_holds_back_a_model_of_shuffled_labels_and_says_it_was_
     events = wait_events(conn, topics.jobs, lambda evs: any(
         e.kind == "succeeded" and e.job_id == useless for e in evs))
     [done] = [e for e in events if e.job_id == useless and e.kind == JobEventKind.SUCCEEDED]
-    assert done.reason == reason and "kept, not promoted: baseline:" in done.message
+    assert done.reason == "refused: " + reason and "demo:1 refused: baseline:" in done.message
 
     good = _run(dfs, "datasets/big.parquet", conn, topics, GOOD)  # the real labels
     st = jobs.read_status(dfs, good)

@@ -22,6 +22,7 @@ from headrace.ops.dashboard.drift import DriftBoard
 from headrace.ops.dashboard.records import MAX_LOG_LINES
 from headrace.ops.dashboard.scrape import ScorerBoard
 from headrace.ops.dashboard.streams import all_streams, streams_on_dfs
+from headrace.store.outcomes import Outcome
 from headrace.streams.clients import KafkaConnection, list_topics
 from headrace.streams.reading import Follower, Record
 from headrace.streams.topics import ControlTopics
@@ -84,10 +85,8 @@ class JobBoard:
                 job.status = _TERMINAL[ev.kind]
                 if ev.kind == JobEventKind.SUCCEEDED:
                     job.progress = 1.0
-                    # The job says "kept, not promoted" by giving a reason; none: promoted.
-                    job.outcome = ({"result": "kept", "reason": ev.reason, "held_by": []}
-                                   if ev.reason else
-                                   {"result": "promoted", "reason": "", "held_by": []})
+                    # The event's reason is the outcome's line (none: promoted).
+                    job.outcome = Outcome.from_line(ev.reason).to_json()
             elif ev.kind in (JobEventKind.STARTED, JobEventKind.PROGRESS, JobEventKind.RETRYING):
                 if job.status not in _TERMINAL.values() or ev.kind == JobEventKind.STARTED:
                     job.status = "retrying" if ev.kind == JobEventKind.RETRYING else "running"

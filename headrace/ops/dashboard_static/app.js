@@ -62,7 +62,10 @@ function metricsText(m, n = 3) {
 
 function outcomeBadge(o) {
   if (!o || !o.result) return el("span", { class: "badge", title: "unknown: an older job" }, "–");
-  return el("span", { class: `badge ${o.result}`, "data-outcome": o.result }, o.result);
+  // The server's words (headrace/store/outcomes.py): the same as the CLI's.
+  const head = o.via && o.via !== "job" ? `${o.result} (${o.via})` : o.result;
+  return el("span", { class: `badge ${o.result.replace(" ", "-")}`, "data-outcome": o.result,
+                      title: o.line || "" }, head);
 }
 
 function clip(text, n) {
@@ -131,8 +134,8 @@ async function showJob(id, toggle = true) {
   document.getElementById("job-title").textContent = `${id}${j.model_name ? " · " + j.model_name : ""}`;
   const o = j.outcome;
   const line = document.getElementById("job-outcome");
-  line.className = `reason ${o ? o.result : ""}`;
-  line.textContent = o ? (o.reason ? `${o.result}: ${o.reason}` : o.result) +
+  line.className = `reason ${o ? o.result.replace(" ", "-") : ""}`;
+  line.textContent = o ? (o.line || o.result) +
     (o.held_by && o.held_by.length ? ` (held by ${o.held_by.join(", ")})` : "") : "";
   drawCurves(document.getElementById("job-curves"), j.history);
   document.getElementById("job-logs").textContent =
@@ -252,7 +255,7 @@ async function showModel(name, version) {
     `${m.name}:${m.version} (${m.framework}, ${m.task})${m.production ? " — production" : ""}`;
   const o = m.outcome;
   const line = document.getElementById("model-outcome");
-  line.className = `reason ${o ? o.result : ""}`;
+  line.className = `reason ${o ? o.result.replace(" ", "-") : ""}`;
   line.replaceChildren(outcomeBadge(o), o && o.reason ? o.reason : "");
   const tbody = document.querySelector("#model-metrics tbody");
   tbody.replaceChildren(...Object.entries(m.metrics).map(([k, v]) =>
