@@ -5,8 +5,20 @@
 const state = { streams: [], details: [], selectedModel: null, selectedJob: null, scorers: [] };
 const SVG = "http://www.w3.org/2000/svg";
 
+// A dashboard run with --token-file is opened as URL#token=TOKEN: the fragment never leaves
+// the browser; the token is kept for this tab and sent as a bearer header.
+(function keepToken() {
+  const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem("headrace-token", decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+})();
+
 async function api(path) {
-  const r = await fetch(path, { cache: "no-store" });
+  const token = sessionStorage.getItem("headrace-token");
+  const r = await fetch(path, { cache: "no-store",
+                                headers: token ? { Authorization: `Bearer ${token}` } : {} });
   const body = await r.json();
   if (!r.ok) throw new Error(body.error || r.statusText);
   return body;
@@ -164,7 +176,7 @@ function drawCurves(box, h) {
   const charts = bases.slice(0, 3).map((b) => chart(b, h.epochs, h.series[b], h.series["val_" + b],
     h.best_epoch));
   const stop = h.stopped_because ? `, stopped: ${h.stopped_because.replace(/_/g, " ")}` : "";
-  const caption = el("div", { class: "muted small", style: "flex-basis: 100%" },
+  const caption = el("div", { class: "muted small full-row" },
     `${h.epochs_run ?? h.epochs.length} epochs run` +
     (h.best_epoch ? `, best epoch ${h.best_epoch}` : "") + stop);
   box.replaceChildren(...charts, caption);
@@ -437,8 +449,32 @@ async function loadDrift() {
   document.getElementById("drift").replaceChildren(...parts);
 }
 
+// --- health ---------------------------------------------------------------------------------
+
+function probeCell(p) {
+  if (!p) return el("td", {}, "–");
+  const why = p.error || (p.body ? Object.entries(p.body).filter(([k]) => k !== "ok")
+    .map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`).join(", ") : "");
+  return el("td", { class: "small wrap", title: why },
+    el("span", { class: `badge ${p.ok ? "ok" : "down"}`, "data-probe": p.ok ? "ok" : "down" },
+      p.ok ? "ok" : (p.status ? `down (${p.status})` : "unreachable")), " ", clip(why, 120));
+}
+
+async function loadHealth() {
+  const h = await api("/api/health");
+  const rows = [];
+  if (h.control_plane) rows.push(["control plane", h.control_plane]);
+  for (const s of h.scorers) rows.push([`scorer ${s.url}`, s]);
+  const body = document.querySelector("#health tbody");
+  body.replaceChildren(...rows.map(([name, p]) => el("tr", {}, el("td", {}, name),
+    probeCell(p.livez), probeCell(p.readyz))));
+  if (!rows.length) body.append(emptyRow(3, "nothing to probe: give ", ["cmd", "--control-url"],
+    " and ", ["cmd", "--scorer"]));
+  document.getElementById("health-note").textContent = h.control_plane_note || "";
+}
+
 async function tick() {
-  for (const f of [loadOverview, loadJobs, loadModels, loadStudies, loadRollout, loadScorers, loadDrift, loadStreams]) {
+  for (const f of [loadHealth, loadOverview, loadJobs, loadModels, loadStudies, loadRollout, loadScorers, loadDrift, loadStreams]) {
     try { await f(); } catch (e) { console.error(f.name, e); }
   }
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
