@@ -55,7 +55,7 @@ def test_the_gate_blocks_a_model_worse_on_one_class_and_promotes_a_better_one(
     events = wait_events(conn, topics.jobs,
                          lambda evs: sum(e.kind == "succeeded" for e in evs) == 3)
     held = [e for e in events if e.job_id == poor and e.kind == JobEventKind.SUCCEEDED]
-    assert held and "not promoted" in held[0].message and held[0].reason
+    assert held and "demo:2 refused: " in held[0].message and held[0].reason.startswith("refused: ")
 
 
 def _ev(recalls: list[float], cm: list[list[int]]) -> Evaluation:
