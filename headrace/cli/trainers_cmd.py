@@ -192,6 +192,11 @@ def _reason(root: Path, st: JobStatus) -> str:
     return text.splitlines()[0][:160] if text else ""
 
 
+def _outcome_line(root: Path, st: JobStatus) -> str:
+    found = outcomes.of_job(root, st.model_dump(mode="json"))
+    return found.line() if found is not None else ""
+
+
 _FW = {"tensorflow": "tf", "mxnet": "mx"}
 
 
@@ -209,8 +214,7 @@ def jobs_show(ctx: typer.Context, job_id: str) -> None:
             ("finished", st.finished_at or ""), ("epoch/step", f"{st.epoch} / {st.step}"),
             ("version", str(st.version or "")),
             ("distributed", _gang_line(api.gang_of(req))),
-            ("promoted", "" if st.promoted is None else str(st.promoted)),
-            ("result", st.result or ""),
+            ("outcome", _outcome_line(root, st)),
             ("gate", "; ".join(st.gate_reasons) or ("passed" if st.version else "")),
             ("spec", _spec_line(req)),
             ("hyperparameters", " ".join(f"{k}={v}" for k, v in req.hyperparameters.items()))]
@@ -272,7 +276,8 @@ def models_list(ctx: typer.Context) -> None:
 def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
         help="NAME (production, else latest) or NAME:VERSION")]) -> None:
     """Metrics and the confusion matrix as tables, and the image path."""
-    mv = api.show_model(root=_context.base_settings(ctx).dfs_root, ref=ref)
+    root = _context.base_settings(ctx).dfs_root
+    mv = api.show_model(root=root, ref=ref)
     m = mv.manifest
     console.print(f"[bold]{m.name}:{m.version}[/bold] {m.framework.value} {m.task.value} "
                   f"job {m.job_id} dataset {m.dataset.uri if m.dataset else '-'}")
@@ -289,6 +294,9 @@ def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
     if gate:
         console.print("gate: " + ("passed" if gate.get("passed") else
                                   "failed: " + escape("; ".join(gate.get("reasons", [])))))
+    said = outcomes.of_version(root, m.name, m.version)
+    if said is not None:
+        console.print("outcome: " + escape(said.line()))
     png = mv.path / "confusion_matrix.png"
     if png.exists():
         console.print(f"confusion matrix image: {png}")

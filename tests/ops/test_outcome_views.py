@@ -1,7 +1,7 @@
 """Issue 34: one version, every view, the same words. A version the gate refused and a live
 gate later made production read "refused" then "promoted (live gate)" then "rolled back" alike
-in `jobs list`, `models list`, `train --wait`'s last line, the dashboard's JSON and the job's
-SUCCEEDED event (headrace/store/outcomes.py computes them all)."""
+in `jobs list`/`show`, `models list`/`show`, `train --wait`'s last line, the dashboard's JSON
+and the job's SUCCEEDED event (headrace/store/outcomes.py computes them all)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from headrace.ops.dashboard.state import JobBoard
 from headrace.store import versions
 from headrace.store.outcomes import Outcome, Result, Via
 from headrace.streams.reading import Record
+from headrace.trainers.api import build_request
 from tests.ops.dashboard_data import REFUSED_WHY, job, publish
 
 WHY = "; ".join(REFUSED_WHY)
@@ -36,8 +37,11 @@ def dfs(tmp_path: Path) -> Path:
     job(tmp_path, "job-a", model_name="iris", version=1, result="promoted", promoted=True)
     publish(tmp_path, "iris", accuracy=0.41, job_id="job-b",
             gate={"passed": False, "reasons": REFUSED_WHY, "held_by": ["min"]})
-    job(tmp_path, "job-b", model_name="iris", version=2, result="refused", promoted=False,
-        reason=WHY, gate_reasons=REFUSED_WHY, held_by=["min"])
+    d = job(tmp_path, "job-b", model_name="iris", version=2, result="refused", promoted=False,
+            reason=WHY, gate_reasons=REFUSED_WHY, held_by=["min"])
+    req = build_request(model_name="iris", framework="tensorflow",
+                        dataset_uri="datasets/iris.parquet", idempotency_key="b")
+    (d / "request.json").write_bytes(req.to_bytes())
     return tmp_path
 
 
@@ -63,6 +67,12 @@ def _views(dfs: Path, dash: Dashboard, capsys: pytest.CaptureFixture[str]) -> di
     assert main(["--dfs-root", str(dfs), "models", "list"]) == 0
     table = capsys.readouterr().out
     out["models list"] = re.search(r"│ 2: (.*?)\s*│", table).group(1)  # type: ignore[union-attr]
+    assert main(["--dfs-root", str(dfs), "jobs", "show", "job-b"]) == 0
+    out["jobs show"] = re.search(r"│ outcome\s*│ (.*?)\s*│",  # type: ignore[union-attr]
+                                 capsys.readouterr().out).group(1)
+    assert main(["--dfs-root", str(dfs), "models", "show", "iris:2"]) == 0
+    out["models show"] = next(ln for ln in capsys.readouterr().out.splitlines()
+                              if ln.startswith("outcome: ")).removeprefix("outcome: ")
     done = JobEvent(job_id="job-b", kind=JobEventKind.SUCCEEDED, model_name="iris",
                     message="iris:2 " + Outcome(Result.REFUSED, WHY).line())
     out["train --wait"] = trainers_cmd._final_line(dfs, "job-b", done).removeprefix("iris:2 ")
