@@ -181,8 +181,10 @@ def of_job(root: Path, status: Mapping[str, Any]) -> Outcome | None:
     if status.get("state") not in (None, "succeeded"):
         return None
     name, version = status.get("model_name"), status.get("version")
-    gate = stored_gate(root, name if isinstance(name, str) else None,
-                       version if isinstance(version, int) else None)
+    gate = None  # only an older status (no ``result``) needs the manifest to tell refused
+    if status.get("result") is None and status.get("promoted") is False:
+        gate = stored_gate(root, name if isinstance(name, str) else None,
+                           version if isinstance(version, int) else None)
     if isinstance(name, str) and isinstance(version, int) and version > 0:
         return version_outcome(gate=gate, version=version, history=_history(root, name),
                                job_status=status)
