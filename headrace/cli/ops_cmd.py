@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -205,9 +206,23 @@ def dashboard(
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port; 0 picks one.")] = 8780,
     scorer: Annotated[list[str] | None, typer.Option(
         "--scorer", help="A scorer's metrics URL (http://host:port/metrics); repeat.")] = None,
+    token_file: Annotated[Path | None, typer.Option(
+        "--token-file", envvar="HEADRACE_DASHBOARD_TOKEN_FILE",
+        help="A file holding a bearer token every API request must carry (open the page "
+             "as URL#token=TOKEN).")] = None,
+    control_url: Annotated[str | None, typer.Option(
+        "--control-url", envvar="HEADRACE_DASHBOARD_CONTROL_URL",
+        help="The control plane's probes (http://host:port): its /livez and /readyz are "
+             "shown in the health panel.")] = None,
 ) -> None:
-    """Serve the dashboard: jobs, models, scorers, dead letters."""
+    """Serve the dashboard: jobs, models, scorers, dead letters, health."""
     from headrace.ops.dashboard import serve_forever
+    from headrace.ops.dashboard.server import exposure_warning, read_token
+
+    token = read_token(token_file) if token_file is not None else None
+    warning = exposure_warning(host, token)
+    if warning:
+        typer.echo(warning, err=True)
 
     where = _context.service(ctx, "dashboard", own_broker=True, no_broker=(
         "no --bootstrap or HEADRACE_BOOTSTRAP given: jobs and models from the DFS only"))
@@ -215,7 +230,8 @@ def dashboard(
         out.print(line)
     settings = where.settings
     conn = _context.connection(ctx) if settings.bootstrap else None
-    serve_forever(settings=settings, conn=conn, host=host, port=port,
+    serve_forever(settings=settings, conn=conn, host=host, port=port, token=token,
+                  control_url=control_url,
                   scorer_urls=list(scorer or ()), announce=lambda url: out.print(
                       f"dashboard on [bold]{url}[/] (Ctrl-C stops)"))
 

@@ -18,12 +18,12 @@ from rich.text import Text
 from headrace.cli import _context
 from headrace.contracts import JobEvent, JobEventKind, TrainRequested
 from headrace.core.errors import ConfigError, PermanentError
+from headrace.store import outcomes
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import api
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.jobs import JobStatus
 from headrace.trainers.limits import RequestCaps
-from headrace.trainers.outcome import job_outcome, stored_gate
 
 console = Console()
 jobs_app = typer.Typer(help="Inspect training jobs (their status.json on the DFS).",
@@ -128,7 +128,19 @@ def train(
     if final.kind == JobEventKind.FAILED:
         console.print(f"[red]job {job_id} failed:[/red] {escape(final.reason or '')}")
         raise typer.Exit(1)
-    console.print(f"[green]job {job_id} succeeded:[/green] {escape(final.message or '')}")
+    said = _final_line(s.dfs_root, job_id, final)
+    console.print(f"[green]job {job_id} succeeded:[/green] {escape(said)}")
+
+
+def _final_line(root: Path, job_id: str, final: JobEvent) -> str:
+    """The finished job's outcome as every view says it: from the DFS where this machine sees
+    it (a later promotion shows), else the event's own line (written by the same code)."""
+    st = outcomes.read_job_status(root, job_id)
+    found = outcomes.of_job(root, st) if st is not None else None
+    version = st.get("version") if st is not None else None
+    if found is None or not isinstance(version, int):
+        return final.message or ""
+    return f"{st.get('model_name')}:{version} {found.line()}"  # type: ignore[union-attr]
 
 
 def _follow(*, conn: object, job_id: str, topics: ControlTopics, since_ms: int, epochs: int,
@@ -174,11 +186,15 @@ def jobs_list(ctx: typer.Context) -> None:
 
 
 def _reason(root: Path, st: JobStatus) -> str:
-    """Why a job failed; for a finished one, the gate's outcome (``kept: why``)."""
-    gate = stored_gate(root, st.model_name, st.version) if st.promoted is False else None
-    found = job_outcome(st.model_dump(mode="json"), gate)
+    """Why a job failed; for a finished one, its version's outcome (the words of every view)."""
+    found = outcomes.of_job(root, st.model_dump(mode="json"))
     text = found.line() if found is not None else st.reason or ""
     return text.splitlines()[0][:160] if text else ""
+
+
+def _outcome_line(root: Path, st: JobStatus) -> str:
+    found = outcomes.of_job(root, st.model_dump(mode="json"))
+    return found.line() if found is not None else ""
 
 
 _FW = {"tensorflow": "tf", "mxnet": "mx"}
@@ -198,8 +214,7 @@ def jobs_show(ctx: typer.Context, job_id: str) -> None:
             ("finished", st.finished_at or ""), ("epoch/step", f"{st.epoch} / {st.step}"),
             ("version", str(st.version or "")),
             ("distributed", _gang_line(api.gang_of(req))),
-            ("promoted", "" if st.promoted is None else str(st.promoted)),
-            ("result", st.result or ""),
+            ("outcome", _outcome_line(root, st)),
             ("gate", "; ".join(st.gate_reasons) or ("passed" if st.version else "")),
             ("spec", _spec_line(req)),
             ("hyperparameters", " ".join(f"{k}={v}" for k, v in req.hyperparameters.items()))]
@@ -247,12 +262,13 @@ def jobs_logs(ctx: typer.Context, job_id: str,
 
 @models_app.command("list")
 def models_list(ctx: typer.Context) -> None:
-    """Models, their versions, production, and the versions the gate refused (with why)."""
-    table = Table("model", "versions", "production", "refused by the gate")
+    """Models, their versions, production, and each version's outcome (promoted, kept, refused,
+    rolled back; with why)."""
+    table = Table("model", "versions", "production", "outcome of each version")
     for m in api.list_models(root=_context.base_settings(ctx).dfs_root):
-        refused = "\n".join(f"{v}: {why}" for v, why in sorted(m.refused.items()))
+        said = "\n".join(f"{v}: {o.line()}" for v, o in sorted(m.outcomes.items()))
         table.add_row(m.name, ",".join(map(str, m.versions)), str(m.production or "-"),
-                      Text(refused or "-"))
+                      Text(said or "-"))
     console.print(table)
 
 
@@ -260,7 +276,8 @@ def models_list(ctx: typer.Context) -> None:
 def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
         help="NAME (production, else latest) or NAME:VERSION")]) -> None:
     """Metrics and the confusion matrix as tables, and the image path."""
-    mv = api.show_model(root=_context.base_settings(ctx).dfs_root, ref=ref)
+    root = _context.base_settings(ctx).dfs_root
+    mv = api.show_model(root=root, ref=ref)
     m = mv.manifest
     console.print(f"[bold]{m.name}:{m.version}[/bold] {m.framework.value} {m.task.value} "
                   f"job {m.job_id} dataset {m.dataset.uri if m.dataset else '-'}")
@@ -277,6 +294,9 @@ def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
     if gate:
         console.print("gate: " + ("passed" if gate.get("passed") else
                                   "failed: " + escape("; ".join(gate.get("reasons", [])))))
+    said = outcomes.of_version(root, m.name, m.version)
+    if said is not None:
+        console.print("outcome: " + escape(said.line()))
     png = mv.path / "confusion_matrix.png"
     if png.exists():
         console.print(f"confusion matrix image: {png}")

@@ -48,6 +48,8 @@ from headrace.streams.reading import Record, probe_ends, read_range, scan_header
 from headrace.streams.topics import dlq_topic
 
 PREVIEW_BYTES = 512
+# A dry run's verdicts begin with one of these (ops.rechecking writes them).
+AGAIN, PASS, UNCHECKED = "would fail again", "would pass decode and validate", "not checked"
 
 
 @dataclass(frozen=True)
@@ -267,9 +269,11 @@ class RedriveResult:
             out += [f"    {lt.ref}: {checks[lt.ref]}" for lt in it.letters
                     if checks and lt.ref in checks]
         if checks:
-            again = sum(v.startswith("would fail again") for v in checks.values())
-            out.append(f"  {again} of {len(checks)} would fail again"
-                       + (" (fix the producer or the model first)" if again else ""))
+            n = Counter(AGAIN if v.startswith(AGAIN) else PASS if v.startswith(PASS)
+                        else UNCHECKED for v in checks.values())
+            out.append(f"  {n[AGAIN]} of {len(checks)} would fail again, {n[PASS]} would pass "
+                       f"decode and validate, {n[UNCHECKED]} not checked"
+                       + (" (fix the producer or the model first)" if n[AGAIN] else ""))
         if self.skipped_already:
             out.append(f"  skipped {len(self.skipped_already)} already redriven: "
                        + ", ".join(self.skipped_already[:20]))

@@ -1,8 +1,11 @@
-"""Would a dead letter fail again? Decode its bytes as the scorer would now, with the stream's
-production model, before a redrive sends it back (``headrace dlq redrive --dry-run``).
+"""Would a dead letter fail again? Run its bytes through every scorer stage that needs no
+model: decode and validate, with the scorer's own ``decode_inputs`` against the production
+version's input signature read from its manifest on the DFS (the model's files are neither
+loaded nor hashed), before a redrive sends it back (``headrace dlq redrive --dry-run``).
 
-Only letters that failed before the model ran (stages ``decode`` and ``validate``) can be
-checked this way; the others are reported as not checked.
+Each letter is one of: "would fail again (STAGE): why", "would pass decode and validate" or
+"not checked: why" (it failed in or after the model, or no manifest could be read); the
+summary counts the three apart.
 """
 
 from __future__ import annotations
@@ -12,11 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from headrace.codecs import REGISTRY
 from headrace.core.errors import HeadraceError
-from headrace.ops.deadletters import Letter
-from headrace.scorers.decoding import decode
-from headrace.store.versions import resolve
+from headrace.ops.deadletters import AGAIN, PASS, UNCHECKED, Letter
+from headrace.scorers.inputs import Signature, decode_inputs
+from headrace.store import versions
 from headrace.streams import dlq as dlqh
 from headrace.streams.consuming import RawBatch
 
@@ -24,34 +26,45 @@ CHECKED_STAGES = ("decode", "validate")
 
 
 def recheck(root: Path, model: str, letters: Sequence[Letter]) -> dict[str, str]:
-    """Per letter ref: ``"would fail again: REASON"``, ``"decodes now"`` or ``"not checked:
-    WHY"``."""
+    """Per letter ref: its verdict (see the module's doc)."""
     try:
-        mv = resolve(root, model)
+        ref, signature = _signature(root, model)
     except HeadraceError as exc:
-        return {lt.ref: f"not checked: {exc}" for lt in letters}
-    inputs = mv.manifest.input_signature()
-    c = REGISTRY.get(str(inputs[0].kind)) if len(inputs) == 1 else None
-    if c is None or not c.tabular:
-        return {lt.ref: "not checked: the model takes more than numeric columns"
-                for lt in letters}
-    features = list(inputs[0].columns)
+        return {lt.ref: f"{UNCHECKED}: {exc}" for lt in letters}
     out: dict[str, str] = {}
     for lt in letters:
         if lt.stage not in CHECKED_STAGES:
-            out[lt.ref] = f"not checked: it failed at stage {lt.stage}, in or after the model"
+            out[lt.ref] = f"{UNCHECKED}: it failed at stage {lt.stage}, in or after the model"
             continue
-        out[lt.ref] = _decode_one(lt, features, f"{mv.name}:{mv.version}")
+        out[lt.ref] = _check_one(lt, signature, ref)
     return out
 
 
-def _decode_one(lt: Letter, features: list[str], ref: str) -> str:
+def _signature(root: Path, model: str) -> tuple[str, Signature]:
+    """The production version's input signature, from its manifest alone."""
+    name, _, ver = model.partition(":")
+    if ver.isdigit():
+        version = int(ver)
+    else:
+        pointer = versions.read_alias(root, name)
+        if pointer is None:
+            raise versions.VersionNotFound(f"model {name} has no production version (give "
+                                           "--model NAME:VERSION)")
+        version = pointer.version
+    m, _ = versions.read_manifest(versions.model_dir(root, name) / str(version))
+    return f"{name}:{version}", tuple(m.input_signature())
+
+
+def _check_one(lt: Letter, signature: Signature, ref: str) -> str:
     batch = RawBatch([lt.record.value or b""], [None], [lt.record.topic],
                      np.zeros(1, np.int32), np.zeros(1, np.int64), np.full(1, -1, np.int64),
                      [None])
     row = lt.h(dlqh.DLQ_ROW)
-    bad = [b for b in decode(batch, features).bad
-           if row is None or b.row is None or str(b.row) == row]
+    try:
+        decoded = decode_inputs(batch, signature)
+    except HeadraceError as exc:
+        return f"{AGAIN} ({exc.stage or 'decode'}) with {ref}: {exc}"
+    bad = [b for b in decoded.bad if row is None or b.row is None or str(b.row) == row]
     if bad:
-        return f"would fail again with {ref}: {bad[0].error}"
-    return f"decodes now with {ref}"
+        return f"{AGAIN} ({bad[0].stage}) with {ref}: {bad[0].error}"
+    return f"{PASS} with {ref}"

@@ -117,6 +117,7 @@ class Stack:
         self.components: list[Component] = []
         self.streams = list(settings.streams if scorers is None else scorers)
         self.control = control
+        self.control_url: str | None = None  # its probes, once started
 
     def env(self) -> dict[str, str]:
         assert self.conn is not None
@@ -138,14 +139,20 @@ class Stack:
         ensure_topics(self.conn, catalog(self.settings))  # the connection's durability
         return self.conn
 
-    def add(self, name: str, args: list[str], *, metrics_url: str | None = None) -> Component:
-        c = Component(name, args, self.log_dir / f"{name}.log", metrics_url)
+    def add(self, name: str, args: list[str], *, metrics_url: str | None = None,
+            extra_env: dict[str, str] | None = None) -> Component:
+        c = Component(name, args, self.log_dir / f"{name}.log", metrics_url,
+                      extra_env=dict(extra_env or {}))
         c.start(self.env())
         self.components.append(c)
         return c
 
     def start_control(self) -> Component:
-        return self.add("control-plane", ["control"])
+        # A known probes port, so the dashboard's health panel can show the control plane.
+        port = free_port()
+        self.control_url = f"http://127.0.0.1:{port}"
+        return self.add("control-plane", ["control"], extra_env={
+            "HEADRACE_CONTROL_HTTP_PORT": str(port), "HEADRACE_CONTROL_HTTP_HOST": "127.0.0.1"})
 
     def start_scorer(self, stream: str, *, model: str | None = None) -> Component:
         port = free_port()
@@ -204,7 +211,8 @@ def run_up(*, settings: Settings, dashboard_port: int, say: Callable[[str], None
         for s in stack.streams:
             stack.start_scorer(s)
         dash = Dashboard(settings=settings, conn=conn, port=dashboard_port,
-                         scorer_urls=[c.metrics_url for c in stack.components if c.metrics_url])
+                         scorer_urls=[c.metrics_url for c in stack.components if c.metrics_url],
+                         control_url=stack.control_url)
         url = dash.start()
         _status(say, stack)
         say(f"● dashboard     {url}")

@@ -293,10 +293,13 @@ def _factory(ctx: TapContext) -> CanaryRole | None:
                                          max_age_s=s.label_window_s))
     role = CanaryRole(
         model_name=s.model_name, watch=ctx.rollout,
+        # The label counts are read back while the candidate loads (not after: routing would
+        # wait for them with the candidate ready, and production score the first records).
         loader=CandidateLoader(root=ctx.settings.dfs_root, device=s.device,
                                max_batch=s.batch_size,
                                sizes=Sizing(max_batch_bytes=s.max_batch_bytes,
-                                            device_memory_mb=s.device_memory_mb)),
+                                            device_memory_mb=s.device_memory_mb),
+                               prepare=lambda _name, _version: labels.read_back()),
         outcomes=CanaryOutcomes(ctx.conn, ControlTopics.of(ctx.settings), ctx.settings.dfs_root),
         metrics=CanaryMetrics(ctx.metrics, labels.totals), labels=labels)
     st = role._canary(None)

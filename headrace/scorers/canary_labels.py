@@ -75,6 +75,7 @@ class CanaryLabels:
         self.stop = threading.Event()
         self.follower: LiveCountsFollower | None = None
         self._started = 0.0
+        self._ready = False
         self._pairs: dict[tuple[int, int], LiveComparison | None] = {}
         self._maps: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
@@ -91,12 +92,25 @@ class CanaryLabels:
                                                      self.stop),
                          name="canary-labels", daemon=True).start()
 
-    def ready(self) -> bool:
-        """The counts are read back (or were waited for long enough): routing may start."""
+    def read_back(self, timeout_s: float = READY_WITHIN_S) -> None:
+        """Start, and wait until the counts are read back (at most ``timeout_s``). The canary's
+        candidate loader runs this while the model loads, so the candidate is ready only with
+        its counts, and routing starts with its first batch."""
         self.start()
         assert self.follower is not None
-        return (self.follower.caught_up()
-                or time.monotonic() - self._started >= READY_WITHIN_S)
+        self.follower.wait_caught_up(timeout_s)
+        self._ready = True
+
+    def ready(self) -> bool:
+        """The counts are read back (or were waited for long enough): routing may start. Once
+        true it stays true: other replicas' counts arriving later must not pause routing."""
+        if self._ready:
+            return True
+        self.start()
+        assert self.follower is not None
+        self._ready = (self.follower.caught_up()
+                       or time.monotonic() - self._started >= READY_WITHIN_S)
+        return self._ready
 
     def comparison(self, production: LoadedModel, candidate: LoadedModel
                    ) -> LiveComparison | None:

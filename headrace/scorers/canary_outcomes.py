@@ -39,7 +39,7 @@ def audit_id(state: RolloutState) -> str:
 def audit_event(state: RolloutState, kind: JobEventKind, text: str,
                 metrics: dict[str, float] | None = None) -> JobEvent:
     """The canary's event on events.jobs. Only a FAILED one carries ``reason``: readers of
-    events.jobs take a SUCCEEDED job with a reason as "kept, not promoted"."""
+    events.jobs read a SUCCEEDED job's reason as its outcome line (store/outcomes.py)."""
     return JobEvent(job_id=audit_id(state), kind=kind, model_name=state.model_name,
                     message=text[:16_384],
                     reason=text[:4096] if kind == JobEventKind.FAILED else None,

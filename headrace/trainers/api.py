@@ -29,12 +29,11 @@ from headrace.contracts import (
 )
 from headrace.core.errors import (
     ConfigError,
-    HeadraceError,
     PermanentError,
     RetriableError,
     ValidationFailed,
 )
-from headrace.store import versions
+from headrace.store import outcomes, versions
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import EventSink, send_events
 from headrace.streams.reading import iter_records
@@ -210,29 +209,18 @@ class ModelSummary:
     name: str
     versions: list[int]
     production: int | None
-    refused: dict[int, str] = dataclasses.field(default_factory=dict)  # version -> gate reasons
+    # version -> its outcome (promoted, kept, refused, rolled back), when known
+    outcomes: dict[int, outcomes.Outcome] = dataclasses.field(default_factory=dict)
 
 
 def list_models(*, root: Path) -> list[ModelSummary]:
-    """Every model with its versions, production, and the versions the gate refused."""
+    """Every model with its versions, production, and each version's outcome."""
     out = []
     for name in versions.list_models(root):
         ptr = versions.read_alias(root, name)
         vs = versions.list_versions(root, name)
-        out.append(ModelSummary(name, vs, ptr.version if ptr else None,
-                                _refused(root, name, vs)))
-    return out
-
-
-def _refused(root: Path, name: str, vs: list[int]) -> dict[int, str]:
-    out: dict[int, str] = {}
-    for v in vs:
-        try:
-            gate = versions.load_version(root, name, v, verify=False).manifest.extra.get("gate")
-        except (HeadraceError, OSError):
-            continue
-        if isinstance(gate, dict) and gate.get("passed") is False:
-            out[v] = "; ".join(gate.get("reasons", [])) or "refused"
+        said = {v: o for v in vs if (o := outcomes.of_version(root, name, v)) is not None}
+        out.append(ModelSummary(name, vs, ptr.version if ptr else None, said))
     return out
 
 

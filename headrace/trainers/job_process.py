@@ -45,6 +45,7 @@ from headrace.core.errors import HeadraceError, PermanentError, RetriableError
 from headrace.store import versions
 from headrace.store.dfs import job_dir, write_atomic
 from headrace.store.manifest import Manifest
+from headrace.store.outcomes import Outcome, Result
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics
@@ -524,18 +525,18 @@ def _finish(ctx: JobContext, mv: versions.ModelVersion, result: GateResult, t0: 
         log.info("promoted %s:%d to production", mv.name, mv.version)
     elif result.passed:
         log.info("gate passed; promotion is off for this model (promote: false)")
-    msg = (f"{mv.name}:{mv.version} " + ("promoted" if promoted else "kept, not promoted: "
-           + ("; ".join(result.reasons) or "promotion off")))
     refused = not result.passed
+    said = Outcome(Result.PROMOTED if promoted else Result.REFUSED if refused else Result.KEPT,
+                   "" if promoted else "; ".join(result.reasons) or "promotion off")
+    msg = f"{mv.name}:{mv.version} {said.line()}"  # the words every view uses (store/outcomes)
     ctx.status(state=JobState.SUCCEEDED, finished_at=jobs.now_iso(), version=mv.version,
                promoted=promoted, gate_reasons=list(result.reasons),
-               result="promoted" if promoted else "refused" if refused else "kept",
-               held_by=list(result.held_by),
+               result=said.result.value, held_by=list(result.held_by),
                metrics={k: float(v) for k, v in mv.manifest.metrics.items()},
                reason="; ".join(result.reasons) if refused else None, exit_code=0)
     ctx.event(JobEventKind.SUCCEEDED, message=msg,
               metrics={k: float(v) for k, v in mv.manifest.metrics.items() if "." not in k},
-              reason=None if promoted else "; ".join(result.reasons) or "promotion off")
+              reason=None if promoted else said.line())
     log.info("done in %.1fs: %s", time.time() - t0, msg)
 
 

@@ -171,7 +171,9 @@ def test_every_job_and_version_carries_the_gates_outcome_and_reasons(dash: Dashb
     assert jobs["job-kept"]["outcome"]["reason"] == KEPT_WHY
     assert jobs["job-refused"]["outcome"] == {"result": "refused",
                                               "reason": "; ".join(REFUSED_WHY),
-                                              "held_by": ["min", "class_recall"]}
+                                              "held_by": ["min", "class_recall"],
+                                              "via": None, "line": "refused: "
+                                              + "; ".join(REFUSED_WHY)}
     assert jobs["job-refused"]["training"] == {"epochs_run": 5, "best_epoch": 3,
                                                "stopped_because": "early_stopping",
                                                "epochs": 5}

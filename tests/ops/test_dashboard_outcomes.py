@@ -12,7 +12,8 @@ import pytest
 
 from headrace.cli import main, trainers_cmd
 from headrace.ops.dashboard.history import MAX_SERIES, curves, read_history
-from headrace.trainers.outcome import Outcome, Result, job_outcome, version_outcome
+from headrace.store.outcomes import Outcome, Result, Via, job_outcome, version_outcome
+from headrace.store.versions import AliasPointer
 from tests.ops.dashboard_data import HISTORY, KEPT_WHY, LEGACY_WHY, REFUSED_WHY, job, write_dfs
 
 OK = {"state": "succeeded"}
@@ -44,14 +45,16 @@ def test_a_jobs_outcome_is_read_from_either_status_format_and_never_guessed(
 
 def test_a_versions_outcome_prefers_production_then_its_job_then_its_gate() -> None:
     refused = {"passed": False, "reasons": ["a", "b"], "held_by": ["min"]}
-    assert version_outcome(gate=refused, was_production=True) == Outcome(Result.PROMOTED)
-    assert version_outcome(gate=refused, was_production=False) == Outcome(
+    was = [AliasPointer(1, "x", None, "t", "job j")]
+    assert version_outcome(gate=refused, version=1, history=was) == Outcome(
+        Result.PROMOTED, via=Via.JOB)
+    assert version_outcome(gate=refused, version=2, history=was) == Outcome(
         Result.REFUSED, "a; b", ("min",))
-    assert version_outcome(gate={"passed": True, "promote": False}, was_production=False) \
+    assert version_outcome(gate={"passed": True, "promote": False}) \
         == Outcome(Result.KEPT, "promotion off")
-    assert version_outcome(gate=None, was_production=False) is None
+    assert version_outcome(gate=None) is None
     held = {**OK, "result": "kept", "reason": KEPT_WHY}
-    assert version_outcome(gate={"passed": True}, was_production=False, job_status=held) \
+    assert version_outcome(gate={"passed": True}, job_status=held) \
         == Outcome(Result.KEPT, KEPT_WHY)
     assert Outcome(Result.REFUSED, "a; b").line() == "refused: a; b"
     assert Outcome(Result.PROMOTED).line() == "promoted"

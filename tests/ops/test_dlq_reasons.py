@@ -62,8 +62,48 @@ def test_redrive_dry_run_says_which_letters_would_fail_again_and_sends_nothing(
     assert _run(conn, dfs, "dlq", "redrive", stream, "--dry-run") == 0
     out = capsys.readouterr().out
     lines = [ln.strip() for ln in out.splitlines()]
-    assert any(ln.startswith("0:0: would fail again with") for ln in lines), out
-    assert any(ln.startswith("0:1: would fail again with") for ln in lines), out
-    assert f"0:2: decodes now with {stream}:1" in lines, out
-    assert "2 of 3 would fail again (fix the producer or the model first)" in lines, out
+    assert any(ln.startswith("0:0: would fail again (validate) with") for ln in lines), out
+    assert any(ln.startswith("0:1: would fail again (validate) with") for ln in lines), out
+    assert f"0:2: would pass decode and validate with {stream}:1" in lines, out
+    assert ("2 of 3 would fail again, 1 would pass decode and validate, 0 not checked (fix the "
+            "producer or the model first)") in lines, out
     assert read_all(conn, data_topic(stream)) == []
+
+
+def test_dry_run_checks_decode_and_validate_for_any_signature_and_counts_apart(
+        conn: KafkaConnection, settings: Settings, dfs: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 34: with a model of more than numeric columns every letter read "not checked"
+    and the summary "0 of 3 would fail again"; decode and validate need no model."""
+    from headrace.store.signature import InputKind, ModelInput
+
+    ensure_topics(conn, catalog(settings))
+    name = settings.streams[0]
+    p = make_producer(conn)
+    for offset, value, stage in [(1, b"{not json", "decode"),
+                                 (2, b'{"f0": 1, "f1": 2}', "validate"),  # no colour
+                                 (3, b'{"f0": 1, "f1": 2, "colour": "red"}', "decode"),
+                                 (4, b'{"f0": 1, "f1": 2, "colour": "red"}', "model")]:
+        write_dead_letter(p, dlq_topic(name), DeadLetter.from_error(
+            RecordRef(data_topic(name), 0, offset, value=value), ValidationFailed("was bad"),
+            stage=stage))
+    assert p.flush(10) == 0
+    signature = (ModelInput(name="features", kind=InputKind.NUMERIC, columns=("f0", "f1"),
+                            shape=(2,)),
+                 ModelInput(name="colour", kind=InputKind.CATEGORY, dtype="string"))
+    mv = publish(dfs, Manifest(name=name, framework="tensorflow", task="classifier",
+                               features=("f0", "f1", "colour"), label="y", classes=("a", "b"),
+                               inputs=signature),
+                 lambda d: (d / "model.keras").write_bytes(b"never loaded"))
+    set_alias(dfs, name, mv.version)
+    assert _run(conn, dfs, "dlq", "redrive", name, "--dry-run") == 0
+    lines = [ln.strip() for ln in capsys.readouterr().out.splitlines()]
+    said = {ln.split(": ", 1)[0]: ln.split(": ", 1)[1] for ln in lines if ln[:4] in (
+        "0:0:", "0:1:", "0:2:", "0:3:")}
+    assert said["0:0"].startswith("would fail again (decode)"), lines
+    assert said["0:1"].startswith("would fail again (validate)") and "colour" in said["0:1"]
+    assert said["0:2"] == f"would pass decode and validate with {name}:1"
+    assert said["0:3"].startswith("not checked: it failed at stage model")
+    assert ("2 of 4 would fail again, 1 would pass decode and validate, 1 not checked "
+            "(fix the producer or the model first)") in lines
+    assert read_all(conn, data_topic(name)) == []

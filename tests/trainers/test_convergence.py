@@ -67,7 +67,7 @@ def test_early_stopping_publishes_the_best_epoch_and_the_cli_shows_curve_and_ref
     assert "batch_size=16" in out and "learning_rate=0.01" in out
     assert main(["--dfs-root", str(dfs), "models", "list"]) == 0
     out = capsys.readouterr().out
-    assert f"{st.version}: baseline:" in out
+    assert f"{st.version}: refused: baseline:" in out
 
 
 class _StopAt:

@@ -56,7 +56,7 @@ def test_the_gate_blocks_a_model_worse_on_one_class_and_promotes_a_better_one(
     events = wait_events(conn, topics.jobs,
                          lambda evs: sum(e.kind == "succeeded" for e in evs) == 3)
     held = [e for e in events if e.job_id == poor and e.kind == JobEventKind.SUCCEEDED]
-    assert held and "not promoted" in held[0].message and held[0].reason
+    assert held and "demo:2 refused: " in held[0].message and held[0].reason.startswith("refused: ")
 
 
 def _ev(recalls: list[float], cm: list[list[int]]) -> Evaluation:
@@ -111,7 +111,7 @@ def test_the_default_gate_holds_back_a_model_of_shuffled_labels_and_says_it_was_
     events = wait_events(conn, topics.jobs, lambda evs: any(
         e.kind == "succeeded" and e.job_id == useless for e in evs))
     [done] = [e for e in events if e.job_id == useless and e.kind == JobEventKind.SUCCEEDED]
-    assert done.reason == reason and "kept, not promoted: baseline:" in done.message
+    assert done.reason == "refused: " + reason and "demo:1 refused: baseline:" in done.message
 
     good = _run(dfs, "datasets/big.parquet", conn, topics, GOOD)  # the real labels
     st = jobs.read_status(dfs, good)

@@ -20,10 +20,11 @@ __all__ = ["Dashboard", "serve_forever"]
 class Dashboard:
     def __init__(self, *, settings: Settings, conn: KafkaConnection | None,
                  host: str = "127.0.0.1", port: int = 0,
-                 scorer_urls: list[str] | None = None) -> None:
+                 scorer_urls: list[str] | None = None, token: str | None = None,
+                 control_url: str | None = None) -> None:
         self.state = DashboardState(settings=settings, conn=conn,
-                                    scorer_urls=list(scorer_urls or ()))
-        self.server = make_server(Api(self.state), host=host, port=port)
+                                    scorer_urls=list(scorer_urls or ()), control_url=control_url)
+        self.server = make_server(Api(self.state), host=host, port=port, token=token)
         self._thread: threading.Thread | None = None
 
     @property
@@ -45,8 +46,10 @@ class Dashboard:
 
 
 def serve_forever(*, settings: Settings, conn: KafkaConnection | None, host: str, port: int,
-                  scorer_urls: list[str], announce: Callable[[str], None]) -> None:
-    d = Dashboard(settings=settings, conn=conn, host=host, port=port, scorer_urls=scorer_urls)
+                  scorer_urls: list[str], announce: Callable[[str], None],
+                  token: str | None = None, control_url: str | None = None) -> None:
+    d = Dashboard(settings=settings, conn=conn, host=host, port=port, scorer_urls=scorer_urls,
+                  token=token, control_url=control_url)
     d.state.start()
     announce(d.url)
     try:

@@ -16,7 +16,7 @@ from headrace.core.naming import check_name
 from headrace.ops.dashboard.history import curves, read_history
 from headrace.store import versions
 from headrace.store.dfs import jobs_dir
-from headrace.trainers.outcome import Outcome, job_outcome, stored_gate, version_outcome
+from headrace.store.outcomes import Outcome, job_outcome, of_job, version_outcome
 
 MAX_LOG_LINES = 500
 
@@ -57,13 +57,9 @@ def job_status(root: Path, job_id: str | None) -> dict[str, Any] | None:
 
 
 def outcome_of_job(root: Path, status: dict[str, Any]) -> Outcome | None:
-    """The gate's outcome of a job; an old job's manifest tells refused from kept."""
-    gate = None
-    if status.get("result") is None and status.get("promoted") is False:
-        version = status.get("version")
-        gate = stored_gate(root, status.get("model_name"),
-                           version if isinstance(version, int) else None)
-    return job_outcome(status, gate)
+    """The job's outcome: its version's once it stored one (the same words as `jobs list`,
+    `models list` and `train --wait`; headrace/store/outcomes.py)."""
+    return of_job(root, status)
 
 
 def dfs_job_row(root: Path, info: dict[str, Any]) -> dict[str, Any]:
@@ -124,15 +120,14 @@ def job_log_file(root: Path, job_id: str, *, lines: int) -> list[str]:
 # --- models -----------------------------------------------------------------------------------
 
 
-def _production(root: Path, name: str) -> tuple[int | None, set[int]]:
-    """The production version now, and every version that ever was production."""
+def _production(root: Path, name: str) -> tuple[int | None, list[versions.AliasPointer]]:
+    """The production version now, and the production alias's history."""
     try:
         pointer = versions.read_alias(root, name)
-        ever = {p.version for p in versions.alias_history(root, name)}
+        history = versions.alias_history(root, name)
     except (HeadraceError, ValueError, TypeError):
-        return None, set()
-    now = pointer.version if pointer else None
-    return now, ever | ({now} if now else set())
+        return None, []
+    return (pointer.version if pointer else None), history
 
 
 def models(root: Path, jobs: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -156,7 +151,7 @@ def models(root: Path, jobs: dict[str, dict[str, Any]] | None = None) -> list[di
             except HeadraceError as exc:
                 vs.append({"version": v, "error": str(exc)})
                 continue
-            found = version_outcome(gate=m.extra.get("gate"), was_production=v in ever,
+            found = version_outcome(gate=m.extra.get("gate"), version=v, history=ever,
                                     job_status=job_status(root, m.job_id))
             vs.append({"version": v, "framework": m.framework.value, "task": m.task.value,
                        "metrics": m.metrics, "created_at": m.created_at.isoformat(),
@@ -188,7 +183,7 @@ def model_version(root: Path, name: str, version: int) -> dict[str, Any]:
     m, digest = versions.read_manifest(path)
     prod, ever = _production(root, name)
     js = job_status(root, m.job_id)
-    found = version_outcome(gate=m.extra.get("gate"), was_production=version in ever,
+    found = version_outcome(gate=m.extra.get("gate"), version=version, history=ever,
                             job_status=js)
     # Curves: the manifest's own copy (newer versions), else the job's history.json.
     training = curves(m.model_dump().get("training") or m.extra.get("training"))
@@ -204,4 +199,4 @@ def model_version(root: Path, name: str, version: int) -> dict[str, Any]:
             "job_id": m.job_id, "dataset": m.dataset.model_dump() if m.dataset else None,
             "manifest_sha256": digest, "production": prod == version,
             "outcome": found.to_json() if found else None, "training": training,
-            "history": [p.__dict__ for p in versions.alias_history(root, name)][-20:]}
+            "history": [p.__dict__ for p in ever][-20:]}

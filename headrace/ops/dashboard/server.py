@@ -4,10 +4,17 @@ Strict input: every endpoint declares its parameters; an unknown, repeated or ma
 a 400 with a one-line message. Path segments are checked names or numbers; static files are
 served from a fixed list read at start-up, so no request can name a path outside it. Errors are
 one-line JSON; a traceback never reaches the client.
+
+No ambient trust: with a token (``--token-file``) every ``/api/`` request must carry
+``Authorization: Bearer <token>`` (compared in constant time; the page itself holds no data and
+reads the token from its URL fragment, which browsers never send). Every response carries a
+strict CSP, ``X-Frame-Options: DENY`` and ``nosniff``.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
 import mimetypes
 import re
@@ -17,10 +24,11 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from headrace.core.errors import HeadraceError, ValidationFailed
+from headrace.core.errors import ConfigError, HeadraceError, ValidationFailed
 from headrace.core.naming import check_name
 from headrace.core.ports import bind
 from headrace.ops.dashboard import records, studies
@@ -30,6 +38,43 @@ from headrace.store.versions import VersionNotFound
 from headrace.streams.topics import ControlTopics
 
 STATIC_PACKAGE = "headrace.ops.dashboard_static"
+# Sent on every response: the page loads only its own files and is never framed.
+SECURITY_HEADERS = (
+    ("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self'; "
+     "img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
+     "form-action 'none'; frame-ancestors 'none'"),
+    ("X-Frame-Options", "DENY"),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+)
+TOKEN_ENV = "HEADRACE_DASHBOARD_TOKEN_FILE"
+
+
+def read_token(path: Path) -> str:
+    """The bearer token in ``path`` (its first line); a missing or empty file is a one-line
+    configuration error."""
+    try:
+        token = path.read_text().strip().splitlines()[0].strip() if path.stat().st_size else ""
+    except (OSError, IndexError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"dashboard token file {path}: {type(exc).__name__}") from None
+    if len(token) < 16:
+        raise ConfigError(f"dashboard token file {path}: the token must be 16 characters or "
+                          "more")
+    return token
+
+
+def exposure_warning(host: str, token: str | None) -> str | None:
+    """One line when the dashboard listens beyond loopback with no token, else None."""
+    if token:
+        return None
+    try:
+        loopback = ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = host == "localhost"
+    if loopback:
+        return None
+    return (f"warning: the dashboard listens on {host} with no token: anyone who reaches it "
+            f"reads jobs, models and dead letters (give --token-file or {TOKEN_ENV})")
 
 
 class ApiError(Exception):
@@ -146,6 +191,7 @@ class Api:
             (re.compile(r"/api/studies"), {}, self.studies),
             (re.compile(r"/api/drift"), {"stream": NameParam("stream name")}, self.drift),
             (re.compile(r"/api/rollout"), {}, self.rollout),
+            (re.compile(r"/api/health"), {}, self.health),
         ]
         self.rollout_board = RolloutBoard(state.conn, ControlTopics.of(state.settings))
 
@@ -206,14 +252,31 @@ class Api:
     def rollout(self) -> dict[str, Any]:
         return self.rollout_board.view()
 
+    def health(self) -> dict[str, Any]:
+        return self.state.health.view()
+
     def dlq(self, *, stream: str, max: int) -> dict[str, Any]:
         return self.state.dlq(stream, max_letters=max)
 
 
-def make_handler(api: Api, files: dict[str, tuple[bytes, str]]) -> type[BaseHTTPRequestHandler]:
+def make_handler(api: Api, files: dict[str, tuple[bytes, str]], token: str | None = None
+                 ) -> type[BaseHTTPRequestHandler]:
+    expected = f"Bearer {token}".encode() if token else None
+
     class Handler(BaseHTTPRequestHandler):
         server_version = "headrace-dashboard"
         sys_version = ""
+
+        def end_headers(self) -> None:
+            for name, value in SECURITY_HEADERS:  # every response, errors included
+                self.send_header(name, value)
+            super().end_headers()
+
+        def _authorised(self) -> bool:
+            if expected is None:
+                return True
+            given = (self.headers.get("Authorization") or "").strip().encode()
+            return hmac.compare_digest(given, expected)
 
         def do_GET(self) -> None:
             try:
@@ -221,6 +284,9 @@ def make_handler(api: Api, files: dict[str, tuple[bytes, str]]) -> type[BaseHTTP
                 path = url.path
                 if len(self.path) > 2048:
                     raise ApiError(HTTPStatus.REQUEST_URI_TOO_LONG, "URL too long")
+                if path.startswith("/api/") and not self._authorised():
+                    raise ApiError(HTTPStatus.UNAUTHORIZED,
+                                   "this dashboard needs Authorization: Bearer <token>")
                 if path in ("/", "/index.html"):
                     self._file("index.html")
                 elif path.startswith("/static/"):
@@ -264,7 +330,8 @@ def make_handler(api: Api, files: dict[str, tuple[bytes, str]]) -> type[BaseHTTP
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
+            if status == HTTPStatus.UNAUTHORIZED:
+                self.send_header("WWW-Authenticate", 'Bearer realm="headrace"')
             self.end_headers()
             self.wfile.write(body)
 
@@ -274,8 +341,9 @@ def make_handler(api: Api, files: dict[str, tuple[bytes, str]]) -> type[BaseHTTP
     return Handler
 
 
-def make_server(api: Api, *, host: str, port: int) -> ThreadingHTTPServer:
-    handler = make_handler(api, static_files())
+def make_server(api: Api, *, host: str, port: int, token: str | None = None
+                ) -> ThreadingHTTPServer:
+    handler = make_handler(api, static_files(), token)
     server = bind(lambda: ThreadingHTTPServer((host, port), handler), host=host, port=port,
                   setting="`headrace dashboard --port` or `headrace up --dashboard-port`")
     server.daemon_threads = True

@@ -19,9 +19,11 @@ from headrace.core.settings import Settings
 from headrace.ops.dashboard import records
 from headrace.ops.dashboard.dead_letters import DeadLetterBoard
 from headrace.ops.dashboard.drift import DriftBoard
+from headrace.ops.dashboard.health import HealthBoard
 from headrace.ops.dashboard.records import MAX_LOG_LINES
 from headrace.ops.dashboard.scrape import ScorerBoard
 from headrace.ops.dashboard.streams import all_streams, streams_on_dfs
+from headrace.store.outcomes import Outcome
 from headrace.streams.clients import KafkaConnection, list_topics
 from headrace.streams.reading import Follower, Record
 from headrace.streams.topics import ControlTopics
@@ -84,10 +86,8 @@ class JobBoard:
                 job.status = _TERMINAL[ev.kind]
                 if ev.kind == JobEventKind.SUCCEEDED:
                     job.progress = 1.0
-                    # The job says "kept, not promoted" by giving a reason; none: promoted.
-                    job.outcome = ({"result": "kept", "reason": ev.reason, "held_by": []}
-                                   if ev.reason else
-                                   {"result": "promoted", "reason": "", "held_by": []})
+                    # The event's reason is the outcome's line (none: promoted).
+                    job.outcome = Outcome.from_line(ev.reason).to_json()
             elif ev.kind in (JobEventKind.STARTED, JobEventKind.PROGRESS, JobEventKind.RETRYING):
                 if job.status not in _TERMINAL.values() or ev.kind == JobEventKind.STARTED:
                     job.status = "retrying" if ev.kind == JobEventKind.RETRYING else "running"
@@ -129,12 +129,13 @@ class DashboardState:
     """Everything the API serves; a background thread follows events.jobs and scrapes."""
 
     def __init__(self, *, settings: Settings, conn: KafkaConnection | None,
-                 scorer_urls: list[str]) -> None:
+                 scorer_urls: list[str], control_url: str | None = None) -> None:
         self.settings = settings
         self.conn = conn
         self.jobs = JobBoard()
         self.drift = DriftBoard()
         self.scorers = ScorerBoard(scorer_urls)
+        self.health = HealthBoard(control_url)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.dead_letters = DeadLetterBoard(conn, settings.dfs_root)
@@ -201,6 +202,7 @@ class DashboardState:
     def _scrape_loop(self) -> None:
         while not self._stop.is_set():
             self.scorers.refresh()
+            self.health.refresh(list(self.scorers.urls))
             if time.monotonic() - self._topics[0] >= TOPICS_TTL_S:
                 self.refresh_topics()
             self._stop.wait(2.0)

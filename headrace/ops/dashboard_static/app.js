@@ -5,8 +5,20 @@
 const state = { streams: [], details: [], selectedModel: null, selectedJob: null, scorers: [] };
 const SVG = "http://www.w3.org/2000/svg";
 
+// A dashboard run with --token-file is opened as URL#token=TOKEN: the fragment never leaves
+// the browser; the token is kept for this tab and sent as a bearer header.
+(function keepToken() {
+  const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem("headrace-token", decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+})();
+
 async function api(path) {
-  const r = await fetch(path, { cache: "no-store" });
+  const token = sessionStorage.getItem("headrace-token");
+  const r = await fetch(path, { cache: "no-store",
+                                headers: token ? { Authorization: `Bearer ${token}` } : {} });
   const body = await r.json();
   if (!r.ok) throw new Error(body.error || r.statusText);
   return body;
@@ -62,7 +74,10 @@ function metricsText(m, n = 3) {
 
 function outcomeBadge(o) {
   if (!o || !o.result) return el("span", { class: "badge", title: "unknown: an older job" }, "–");
-  return el("span", { class: `badge ${o.result}`, "data-outcome": o.result }, o.result);
+  // The server's words (headrace/store/outcomes.py): the same as the CLI's.
+  const head = o.via && o.via !== "job" ? `${o.result} (${o.via})` : o.result;
+  return el("span", { class: `badge ${o.result.replace(" ", "-")}`, "data-outcome": o.result,
+                      title: o.line || "" }, head);
 }
 
 function clip(text, n) {
@@ -131,8 +146,8 @@ async function showJob(id, toggle = true) {
   document.getElementById("job-title").textContent = `${id}${j.model_name ? " · " + j.model_name : ""}`;
   const o = j.outcome;
   const line = document.getElementById("job-outcome");
-  line.className = `reason ${o ? o.result : ""}`;
-  line.textContent = o ? (o.reason ? `${o.result}: ${o.reason}` : o.result) +
+  line.className = `reason ${o ? o.result.replace(" ", "-") : ""}`;
+  line.textContent = o ? (o.line || o.result) +
     (o.held_by && o.held_by.length ? ` (held by ${o.held_by.join(", ")})` : "") : "";
   drawCurves(document.getElementById("job-curves"), j.history);
   document.getElementById("job-logs").textContent =
@@ -161,7 +176,7 @@ function drawCurves(box, h) {
   const charts = bases.slice(0, 3).map((b) => chart(b, h.epochs, h.series[b], h.series["val_" + b],
     h.best_epoch));
   const stop = h.stopped_because ? `, stopped: ${h.stopped_because.replace(/_/g, " ")}` : "";
-  const caption = el("div", { class: "muted small", style: "flex-basis: 100%" },
+  const caption = el("div", { class: "muted small full-row" },
     `${h.epochs_run ?? h.epochs.length} epochs run` +
     (h.best_epoch ? `, best epoch ${h.best_epoch}` : "") + stop);
   box.replaceChildren(...charts, caption);
@@ -252,7 +267,7 @@ async function showModel(name, version) {
     `${m.name}:${m.version} (${m.framework}, ${m.task})${m.production ? " — production" : ""}`;
   const o = m.outcome;
   const line = document.getElementById("model-outcome");
-  line.className = `reason ${o ? o.result : ""}`;
+  line.className = `reason ${o ? o.result.replace(" ", "-") : ""}`;
   line.replaceChildren(outcomeBadge(o), o && o.reason ? o.reason : "");
   const tbody = document.querySelector("#model-metrics tbody");
   tbody.replaceChildren(...Object.entries(m.metrics).map(([k, v]) =>
@@ -434,8 +449,32 @@ async function loadDrift() {
   document.getElementById("drift").replaceChildren(...parts);
 }
 
+// --- health ---------------------------------------------------------------------------------
+
+function probeCell(p) {
+  if (!p) return el("td", {}, "–");
+  const why = p.error || (p.body ? Object.entries(p.body).filter(([k]) => k !== "ok")
+    .map(([k, v]) => `${k}: ${typeof v === "object" ? JSON.stringify(v) : v}`).join(", ") : "");
+  return el("td", { class: "small wrap", title: why },
+    el("span", { class: `badge ${p.ok ? "ok" : "down"}`, "data-probe": p.ok ? "ok" : "down" },
+      p.ok ? "ok" : (p.status ? `down (${p.status})` : "unreachable")), " ", clip(why, 120));
+}
+
+async function loadHealth() {
+  const h = await api("/api/health");
+  const rows = [];
+  if (h.control_plane) rows.push(["control plane", h.control_plane]);
+  for (const s of h.scorers) rows.push([`scorer ${s.url}`, s]);
+  const body = document.querySelector("#health tbody");
+  body.replaceChildren(...rows.map(([name, p]) => el("tr", {}, el("td", {}, name),
+    probeCell(p.livez), probeCell(p.readyz))));
+  if (!rows.length) body.append(emptyRow(3, "nothing to probe: give ", ["cmd", "--control-url"],
+    " and ", ["cmd", "--scorer"]));
+  document.getElementById("health-note").textContent = h.control_plane_note || "";
+}
+
 async function tick() {
-  for (const f of [loadOverview, loadJobs, loadModels, loadStudies, loadRollout, loadScorers, loadDrift, loadStreams]) {
+  for (const f of [loadHealth, loadOverview, loadJobs, loadModels, loadStudies, loadRollout, loadScorers, loadDrift, loadStreams]) {
     try { await f(); } catch (e) { console.error(f.name, e); }
   }
   document.getElementById("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
