@@ -15,10 +15,11 @@ import time
 from pathlib import Path
 
 from headrace.core.errors import HeadraceError, PermanentError, RetriableError
+from headrace.scorers.fallback import fallback_message, load_previous
 from headrace.scorers.metrics import ScorerMetrics
-from headrace.scorers.models import LoadedModel, ModelHolder, Sizing, load_model
+from headrace.scorers.models import LoadedModel, ModelHolder, Sizing, load_model, load_ref
 from headrace.scorers.stream_io import ModelEventsListener
-from headrace.store.versions import IntegrityError, VersionNotFound, read_alias
+from headrace.store.versions import AliasPointer, IntegrityError, VersionNotFound, read_alias
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,9 @@ class ModelWatcher:
         self.holder, self.metrics, self.events, self.poll_s = holder, metrics, events, poll_s
         self.sizes = sizes
         self._refused: tuple[int, str] | None = None
+        # Serving the alias's previous version because its own is refused: that one is
+        # retried every poll (its files may be repaired in place).
+        self._fallback = False
         self._thread: threading.Thread | None = None
 
     # -- one check -----------------------------------------------------------------------
@@ -58,8 +62,9 @@ class ModelWatcher:
         target = (pointer.version, pointer.manifest_sha256)
         cur = self.holder.current
         if cur is not None and (cur.version, cur.manifest_sha256) == target:
+            self._fallback = False  # e.g. rolled back to the version the fallback serves
             return None
-        if target == self._refused:
+        if target == self._refused and not self._fallback:
             return None
         try:
             model = load_model(root=self.root, name=self.name, alias=self.alias,
@@ -67,17 +72,36 @@ class ModelWatcher:
         except IntegrityError as exc:
             self._refused = target
             self._failed("integrity", exc)
-            return None
+            return self._fall_back(pointer, exc)
         except VersionNotFound as exc:
             self._failed("not-found", exc)
             return None
         except PermanentError as exc:
             self._refused = target
             self._failed("load", exc)
-            return None
+            return self._fall_back(pointer, exc)
         except (RetriableError, OSError) as exc:
             self._failed("unreadable", exc)
             return None
+        self._fallback = False
+        return self._serve(model)
+
+    def _fall_back(self, pointer: AliasPointer, exc: Exception) -> LoadedModel | None:
+        """Nothing serves yet and the alias's version is refused: serve its most recent
+        intact previous version, and say which is corrupt and how to fix it."""
+        if self.holder.current is not None:
+            return None  # the version serving now keeps serving
+        model = load_previous(self.root, self.name, self.alias, pointer, lambda ref: load_ref(
+            root=self.root, ref=ref, device=self.device, max_batch=self.max_batch,
+            sizes=self.sizes))
+        if model is None:
+            return None
+        log.warning("%s", fallback_message(self.name, self.alias, pointer, model.version,
+                                           str(exc)))
+        self._fallback = True
+        return self._serve(model)
+
+    def _serve(self, model: LoadedModel) -> LoadedModel:
         old = self.holder.swap(model)
         self.metrics.model_version.labels(model=self.name).set(model.version)
         self.metrics.model_swaps.labels(model=self.name).inc()

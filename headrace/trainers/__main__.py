@@ -40,9 +40,15 @@ def main(argv: list[str] | None = None) -> int:
         from headrace.trainers.job_process import run_job
         from headrace.trainers.limits import RequestCaps
 
+        # An executor names the job it launched (and, the local one, the attempt): it then
+        # owns the retries and the final state; run by hand, the job writes its final state.
+        supervised = os.environ.get("HEADRACE_JOB_ID") == args.job_id
+        attempt = os.environ.get("HEADRACE_JOB_ATTEMPT", "")
         return run_job(root=settings.dfs_root, job_id=args.job_id, conn=conn,
                        topics=ControlTopics.with_prefix(args.topic_prefix),
-                       caps=RequestCaps.from_settings(settings), member=member)
+                       caps=RequestCaps.from_settings(settings), member=member,
+                       attempt=int(attempt) if supervised and attempt.isdigit() else None,
+                       supervised=supervised)
     except HeadraceError as exc:
         print(f"headrace job: {exc}", file=sys.stderr)
         return ExitCode.RETRIABLE if isinstance(exc, RetriableError) else ExitCode.PERMANENT

@@ -81,6 +81,9 @@ class JobContext:
     attempt: int = 1
     caps: RequestCaps = field(default_factory=RequestCaps)
     member: GangMember = field(default_factory=GangMember)
+    # Run by an executor, which retries or writes the final state; else (by hand) the job
+    # writes its own final state: ``status.json`` never stays ``running`` after it.
+    supervised: bool = False
 
     def event(self, kind: JobEventKind, *, wait: bool = True, **fields: Any) -> None:
         if self.sink is None:
@@ -112,19 +115,22 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
             topics: ControlTopics = ControlTopics(),
             publish_hook: versions.PublishHook | None = None,
             caps: RequestCaps | None = None,
-            member: GangMember = GangMember()) -> int:
+            member: GangMember = GangMember(), attempt: int | None = None,
+            supervised: bool = False) -> int:
     """Run one job (or this process's share of a distributed one); return its exit code.
-    Every failure ends as a one-line reason in ``status.json`` (and a LOG event); the control
-    plane decides retry or FAILED."""
+    Every failure ends as a one-line reason in ``status.json`` (and a LOG event). Under an
+    executor (``supervised``; ``attempt`` is the number it launched) the control plane decides
+    retry or FAILED; run by hand, a failure is final: ``status.json`` says failed."""
     _setup_logging()
     try:
         with _locked(root, job_id, member):
             request = jobs.read_request(root, job_id)
             sink = EventSink(conn) if conn is not None else None
-            st = jobs.read_status(root, job_id)
-            attempt = (st.attempts if st else 0) + (1 if member.chief else 0)
+            if attempt is None:
+                st = jobs.read_status(root, job_id)
+                attempt = (st.attempts if st else 0) + (1 if member.chief else 0)
             ctx = JobContext(root, job_id, request, sink, topics, attempt=max(1, attempt),
-                             caps=caps or RequestCaps(), member=member)
+                             caps=caps or RequestCaps(), member=member, supervised=supervised)
             handler = _EventLogHandler(ctx)
             handler.setFormatter(logging.Formatter("%(message)s"))
             log.addHandler(handler)
@@ -146,13 +152,19 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
                 log.exception("unexpected error")
                 line = (str(exc).strip().splitlines() or [""])[-1]
                 return _fail(ctx, f"{type(exc).__name__}: {line}", ExitCode.RETRIABLE)
+            except BaseException:  # Ctrl-C of a job run by hand: it does not stay running
+                if not supervised:
+                    _fail(ctx, "interrupted", ExitCode.RETRIABLE)
+                raise
             finally:
                 log.removeHandler(handler)
                 if sink is not None:
                     sink.close()
     except PermanentError as exc:  # the request itself is unreadable
         log.error("%s", exc)
-        _best_effort_status(root, job_id, reason=str(exc), exit_code=int(ExitCode.PERMANENT))
+        final = {} if supervised else {"state": JobState.FAILED, "finished_at": jobs.now_iso()}
+        _best_effort_status(root, job_id, reason=str(exc), exit_code=int(ExitCode.PERMANENT),
+                            **final)
         return ExitCode.PERMANENT
     except RetriableError as exc:
         log.error("%s", exc)
@@ -165,7 +177,8 @@ def _fail(ctx: JobContext, reason: str, code: int) -> int:
     log.error("attempt %d failed: %s", ctx.attempt, reason)
     if not ctx.member.chief:
         return code
-    _best_effort_status(ctx.root, ctx.job_id, reason=reason, exit_code=int(code))
+    final = {} if ctx.supervised else {"state": JobState.FAILED, "finished_at": jobs.now_iso()}
+    _best_effort_status(ctx.root, ctx.job_id, reason=reason, exit_code=int(code), **final)
     return code
 
 
@@ -230,6 +243,7 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
     if existing is not None:
         log.info("version %d of this job is already published; finishing its promotion",
                  existing.version)
+        Heartbeat(root, ctx.job_id, m.tag).done()  # no step is due: past start-up
         result = GateResult.model_validate(existing.manifest.extra.get("gate", {"passed": False}))
         _finish(ctx, existing, result, t0)
         return

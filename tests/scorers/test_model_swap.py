@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pytest
 
 from headrace.contracts import ModelAction, ModelPublished
 from headrace.core.settings import Settings
@@ -73,3 +76,31 @@ def test_corrupted_model_is_refused_and_the_old_version_keeps_serving(
         assert scorer.holder.current is not None and scorer.holder.current.version == v1.version
     assert {p["model_version"] for p in predictions(msgs)} == {v1.version}
     assert len(msgs) == 300
+
+
+def test_a_restarted_scorer_whose_alias_names_a_corrupt_version_serves_the_previous_one(
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    v1 = publish_tf(dfs, stream, seed=1)
+    v2 = publish_tf(dfs, stream, seed=2)  # production -> v2, whose file then rots
+    with open(v2.path / "model.keras", "r+b") as f:
+        f.seek(100)
+        f.write(b"\x00corrupt\x00")
+    caplog.set_level(logging.WARNING, logger="headrace.scorers")
+    with ready_scorer(settings, conn, model_poll_s=0.5) as scorer:  # ready: not a 503
+        send_json(conn, data, rows(200), key_prefix="x")
+        msgs = read_topic(conn, predictions_topic(stream), expect=200, settle_s=0)
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING
+                    and "cannot be served" in r.getMessage()]
+        assert len(warnings) == 1, warnings
+        assert warnings[0].startswith(
+            f"model {stream}@production names {stream}:2, which cannot be served ({stream}:2: "
+            f"file model.keras has sha256 "), warnings[0]
+        assert (f"serving {stream}:1, the alias's most recent intact previous version, "
+                f"instead. `headrace models rollback {stream}` points production back at it"
+                in warnings[0]), warnings[0]
+        # The alias is still watched: a good version published meanwhile is served.
+        v3 = publish_tf(dfs, stream, seed=3)
+        eventually(lambda: scorer.holder.current is not None
+                   and scorer.holder.current.version == v3.version, what="swap to v3")
+    assert {p["model_version"] for p in predictions(msgs)} == {v1.version}

@@ -329,6 +329,25 @@ def test_a_hung_gang_is_restarted_by_the_watchdog_from_its_heartbeats(tmp_path: 
     time.sleep(0.4)  # ...then nothing: a member is frozen
     assert ex.poll() == []
     assert fake.names("Job")[0] == "train-job-h-a2-worker-0"
-    assert ("retrying", "hung (watchdog): restarting all 4 pods as train-job-h-a2 from the "
-            "last checkpoint") in [(k, m) for k, m, _ in events]
+    [why] = [m for k, m, _ in events if k == "retrying"]
+    assert why.startswith("hung: w0 made no training step for 0s (watchdog 0.3s): restarting "
+                          "all 4 pods as train-job-h-a2 from the last checkpoint"), why
     assert (heartbeat_dir(tmp_path, "job-h") / "w0").exists()
+
+
+def test_a_gang_with_no_first_step_by_its_start_up_deadline_is_restarted(
+        tmp_path: Path) -> None:
+    fake = FakeCluster()
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    ex = _executor(fake, events, dfs_root=str(tmp_path), watchdog_s=600, startup_s=0.3,
+                   gang="none")
+    ex.submit(JobSpec(job_id="job-s", model_name="churn", framework=Framework.MXNET,
+                      resources=Resources(workers=2, servers=1)))
+    fake.status = NS(active=4, failed=0, conditions=[])
+    assert ex.poll() == [] and fake.names("Job")[0] == "train-job-s-worker-0"
+    time.sleep(0.4)  # a server frozen in start-up: no member ever steps
+    assert ex.poll() == []
+    assert fake.names("Job")[0] == "train-job-s-a2-worker-0"
+    [why] = [m for k, m, _ in events if k == "retrying"]
+    assert why.startswith("no first training step within 0.3s of the start (start-up "
+                          "deadline)"), why

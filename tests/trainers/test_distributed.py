@@ -195,8 +195,10 @@ def test_a_frozen_parameter_server_or_worker_is_noticed_and_the_gang_restarted(
                                    "checkpoint_every_steps": 5,
                                    "patience": 20})  # no early stop before the freeze
     watchdog_s = 4.0
+    retries: list[tuple[int, str]] = []
     jid, ex = _submit(dfs, demo, "mxnet", workers=2, servers=1, spec=spec, max_attempts=3,
-                      backoff_s=0.1, watchdog_s=watchdog_s)
+                      backoff_s=0.1, watchdog_s=watchdog_s,
+                      on_retry=lambda _j, n, why, _d: retries.append((n, why)))
     ckdir = jobs.checkpoints_dir(dfs, jid)
     deadline = time.monotonic() + 180
     stopped_at: float | None = None
@@ -222,6 +224,11 @@ def test_a_frozen_parameter_server_or_worker_is_noticed_and_the_gang_restarted(
     [outcome] = _until_done(ex)
     log = jobs.log_path(dfs, jid).read_text()
     assert outcome.succeeded and outcome.attempts == 2, log[-3000:]
-    assert "watchdog: no training step for" in log
+    assert "watchdog: hung: w" in log and "made no training step for" in log
+    [(n, why)] = retries  # the reason the control plane puts on events.jobs and status.json
+    assert n == 2 and re.match(r"hung: w[01] made no training step for \d+s \(watchdog 4s\)",
+                               why), why
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.attempts == 2
     assert "resumed from checkpoint" in log.split("--- attempt 2 ---")[1]
     assert versions.list_versions(dfs, jobs.read_status(dfs, jid).model_name) == [1]  # type: ignore[union-attr]

@@ -79,6 +79,31 @@ def test_a_crash_at_each_publish_step_leaves_no_visible_version(dfs: Path, demo:
     versions.resolve(dfs, "demo@production")
 
 
+def test_a_failed_publish_of_a_job_run_by_hand_leaves_status_failed_with_the_reason(
+        dfs: Path, demo: str) -> None:
+    # No executor (run by hand, `headrace job run`): nobody else writes the final state.
+    jid, _ = jobs.create_request(dfs, request(demo, spec=TINY))
+
+    def crash(at: str) -> None:
+        if at == "files-hashed":
+            raise OSError("simulated crash at files-hashed")
+
+    assert run_job(root=dfs, job_id=jid, conn=None, publish_hook=crash) == ExitCode.RETRIABLE
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.state == "failed" and st.attempts == 1, st
+    assert st.reason == "publishing demo failed on the DFS: simulated crash at files-hashed"
+    assert st.exit_code == ExitCode.RETRIABLE and st.finished_at is not None
+    # Under an executor the same failure is not final: the control plane retries it.
+    assert run_job(root=dfs, job_id=jid, conn=None, publish_hook=crash, attempt=2,
+                   supervised=True) == ExitCode.RETRIABLE
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.state == "running" and st.attempts == 2, st
+    # A rerun by hand finishes it.
+    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.OK
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.state == "succeeded" and st.attempts == 3 and st.reason is None
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("step", ["files-written", "manifest-written", "renamed"])
 def test_a_process_exiting_hard_mid_publish_leaves_no_partial_version(

@@ -78,7 +78,8 @@ def test_train_request_becomes_a_kubernetes_job_created_through_the_client(
     # failed (the API is not asked for logs while a job runs).
     assert (dfs / "jobs" / jid / "log.txt").read_text() == "MemoryError: out of memory\n"
     st = jobs.read_status(dfs, jid)
-    assert st is not None and st.started_at is None
+    # Marked running when its pod ran (the STARTED event), but no step was taken here.
+    assert st is not None and st.started_at is not None and st.step is None
     assert (st.state, st.reason) == ("failed", reason)
 
 

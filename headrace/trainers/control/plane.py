@@ -222,8 +222,22 @@ class ControlPlane:
             return
         attempt = max(1, int(fields.get("attempt") or 1))
         reason = message if kind == JobEventKind.RETRYING else None
+        if kind == JobEventKind.STARTED:
+            self._mark_running(job_id)
         self._event(job_id, req, JobEventKind(kind), attempt=attempt, message=message,
                     reason=reason)
+
+    def _mark_running(self, jid: str) -> None:
+        """Pods run: ``status.json`` says so before the chief writes it (a member may block
+        in its start-up). The attempt count stays the job's own (a pod retried inside its
+        Job counts itself)."""
+        try:
+            st = jobs.read_status(self.root, jid)
+            if st is not None and st.state == JobState.QUEUED:
+                jobs.update_status(self.root, jid, state=JobState.RUNNING,
+                                   started_at=jobs.now_iso(), reason=None)
+        except (HeadraceError, OSError) as exc:
+            log.warning("job %s: cannot mark it running: %s", jid, exc)
 
     def on_start(self, jid: str, attempt: int, pid: int) -> None:
         try:

@@ -58,7 +58,8 @@ def build_executor(
         return LocalExecutor(root=root, bootstrap=conn.bootstrap, topic_prefix=topics.prefix,
                              concurrency=concurrency, timeout_s=timeout_s,
                              max_attempts=max_attempts, backoff_s=backoff_s,
-                             watchdog_s=control.control_watchdog_s)
+                             watchdog_s=control.control_watchdog_s,
+                             startup_s=control.control_startup_s)
     from headrace.trainers.executors.kubernetes import (
         KubernetesExecutor,
         KubernetesExecutorConfig,
@@ -82,7 +83,7 @@ def build_executor(
         # gang lets go of its pods and GPUs.
         active_deadline_s=max(1, int(timeout_s)),
         jobset=jobset_installed(replace(choice.kube, namespace=control.k8s_namespace)),
-        watchdog_s=control.control_watchdog_s,
+        watchdog_s=control.control_watchdog_s, startup_s=control.control_startup_s,
         trainer_env=tuple(sorted(control.k8s_trainer_env.items())))
     executor = KubernetesExecutor(config=config, batch_api=choice.kube.batch,
                                   core_api=choice.kube.core, custom_api=choice.kube.custom,

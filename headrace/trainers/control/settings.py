@@ -41,8 +41,14 @@ class ControlSettings(BaseSettings):
                     "consumer has had no group session this long.")
     control_watchdog_s: float | None = Field(
         default=600.0, gt=0, le=86_400,
-        description="A running job with no training step (heartbeat) from any gang member "
-                    "this long is hung: its gang is restarted from the last checkpoint.")
+        description="A running job one of whose gang members stepped and then made no "
+                    "training step (heartbeat) this long is hung: its gang is restarted from "
+                    "the last checkpoint (or failed once its attempts are spent).")
+    control_startup_s: float | None = Field(
+        default=1800.0, gt=0, le=86_400,
+        description="A launched job none of whose members made a first training step this "
+                    "long (start-up deadline: a member frozen or stuck before training) is "
+                    "restarted from its last checkpoint, like a hung one.")
     k8s_namespace: str = Field(default="headrace", description="Where training Jobs go.")
     k8s_image: str | None = Field(default=None, description="The trainer image (required).")
     k8s_gpu_image: str | None = Field(

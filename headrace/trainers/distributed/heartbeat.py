@@ -1,12 +1,17 @@
 """Progress heartbeats: each training process touches ``jobs/<id>/heartbeat/<member>`` as it
-steps (at most once a second), and an executor's watchdog reads the newest of them.
+steps (at most once a second), and an executor's watchdog reads them (:func:`verdict`).
 
-A gang that stops stepping -- a SIGSTOPped or wedged parameter server or worker blocks every
-synchronous worker -- is noticed when no member has stepped for ``watchdog_s``: the executor
-then restarts the whole gang from its last complete checkpoint and logs why. The watchdog is
-armed by the attempt's first heartbeat and disarmed when a member's training loop ends
-(``<member>.done``): start-up, evaluation, publishing and ps-lite's shutdown are bounded by the
-job timeout instead.
+Two deadlines, both from the attempt's start:
+
+* start-up: no member has stepped (nor ended its training loop) within ``startup_s`` -- a
+  parameter server frozen before the first step blocks every worker in ps-lite's start-up,
+  so the attempt never stepped and the step watchdog alone would never arm;
+* freeze: a member that has stepped in this attempt has not stepped for ``watchdog_s`` --
+  a SIGSTOPped or wedged worker, or a server that blocks every synchronous worker.
+
+Either way the executor restarts the whole gang from its last complete checkpoint (or fails
+the job when its attempts are spent) and says why. A member's ``<member>.done`` disarms it:
+evaluation, publishing and ps-lite's shutdown are bounded by the job timeout instead.
 """
 
 from __future__ import annotations
@@ -52,27 +57,48 @@ class Heartbeat:
 DONE = ".done"
 
 
-def _times(root: Path, job_id: str, *, done: bool) -> list[float]:
+def _members(root: Path, job_id: str) -> dict[str, tuple[float | None, float | None]]:
+    """member -> (last step, end of its training loop), wall-clock seconds."""
+    out: dict[str, tuple[float | None, float | None]] = {}
     try:
-        return [p.stat().st_mtime for p in heartbeat_dir(root, job_id).iterdir()
-                if p.name.endswith(DONE) == done]
+        paths = list(heartbeat_dir(root, job_id).iterdir())
     except OSError:
-        return []
+        return out
+    for p in paths:
+        try:
+            t = p.stat().st_mtime
+        except OSError:
+            continue
+        name, done = (p.name[:-len(DONE)], True) if p.name.endswith(DONE) else (p.name, False)
+        beat, end = out.get(name, (None, None))
+        out[name] = (beat, t) if done else (t, end)
+    return out
 
 
-def last_beat(root: Path, job_id: str) -> float | None:
-    """The newest heartbeat of any member (wall-clock seconds), or None before the first."""
-    return max(_times(root, job_id, done=False), default=None)
+def verdict(root: Path, job_id: str, *, since: float, watchdog_s: float | None,
+            startup_s: float | None = None, now: float | None = None) -> str | None:
+    """Why the attempt started at wall time ``since`` is stuck (one line), or None.
 
-
-def stalled(root: Path, job_id: str, *, since: float, watchdog_s: float,
-            now: float | None = None) -> float | None:
-    """Seconds without a heartbeat when this attempt (started at wall time ``since``) has
-    stepped and then stopped for ``watchdog_s`` or more; else None."""
-    beat = last_beat(root, job_id)
-    if beat is None or beat < since:
-        return None  # not armed: this attempt has not stepped yet
-    if max(_times(root, job_id, done=True), default=0.0) >= since:
-        return None  # disarmed: this attempt's training loop has ended
-    quiet = (time.time() if now is None else now) - beat
-    return quiet if quiet >= watchdog_s else None
+    Start-up: no member stepped or ended training within ``startup_s``. Freeze: a member
+    that stepped in this attempt and has not ended its loop is quiet for ``watchdog_s``."""
+    t = time.time() if now is None else now
+    members = {m: (b if b is not None and b >= since else None,
+                   e if e is not None and e >= since else None)
+               for m, (b, e) in _members(root, job_id).items()}
+    started = any(b is not None or e is not None for b, e in members.values())
+    if not started:
+        if startup_s is not None and t - since >= startup_s:
+            return (f"no first training step within {startup_s:g}s of the start "
+                    f"(start-up deadline): a gang member is stuck or frozen before training")
+        return None
+    if watchdog_s is None:
+        return None
+    if any(e is not None for _, e in members.values()):
+        return None  # a member's training loop ended: the gang is past its steps
+    quiet = {m: t - b for m, (b, _) in members.items() if b is not None}
+    stuck = [m for m, q in quiet.items() if q >= watchdog_s]
+    if not stuck:
+        return None
+    who = max(stuck, key=lambda m: quiet[m])
+    return (f"hung: {who} made no training step for {quiet[who]:.0f}s (watchdog "
+            f"{watchdog_s:g}s)")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from headrace.core.errors import ConfigError, FatalError, HeadraceError, RetriableError
-from headrace.trainers.distributed.heartbeat import stalled
+from headrace.trainers.distributed.heartbeat import verdict
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, JobOutcome, JobSpec
 from headrace.trainers.executors.kubernetes_objects import (
     CONTAINER,
@@ -57,6 +57,8 @@ class KubernetesExecutorConfig(ClusterPlacement):
     # No training step (heartbeat on the DFS at dfs_root) for this long: the attempt is hung
     # and restarted from its last checkpoint. None: no watchdog.
     watchdog_s: float | None = None
+    # No first training step this long after the pods run: the same (None: off).
+    startup_s: float | None = None
     trainer_env: tuple[tuple[str, str], ...] = ()  # extra env of every trainer pod
 
 
@@ -386,13 +388,12 @@ class KubernetesExecutor:
             t.failed = failed
             self._emit("retrying", spec, f"worker failed ({failed} of {spec.max_retries + 1} "
                        "attempts used); resuming from the last checkpoint", attempt=failed + 1)
-        watchdog = self._config.watchdog_s
-        hung = (stalled(Path(spec.dfs_root), spec.job_id, since=t.running_since,
-                        watchdog_s=watchdog) if watchdog and t.state == "running" else None)
-        if hung is not None:
-            why = f"hung: no training step for {hung:.0f}s (watchdog)"
+        why = (verdict(Path(spec.dfs_root), spec.job_id, since=t.running_since,
+                       watchdog_s=self._config.watchdog_s, startup_s=self._config.startup_s)
+               if t.state == "running" else None)
+        if why is not None:
             log.warning("job %s: %s", spec.job_id, why)
-            if self._restart_gang(t, hung=True):
+            if self._restart_gang(t, hung=why):
                 return None
             self._delete_attempt(spec, "Background")
             self._emit("failed", spec, why, reason=why, attempt=t.spec.attempt)
@@ -455,7 +456,7 @@ class KubernetesExecutor:
         self._mirror_logs(t, sink=lines.append)
         return lines
 
-    def _restart_gang(self, t: _Tracked, *, hung: bool = False) -> bool:
+    def _restart_gang(self, t: _Tracked, *, hung: str | None = None) -> bool:
         """A failed gang Job (not a permanent exit) -- or any hung attempt -- is recreated
         whole as the next attempt, within ``max_retries``; its workers resume from the last
         complete checkpoint."""
@@ -474,7 +475,7 @@ class KubernetesExecutor:
         t.state, t.seen = "queued", set()
         new = t.spec
         self._create_attempt(new)
-        what = "hung (watchdog)" if hung else "gang member failed"
+        what = hung or "gang member failed"
         self._emit("retrying", new, f"{what}: restarting all {new.pods} pods as "
                    f"{new.job_name} from the last checkpoint", attempt=new.attempt)
         return True

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from headrace.contracts import JobState
 from headrace.core.errors import HeadraceError
 from headrace.trainers import jobs
 from headrace.trainers.distributed.gang import LocalGang, member_specs
-from headrace.trainers.distributed.heartbeat import stalled
+from headrace.trainers.distributed.heartbeat import verdict
 from headrace.trainers.distributed.plan import plan_of
 from headrace.trainers.executors.base import (
     ExitCode,
@@ -47,7 +48,7 @@ class _Job:
     started: float = 0.0
     started_wall: float = 0.0  # time.time() at start: heartbeats older than this are stale
     cancelled: bool = False
-    hung: float | None = None  # seconds without progress when the watchdog fired
+    hung: str | None = None  # why the watchdog stopped the attempt (start-up or freeze)
 
 
 @dataclass
@@ -66,9 +67,11 @@ class LocalExecutor:
     on_retry: RetryHook | None = None
     on_start: StartHook | None = None
     grace_s: float = 5.0
-    # No heartbeat (training step) from any member for this long: the attempt is hung and
-    # restarted from its last checkpoint (None: no watchdog). Armed by the first step.
+    # A member that stepped and then made no training step (heartbeat) for this long: the
+    # attempt is hung and restarted from its last checkpoint (None: no watchdog).
     watchdog_s: float | None = 600.0
+    # No member's first training step this long after the launch: the same (None: off).
+    startup_s: float | None = 1800.0
     cpus: int = field(default_factory=lambda: os.cpu_count() or 1)  # shared by a gang's workers
     _jobs: dict[str, _Job] = field(default_factory=dict)
 
@@ -95,13 +98,11 @@ class LocalExecutor:
                 continue
             code = st.proc.poll()
             timed_out = code is None and now - st.started > self.timeout_s
-            if code is None and not timed_out and self.watchdog_s is not None:
-                st.hung = stalled(self.root, jid, since=st.started_wall,
-                                  watchdog_s=self.watchdog_s)
+            if code is None and not timed_out:
+                st.hung = verdict(self.root, jid, since=st.started_wall,
+                                  watchdog_s=self.watchdog_s, startup_s=self.startup_s)
                 if st.hung is not None:
-                    self._log_line(st, f"watchdog: no training step for {st.hung:.0f}s "
-                                       f"(HEADRACE watchdog {self.watchdog_s:.0f}s): "
-                                       "restarting from the last checkpoint")
+                    self._log_line(st, f"watchdog: {st.hung}: stopping attempt {st.attempts}")
             if timed_out or st.hung is not None:
                 self._terminate(st, kill=st.hung is not None)
                 code = st.proc.returncode
@@ -159,6 +160,7 @@ class LocalExecutor:
         st.attempts += 1
         st.log.write(f"--- attempt {st.attempts} ---\n".encode())
         st.log.flush()
+        env["HEADRACE_JOB_ATTEMPT"] = str(st.attempts)  # the job reports this attempt number
         gang = self._gang(jid, env, st.log)
         if gang is not None:
             st.proc = gang
@@ -169,8 +171,19 @@ class LocalExecutor:
                 start_new_session=True)  # its own group: a timeout kills the whole tree
         st.started = now
         st.started_wall = time.time()
+        self._mark_started(st)
         if self.on_start is not None:
             self.on_start(jid, st.attempts, st.proc.pid)
+
+    def _mark_started(self, st: _Job) -> None:
+        """``status.json`` says running, with this attempt, from the launch on: a gang
+        member may block long before the chief writes its own status (ps-lite start-up)."""
+        try:
+            jobs.update_status(self.root, st.spec.job_id, state=JobState.RUNNING,
+                               attempts=st.attempts, started_at=jobs.now_iso(), reason=None,
+                               exit_code=None)
+        except (HeadraceError, OSError) as exc:  # the job writes it too once it runs
+            self._log_line(st, f"executor: cannot mark attempt {st.attempts} started: {exc}")
 
     def _gang(self, jid: str, env: dict[str, str], log: IO[bytes]) -> LocalGang | None:
         """The job's gang when its request asks for one (None: a single process, which also
@@ -193,11 +206,11 @@ class LocalExecutor:
             return {}
         return st.proc.pids() if isinstance(st.proc, LocalGang) else {"w0": st.proc.pid}
 
-    def _reason(self, jid: str, code: int, timed_out: bool, hung: float | None = None) -> str:
+    def _reason(self, jid: str, code: int, timed_out: bool, hung: str | None = None) -> str:
         if timed_out:
             return f"timed out after {self.timeout_s:.0f}s"
         if hung is not None:
-            return f"hung: no training step for {hung:.0f}s (watchdog)"
+            return hung
         if code < 0:
             return f"killed by signal {signal.Signals(-code).name}"
         try:
