@@ -15,6 +15,7 @@ import base64
 import csv
 import io
 import json
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -136,11 +137,26 @@ def read_checked(path: Path, *, numeric: Sequence[str] = (),
         else:
             got = ReadRecords(pq.read_table(path))
     except (pa.ArrowInvalid, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValidationFailed(f"{path.name}: not valid {kind}: {first}") from None
+        raise ValidationFailed(f"{path.name}: not valid {kind}: {without_contents(exc)}"
+                               ) from None
     if got.table.num_rows == 0 and not got.bad:
         raise ValidationFailed(f"{path.name}: holds no records")
     return got
+
+
+# pyarrow quotes the offending row or cell: "Expected 3 columns, got 2: <the row>",
+# "invalid value '<the cell>'". A refused file's contents never reach a message.
+_QUOTED = (re.compile(r"(Expected \d+ columns?, got \d+):.*", re.DOTALL),
+           re.compile(r"(invalid value) '.*'", re.DOTALL),
+           re.compile(r"(straddling object) .*", re.DOTALL))
+
+
+def without_contents(exc: BaseException) -> str:
+    """The first line of a reader's error, with any quoted input cut out."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    for pattern in _QUOTED:
+        text = pattern.sub(r"\1", text)
+    return text[:300]
 
 
 def _kind_of(value: Any) -> str:
@@ -234,7 +250,8 @@ def _read_csv(path: Path, numeric: Sequence[str], strings: Sequence[str]) -> Rea
         header = next(reader)
         index = {name: i for i, name in enumerate(header)}
         for row in reader:
-            why = [f"column {c!r}: {row[index[c]]!r} is not a number" for c in suspect
+            why = [f"column {c!r}: not a number (a text of {len(row[index[c]])} characters)"
+                   for c in suspect
                    if index[c] < len(row) and row[index[c]] != "" and not _number(row[index[c]])]
             keep.append(not why)
             if why:
@@ -286,9 +303,8 @@ def send_table(
         messages = _send_raw(producer, topic, table, key_column)
     elif fmt == "json":
         headers = hdr.build({hdr.CONTENT_TYPE: hdr.JSON})
-        keys = table.column(key_column).to_pylist() if key_column else None
-        for i, row in enumerate(json_ready(table).to_pylist()):
-            key = None if keys is None or keys[i] is None else str(keys[i])
+        keys = record_keys(table, key_column)
+        for row, key in zip(json_ready(table).to_pylist(), keys, strict=True):
             producer.produce(topic, encode_json(row), key, headers)
             messages += 1
             if messages % 50_000 == 0:
@@ -304,6 +320,19 @@ def send_table(
             messages += 1
     producer.flush(max(conn.timeout_s, 30.0))
     return SendResult(topic, table.num_rows, messages)
+
+
+KEY_FIELD = "key"  # a record's own key, as docs/scoring.md says
+
+
+def record_keys(table: pa.Table, key_column: str | None = None) -> list[str | None]:
+    """Each row's message key: column ``key_column``, else the rows' ``key`` field when they
+    have one (``send`` and ``predict`` key records the same way), else none."""
+    if key_column is None and KEY_FIELD in table.column_names:
+        key_column = KEY_FIELD
+    if key_column is None:
+        return [None] * table.num_rows
+    return [None if k is None else str(k) for k in table.column(key_column).to_pylist()]
 
 
 def json_ready(table: pa.Table) -> pa.Table:
@@ -327,16 +356,13 @@ def _send_raw(producer: BatchProducer, topic: str, table: pa.Table,
     if len(binary) != 1:
         raise ValidationFailed(f"raw format needs exactly one binary column, found {binary}")
     values = table.column(binary[0]).to_pylist()
-    if key_column is None and "key" in table.column_names:
-        key_column = "key"
-    keys = table.column(key_column).to_pylist() if key_column else [None] * len(values)
+    keys = record_keys(table, key_column)
     types = [None if v is None else image_type(v) for v in values]
     if None in types:
         raise ValidationFailed(f"raw format: row {types.index(None)} of {binary[0]!r} is not "
                                f"a PNG or JPEG image")
     for n, (value, key, ctype) in enumerate(zip(values, keys, types, strict=True), 1):
-        producer.produce(topic, value, None if key is None else str(key),
-                         hdr.build({hdr.CONTENT_TYPE: ctype}))
+        producer.produce(topic, value, key, hdr.build({hdr.CONTENT_TYPE: ctype}))
         if n % 10_000 == 0:
             producer.poll()
     return len(values)
