@@ -15,7 +15,6 @@ import base64
 import csv
 import io
 import json
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from headrace.core.errors import ValidationFailed
+from headrace.core.file_errors import without_contents
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.codecs import encode_arrow, encode_json
@@ -142,21 +142,6 @@ def read_checked(path: Path, *, numeric: Sequence[str] = (),
     if got.table.num_rows == 0 and not got.bad:
         raise ValidationFailed(f"{path.name}: holds no records")
     return got
-
-
-# pyarrow quotes the offending row or cell: "Expected 3 columns, got 2: <the row>",
-# "invalid value '<the cell>'". A refused file's contents never reach a message.
-_QUOTED = (re.compile(r"(Expected \d+ columns?, got \d+):.*", re.DOTALL),
-           re.compile(r"(invalid value) '.*'", re.DOTALL),
-           re.compile(r"(straddling object) .*", re.DOTALL))
-
-
-def without_contents(exc: BaseException) -> str:
-    """The first line of a reader's error, with any quoted input cut out."""
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    for pattern in _QUOTED:
-        text = pattern.sub(r"\1", text)
-    return text[:300]
 
 
 def _kind_of(value: Any) -> str:

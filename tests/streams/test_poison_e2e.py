@@ -82,16 +82,21 @@ def test_send_keys_jsonl_records_by_their_key_field_as_predict_does(
     assert got == want and got[3] == b"k3" and got[9] is None  # all None before
 
 
-@pytest.mark.parametrize("text", [
-    "a,b,c\n1,2,3\nSECRET-7731,4\n",  # pyarrow: "Expected 3 columns, got 2: SECRET-7731,4"
-    'a,b\n1,2\n"SECRET-7731\n',
-    "a,b\n1,2\n3,4\n5,SECRET-7731\n6,7\n",  # a text cell in a number column
+@pytest.mark.parametrize("text, commands", [
+    # pyarrow: "Expected 3 columns, got 2: SECRET-7731,4"
+    ("a,b,c\n1,2,3\nSECRET-7731,4\n", ("predict", "send", "datasets")),
+    ('a,b\n1,2\n"SECRET-7731\n', ("predict", "send", "datasets")),
+    # a text cell in a number column (a dataset takes it: the column is text)
+    ("a,b\n1,2\n3,4\n5,SECRET-7731\n6,7\n", ("predict", "send")),
 ])
-def test_predict_and_send_errors_never_quote_the_refused_file(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> None:
+def test_predict_send_and_datasets_errors_never_quote_the_refused_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
+        commands: tuple[str, ...]) -> None:
     path = tmp_path / "refused.csv"
     path.write_text(text)
-    for args in (["predict", "m", str(path)], ["send", "s", str(path)]):
+    every = {"predict": ["predict", "m", str(path)], "send": ["send", "s", str(path)],
+             "datasets": ["datasets", "put", str(path)]}
+    for args in (every[c] for c in commands):
         rc = main(["--dfs-root", str(tmp_path), "--bootstrap", "127.0.0.1:1", *args])
         err = capsys.readouterr().err
         assert rc != 0 and "refused.csv" in err and "Traceback" not in err
