@@ -382,3 +382,14 @@ def test_control_plane_hooks_raise_only_what_the_agents_handle(tmp_path: Path) -
             refused += 1
             assert exc.stage == "parse" and len(str(exc)) < 2_000
     assert refused == len(POISON) and plane._bad_drift.count > 0
+
+
+def test_the_control_apps_records_carry_any_message_to_the_hooks() -> None:
+    from headrace.trainers.control.app import _record
+
+    for _, rec in POISON:
+        msg = type("Msg", (), {"topic": rec.topic, "partition": 0, "offset": rec.offset,
+                               "key": rec.key, "value": rec.value, "timestamp": None,
+                               "headers": [*rec.headers, ("none", None)]})()
+        ref = _record(msg)
+        assert ref.value == rec.value and ref.headers[-1] == ("none", b"")
