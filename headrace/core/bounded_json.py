@@ -20,7 +20,7 @@ import numpy as np
 from headrace.core.errors import ValidationFailed
 
 MAX_JSON_BYTES = 1_000_000  # a control event, a label: far below; a data record has its own
-MAX_JSON_DEPTH = 64  # Headrace's own events nest 4 deep at most
+MAX_JSON_DEPTH = 64  # Headrace's own events and labels nest a few levels
 
 # A JSON string, escapes included (possessive: linear on any input, even an unclosed string).
 _STRING = re.compile(rb'"[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
