@@ -19,7 +19,7 @@ out = Console(highlight=False, soft_wrap=True)
 
 def _ref(text: str) -> tuple[str, int]:
     name, sep, ver = text.partition(":")
-    if not sep or not name or not ver.isdigit():
+    if not sep or not name or not ver.isdecimal():
         raise ValidationFailed(f"expected NAME:VERSION, not {text!r}")
     return name, int(ver)
 

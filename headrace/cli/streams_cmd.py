@@ -238,17 +238,22 @@ def shown(value: Any, by_field: Shown) -> Any:
 
 def _print(msg: TailedMessage, as_json: bool, by_field: Shown | None = None) -> None:
     value = shown(msg.value, by_field or {})
-    if as_json:
-        out.print_json(json.dumps({
+    if as_json:  # plain: rich would parse and colour it again (seconds for a big record)
+        print(json.dumps({
             "topic": msg.topic, "partition": msg.partition, "offset": msg.offset,
             "timestamp_ms": msg.timestamp_ms, "key": msg.key, "headers": msg.headers,
-            "value": value}, default=str), indent=None)
+            "value": value}, default=str, ensure_ascii=False))
         return
-    head = " ".join(f"{k}={v}" for k, v in msg.headers.items())
-    out.print(f"[dim]{msg.topic}\\[{msg.partition}]@{msg.offset} key={escape(str(msg.key))} "
+    head = " ".join(f"{_clip(k)}={_clip(v)}" for k, v in msg.headers.items())
+    out.print(f"[dim]{msg.topic}\\[{msg.partition}]@{msg.offset} key={escape(_clip(str(msg.key)))} "
               f"{escape(head)}[/]")
     out.print(json.dumps(value, default=str) if not isinstance(value, str) else value,
               markup=False)
+
+
+def _clip(text: str, most: int = 200) -> str:
+    """A key or header as long as anyone may write one, cut for the line that names it."""
+    return text if len(text) <= most else f"{text[:most]}... ({len(text)} characters)"
 
 
 def tail_cmd(

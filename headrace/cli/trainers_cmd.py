@@ -368,7 +368,7 @@ def control(
     limits: dict[str, int] = {}
     for part in concurrency.split(","):
         fw, _, n = part.partition("=")
-        if not n.isdigit():
+        if not n.isdecimal():
             raise ConfigError(f"--concurrency: {part!r} is not FRAMEWORK=N")
         limits[fw.strip()] = int(n)
     where = _context.service(ctx, "control", own_broker=False)

@@ -12,6 +12,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from headrace.core.bounded_json import check_bounds
 from headrace.core.errors import ValidationFailed
 from headrace.core.validation import first_error
 
@@ -45,6 +46,12 @@ def parse(model: type[C], data: bytes | str | dict[str, Any]) -> C:
     """Validate ``data`` against ``model``; raise ``ValidationFailed`` with one clear line."""
     if isinstance(data, bytes | str) and len(data) > MAX_EVENT_BYTES:
         raise ValidationFailed(f"{model.__name__}: event of {len(data)} bytes exceeds the limit")
+    if isinstance(data, bytes | str):  # the same depth bound as every other Kafka reader
+        try:
+            check_bounds(data.encode("utf-8", "surrogatepass") if isinstance(data, str)
+                         else data, max_bytes=MAX_EVENT_BYTES)
+        except ValidationFailed as exc:
+            raise ValidationFailed(f"{model.__name__}: {exc}") from None
     try:
         if isinstance(data, dict):
             obj = model.model_validate(data)

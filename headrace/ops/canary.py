@@ -49,7 +49,7 @@ def plan_canary(*, root: Path, ref: str, stream: str, percent: float,
     production's by more than ``max_accuracy_drop`` (None: not judged on labels); checked
     against the model store (nothing published)."""
     name, _, ver = ref.partition(":")
-    if not ver.isdigit():
+    if not ver.isdecimal():
         raise ValidationFailed(f"a canary needs NAME:VERSION, not {ref!r}")
     check_name(stream, what="stream name")
     mv = resolve(root, ref)  # every file verified: the scorers will refuse a corrupt one too

@@ -74,8 +74,7 @@ class Letter:
     @property
     def source(self) -> tuple[str | None, int | None, int | None]:
         part, off = self.h(dlqh.DLQ_PARTITION), self.h(dlqh.DLQ_OFFSET)
-        return (self.h(dlqh.DLQ_TOPIC), int(part) if part and part.isdigit() else None,
-                int(off) if off and off.isdigit() else None)
+        return (self.h(dlqh.DLQ_TOPIC), _offset(part), _offset(off))
 
     @property
     def fingerprint(self) -> str:
@@ -101,6 +100,11 @@ class Letter:
         }
 
 
+def _offset(text: str | None) -> int | None:
+    """A header's number; None for anything else (``"²".isdigit()`` is true, ``int`` fails)."""
+    return int(text) if text and text.isdecimal() else None
+
+
 def read_letters(conn: KafkaConnection, stream: str, *, timeout_s: float = 60.0) -> list[Letter]:
     topic = dlq_topic(stream)
     n = partition_count(conn, topic)
@@ -114,7 +118,7 @@ def parse_ref(text: str) -> str:
     """``N`` (partition 0) or ``P:N`` to the canonical ``P:N``."""
     part, _, off = text.rpartition(":")
     part = part or "0"
-    if not (part.isdigit() and off.isdigit()):
+    if not (part.isdecimal() and off.isdecimal()):
         raise ValidationFailed(f"bad dead-letter offset {text!r}: use N or PARTITION:N")
     return f"{int(part)}:{int(off)}"
 

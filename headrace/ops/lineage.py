@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace.contracts import LineageRange, Prediction, RolloutRole, parse
+from headrace.core import bounded_json
 from headrace.core.errors import PermanentError, ValidationFailed
 from headrace.store import versions
 from headrace.streams import headers as hdr
@@ -49,7 +50,7 @@ def parse_where(text: str) -> Where:
     """``TOPIC:PARTITION:OFFSET`` (the topic may hold dots, never a colon)."""
     topic, _, rest = text.rpartition(":")
     topic, _, part = topic.rpartition(":")
-    if not topic or not part.isdigit() or not rest.isdigit():
+    if not topic or not part.isdecimal() or not rest.isdecimal():
         raise ValidationFailed(f"expected TOPIC:PARTITION:OFFSET, not {text!r}")
     return Where(topic, int(part), int(rest))
 
@@ -133,7 +134,7 @@ def replay_command(r: LineageRange, name: str, version: int) -> str:
 def parse_version_ref(ref: str) -> tuple[str, int] | None:
     """``NAME:VERSION`` -> (name, version); None when ``ref`` is not one (a prediction)."""
     name, sep, ver = ref.partition(":")
-    if sep and ver.isdigit() and ":" not in name and name:
+    if sep and ver.isdecimal() and ":" not in name and name:
         return name, int(ver)
     return None
 
@@ -171,12 +172,18 @@ class Trace:
 def _prediction_of(rec: Record) -> tuple[str, int, int, str, int, str | None]:
     """(source topic, partition, offset, model, version, key) of a prediction record."""
     if rec.header(hdr.CONTENT_TYPE) == hdr.ARROW:
-        row = decode_arrow(rec.value or b"").slice(0, 1).to_pylist()
-        if not row:
-            raise PermanentError(f"{rec.topic}:{rec.partition}:{rec.offset} is an empty batch")
-        r = row[0]
-        return (r["source_topic"], int(r["source_partition"]), int(r["source_offset"]),
-                r["model_name"], int(r["model_version"]), r.get("key"))
+        try:
+            row = decode_arrow(rec.value or b"").slice(0, 1).to_pylist()
+            if not row:
+                raise ValueError("an empty batch")
+            r = row[0]
+            return (str(r["source_topic"]), int(r["source_partition"]),
+                    int(r["source_offset"]), str(r["model_name"]), int(r["model_version"]),
+                    None if r.get("key") is None else str(r["key"]))
+        except Exception as exc:  # any bytes may come labelled Arrow
+            why = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise PermanentError(f"{rec.topic}:{rec.partition}:{rec.offset} is not a "
+                                 f"prediction: {why}") from None
     try:
         p = parse(Prediction, rec.value or b"")
     except ValidationFailed as exc:
@@ -192,8 +199,8 @@ def _value(rec: Record | None) -> Any:
     if rec.header(hdr.CONTENT_TYPE) == hdr.ARROW:
         return f"<Arrow batch, {len(rec.value)} bytes>"
     try:
-        return json.loads(rec.value)
-    except ValueError:
+        return bounded_json.loads(rec.value)
+    except ValidationFailed:
         return f"<{len(rec.value)} bytes>"
 
 

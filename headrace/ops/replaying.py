@@ -192,7 +192,7 @@ def reconcile(conn: KafkaConnection, cp: ReplayCheckpoint) -> int:
     skipped = 0
     for p, offsets in found.items():
         pp = open_parts[p]
-        done = [int(o) for o in offsets if o.isdigit()]
+        done = [int(o) for o in offsets if o.isdecimal()]
         if done:
             new_next = min(max(pp.next, max(done) + 1), pp.end)
             skipped += new_next - pp.next

@@ -35,7 +35,7 @@ def publish_rollout(conn: KafkaConnection, topics: ControlTopics, state: Rollout
 def parse_ref(ref: str) -> tuple[str, int]:
     """``NAME:VERSION`` to its parts; a one-line ``ValidationFailed`` otherwise."""
     name, sep, ver = ref.partition(":")
-    if not sep or not ver.isdigit() or int(ver) < 1:
+    if not sep or not ver.isdecimal() or int(ver) < 1:
         raise ValidationFailed(f"expected NAME:VERSION (e.g. demo:2), not {ref!r}")
     return check_name(name, what="model name"), int(ver)
 

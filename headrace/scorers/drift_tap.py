@@ -22,6 +22,7 @@ from prometheus_client import Counter, Gauge
 
 from headrace.contracts import DriftDetected, DriftWindowState, parse
 from headrace.contracts.base import utcnow
+from headrace.core.bad_records import BadRecords
 from headrace.drift.fitting import PROFILE_FILE, DriftProfile, ProfileError, load_profile
 from headrace.drift.summaries import input_features, prediction_features
 from headrace.drift.tracking import VersionTracker
@@ -199,6 +200,7 @@ def read_states(ctx: TapContext, scope: str) -> dict[bytes, DriftWindowState]:
     prefix = f"{ctx.scorer.stream}|".encode()
     suffix = f"|{scope}".encode()
     out: dict[bytes, DriftWindowState] = {}
+    bad = BadRecords(log, f"drift window state on {topic}")
     for rec in iter_records(ctx.conn, topic, idle_s=0.5):
         if rec.key is None or not rec.key.startswith(prefix) or not rec.key.endswith(suffix):
             continue
@@ -207,8 +209,8 @@ def read_states(ctx: TapContext, scope: str) -> dict[bytes, DriftWindowState]:
             continue
         try:
             out[rec.key] = parse(DriftWindowState, rec.value)
-        except Exception as exc:
-            log.warning("ignoring unreadable drift state at offset %s: %s", rec.offset, exc)
+        except Exception as exc:  # whatever the bytes: the scorer starts all the same
+            bad.skip(f"{rec.topic}/{rec.partition}@{rec.offset}", exc)
     return out
 
 

@@ -54,6 +54,8 @@ def decode_rows(values: Sequence[bytes | memoryview], features: Sequence[str]) -
         except msgspec.DecodeError as exc:
             errors.append((i, "decode", f"undecodable JSON record: {exc}"
                            if bytes(v).strip() else "empty JSON payload"))
+        except RecursionError:  # msgspec recurses per level: [ x 100,000 must not kill us
+            errors.append((i, "decode", "undecodable JSON record: nested too deep"))
     n = len(rows)
     with np.errstate(over="ignore"):
         x = np.fromiter(itertools.chain.from_iterable(rows), np.float64, n * width

@@ -14,7 +14,6 @@ never counted again, since a record re-delivered after a restart is not counted 
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -25,8 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from headrace.core import bounded_json
+from headrace.core.bad_records import BadRecords
+from headrace.core.errors import ValidationFailed
 from headrace.streams.clients import KafkaConnection, partition_count
-from headrace.streams.reading import iter_records
+from headrace.streams.reading import Record, iter_records
 
 if TYPE_CHECKING:
     from headrace.scorers.live_counts import LiveComparison
@@ -57,14 +59,16 @@ class JoinStats:
     unmatched: int = 0  # labels whose prediction never came within the window
     expired: int = 0  # predictions whose label never came within the window
     unknown: int = 0  # labels naming a class the model does not have
+    bad: int = 0  # records that are no label at all (not JSON, no key, a tombstone): skipped
+
+
+MAX_LABEL_BYTES = 64 * 1024  # a label is a class name
 
 
 def parse_label(value: bytes) -> str | None:
-    """The class a label record names; None when it names none."""
-    try:
-        doc = json.loads(value)
-    except ValueError:
-        return None
+    """The class a label record names; None when it names none. ``ValidationFailed`` when the
+    value is no JSON (or too big or too deep for a label)."""
+    doc = bounded_json.loads(value, max_bytes=MAX_LABEL_BYTES)
     if isinstance(doc, dict):
         doc = doc.get("label")
     if isinstance(doc, bool) or doc is None:
@@ -177,11 +181,25 @@ def follow_labels(conn: KafkaConnection, topic: str, join: LabelJoin, stop: thre
     join.active = True
     log.info("joining labels from %s", topic)
     since = int((time.time() - join.max_age_s) * 1000)
+    bad = BadRecords(log, f"label on {topic}")
     for rec in iter_records(conn, topic, since_ms=since, follow=True, stop=stop.is_set):
-        if rec.key is None or not rec.value:
-            continue
+        take_label(join, rec, bad)
+
+
+def take_label(join: LabelJoin, rec: Record, bad: BadRecords) -> None:
+    """Join one record of the labels topic; one that is no label is counted (``bad``) and
+    skipped, whatever its bytes: the labels thread never dies on a record."""
+    try:
+        if rec.key is None:
+            raise ValidationFailed("no key (a label is keyed like the record it labels)")
+        if rec.value is None:
+            raise ValidationFailed("no value (a tombstone)")
         truth = parse_label(rec.value)
-        if truth is None:
-            join.stats.unknown += 1
-            continue
-        join.labelled(rec.key, truth)
+    except ValidationFailed as exc:
+        join.stats.bad += 1
+        bad.skip(f"{rec.topic}/{rec.partition}@{rec.offset}", exc)
+        return
+    if truth is None:
+        join.stats.unknown += 1
+        return
+    join.labelled(rec.key, truth)

@@ -24,13 +24,14 @@ import numpy as np
 
 from headrace.contracts import LiveCounts, RolloutRole, parse
 from headrace.contracts.rollout import live_key
+from headrace.core.bad_records import BadRecords
 from headrace.core.errors import HeadraceError
 from headrace.rollout.tally import LiveTally
 from headrace.scorers.outputs import SideOutput
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import send_events
-from headrace.streams.reading import Follower, follow_ends
+from headrace.streams.reading import Follower, Record, follow_ends
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +212,7 @@ class LiveCountsFollower:
         self._idle_since: float | None = None
         self._thread: threading.Thread | None = None
         self._prefix = f"{stream}|".encode()
+        self.bad = BadRecords(log, f"live counts record on {topic}")
 
     def start(self, stop: threading.Event) -> LiveCountsFollower:
         self._thread = threading.Thread(target=self._run, args=(stop,), name="live-counts",
@@ -254,20 +256,23 @@ class LiveCountsFollower:
                     continue
                 self._idle_since = None
                 for rec in records:
-                    if not rec.value or not (rec.key or b"").startswith(self._prefix):
-                        continue
-                    try:
-                        lc = parse(LiveCounts, rec.value)
-                    except Exception as exc:
-                        log.warning("ignoring unreadable live counts at offset %s: %s",
-                                    rec.offset, exc)
-                        continue
-                    with self._lock:
-                        old = self._latest.get(lc.key())
-                        if old is None or lc.next_offset >= old.next_offset:
-                            self._latest[lc.key()] = lc
+                    self.take(rec)
         finally:
             follower.close()
+
+    def take(self, rec: Record) -> None:
+        """One record of the topic: this stream's counts are kept, an unreadable one skipped."""
+        if not rec.value or not (rec.key or b"").startswith(self._prefix):
+            return
+        try:
+            lc = parse(LiveCounts, rec.value)
+        except Exception as exc:  # whatever the bytes: the thread goes on
+            self.bad.skip(f"{rec.topic}/{rec.partition}@{rec.offset}", exc)
+            return
+        with self._lock:
+            old = self._latest.get(lc.key())
+            if old is None or lc.next_offset >= old.next_offset:
+                self._latest[lc.key()] = lc
 
 
 def changed_counts(comp: LiveComparison, topic: str) -> SideOutput | None:

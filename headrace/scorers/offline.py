@@ -132,11 +132,15 @@ def read_path(path: Path) -> tuple[list[Record], list[str | None]]:
     """Records and keys from what ``headrace send`` reads: a JSONL, CSV or Parquet file (one
     JSON record a row, as ``send`` makes them; key: the row's ``key`` field, if any) or a folder
     of PNG/JPEG images (one raw image each; key: the file name)."""
-    from headrace.streams.sending import json_ready, read_image_folder, read_records
+    from headrace.streams.sending import (
+        json_ready,
+        read_image_folder,
+        read_records,
+        record_keys,
+    )
 
     if path.is_dir():
         table = read_image_folder(path)
-        return list(table.column("image").to_pylist()), list(table.column("key").to_pylist())
-    rows = json_ready(read_records(path)).to_pylist()
-    keys = [None if r.get("key") is None else str(r["key"]) for r in rows]
-    return rows, keys
+        return list(table.column("image").to_pylist()), record_keys(table)
+    table = read_records(path)
+    return json_ready(table).to_pylist(), record_keys(table)

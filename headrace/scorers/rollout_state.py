@@ -8,8 +8,9 @@ import logging
 import threading
 
 from headrace.contracts import RolloutState, parse
+from headrace.core.bad_records import BadRecords
 from headrace.streams.clients import KafkaConnection, partitions_of
-from headrace.streams.reading import Follower, probe_ends
+from headrace.streams.reading import Follower, Record, probe_ends
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,7 @@ class RolloutWatch:
         self._caught_up = threading.Event()
         self._thread: threading.Thread | None = None
         self.version = 0  # bumped on every change (a tap can tell a new rollout from the last)
+        self.bad = BadRecords(log, f"rollout state on {topic}")
 
     @property
     def current(self) -> RolloutState | None:
@@ -78,15 +80,21 @@ class RolloutWatch:
             while not stop.is_set():
                 records = follower.poll(POLL_S, max_messages=1000)
                 for rec in records:
-                    if rec.key == self.stream.encode() and rec.value:
-                        try:
-                            self.apply(parse(RolloutState, rec.value))
-                        except Exception as exc:
-                            log.warning("ignoring unreadable rollout state at offset %s: %s",
-                                        rec.offset, exc)
+                    self.take(rec)
                     if ends and rec.offset + 1 >= ends.get(rec.partition, 0):
                         ends.pop(rec.partition, None)
                         if not ends:
                             self._caught_up.set()
         finally:
             follower.close()
+
+    def take(self, rec: Record) -> None:
+        """One record of the topic: this stream's state applied, an unreadable one skipped."""
+        if rec.key != self.stream.encode() or not rec.value:
+            return
+        try:
+            state = parse(RolloutState, rec.value)
+        except Exception as exc:  # whatever the bytes: the thread goes on
+            self.bad.skip(f"{rec.topic}/{rec.partition}@{rec.offset}", exc)
+            return
+        self.apply(state)

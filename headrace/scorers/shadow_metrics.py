@@ -98,9 +98,10 @@ class _LiveCollector(Collector):
         joins = GaugeMetricFamily(
             "headrace_shadow_labels",
             "Labels from labels.<stream> by outcome: joined, unmatched (no prediction in the "
-            "window), expired (predictions whose label never came), unknown (no such class).",
+            "window), expired (predictions whose label never came), unknown (no such class), "
+            "bad (no label at all: not JSON, no key, a tombstone; skipped).",
             labels=["stream", "outcome"])
         st = self.join_stats()
-        for outcome in ("joined", "unmatched", "expired", "unknown"):
+        for outcome in ("joined", "unmatched", "expired", "unknown", "bad"):
             joins.add_metric([self.stream, outcome], getattr(st, outcome))
         yield from (rows, agree, matrix, estimate, accuracy, labelled, errors, joins)

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 from headrace.contracts import ModelPublished, parse
+from headrace.core.bad_records import BadRecords
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.consuming import BatchConsumer, CommitAbandoned, RawBatch
 from headrace.streams.producing import BatchProducer, DeliveryFailed, FlushTimedOut
@@ -136,6 +137,7 @@ class ModelEventsListener:
         self.conn = conn
         self.topic = topic
         self._follower: Follower | None = None
+        self.bad = BadRecords(log, f"model event on {topic}")
 
     def poll(self, timeout_s: float) -> list[ModelPublished]:
         if self._follower is None:
@@ -146,8 +148,8 @@ class ModelEventsListener:
                 continue
             try:
                 out.append(parse(ModelPublished, rec.value))
-            except Exception as exc:
-                log.warning("ignoring unreadable model event at offset %s: %s", rec.offset, exc)
+            except Exception as exc:  # whatever the bytes: the scorer goes on
+                self.bad.skip(f"{rec.topic}/{rec.partition}@{rec.offset}", exc)
         return out
 
     def close(self) -> None:

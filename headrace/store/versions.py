@@ -146,7 +146,7 @@ def _next_version(mdir: Path) -> int:
 def list_versions_in(mdir: Path) -> list[int]:
     if not mdir.is_dir():
         return []
-    return sorted(int(p.name) for p in mdir.iterdir() if p.name.isdigit() and p.is_dir())
+    return sorted(int(p.name) for p in mdir.iterdir() if p.name.isdecimal() and p.is_dir())
 
 
 def list_models(root: Path) -> list[str]:
@@ -252,7 +252,7 @@ def resolve(root: Path, ref: str) -> ModelVersion:
     """``name``, ``name:VERSION`` or ``name@alias`` to a verified version."""
     if ":" in ref:
         name, _, ver = ref.partition(":")
-        if not ver.isdigit():
+        if not ver.isdecimal():
             raise ValidationFailed(f"bad model reference {ref!r}: version must be a number")
         return load_version(root, check_name(name, what="model name"), int(ver))
     name, _, alias = ref.partition("@")

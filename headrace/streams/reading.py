@@ -329,7 +329,7 @@ def scan_headers(
             for m in reader.poll(10_000, 0.5):
                 hs = dict(m.headers() or ())
                 if all(hs.get(k) == v for k, v in want.items()) and collect in hs:
-                    out[m.partition()].append((hs[collect] or b"").decode())
+                    out[m.partition()].append((hs[collect] or b"").decode("utf-8", "replace"))
     return out
 
 

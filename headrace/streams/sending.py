@@ -27,6 +27,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from headrace.core.errors import ValidationFailed
+from headrace.core.file_errors import without_contents
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.codecs import encode_arrow, encode_json
@@ -136,8 +137,8 @@ def read_checked(path: Path, *, numeric: Sequence[str] = (),
         else:
             got = ReadRecords(pq.read_table(path))
     except (pa.ArrowInvalid, pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValidationFailed(f"{path.name}: not valid {kind}: {first}") from None
+        raise ValidationFailed(f"{path.name}: not valid {kind}: {without_contents(exc)}"
+                               ) from None
     if got.table.num_rows == 0 and not got.bad:
         raise ValidationFailed(f"{path.name}: holds no records")
     return got
@@ -234,7 +235,8 @@ def _read_csv(path: Path, numeric: Sequence[str], strings: Sequence[str]) -> Rea
         header = next(reader)
         index = {name: i for i, name in enumerate(header)}
         for row in reader:
-            why = [f"column {c!r}: {row[index[c]]!r} is not a number" for c in suspect
+            why = [f"column {c!r}: not a number (a text of {len(row[index[c]])} characters)"
+                   for c in suspect
                    if index[c] < len(row) and row[index[c]] != "" and not _number(row[index[c]])]
             keep.append(not why)
             if why:
@@ -286,9 +288,8 @@ def send_table(
         messages = _send_raw(producer, topic, table, key_column)
     elif fmt == "json":
         headers = hdr.build({hdr.CONTENT_TYPE: hdr.JSON})
-        keys = table.column(key_column).to_pylist() if key_column else None
-        for i, row in enumerate(json_ready(table).to_pylist()):
-            key = None if keys is None or keys[i] is None else str(keys[i])
+        keys = record_keys(table, key_column)
+        for row, key in zip(json_ready(table).to_pylist(), keys, strict=True):
             producer.produce(topic, encode_json(row), key, headers)
             messages += 1
             if messages % 50_000 == 0:
@@ -304,6 +305,19 @@ def send_table(
             messages += 1
     producer.flush(max(conn.timeout_s, 30.0))
     return SendResult(topic, table.num_rows, messages)
+
+
+KEY_FIELD = "key"  # a record's own key, as docs/scoring.md says
+
+
+def record_keys(table: pa.Table, key_column: str | None = None) -> list[str | None]:
+    """Each row's message key: column ``key_column``, else the rows' ``key`` field when they
+    have one (``send`` and ``predict`` key records the same way), else none."""
+    if key_column is None and KEY_FIELD in table.column_names:
+        key_column = KEY_FIELD
+    if key_column is None:
+        return [None] * table.num_rows
+    return [None if k is None else str(k) for k in table.column(key_column).to_pylist()]
 
 
 def json_ready(table: pa.Table) -> pa.Table:
@@ -327,16 +341,13 @@ def _send_raw(producer: BatchProducer, topic: str, table: pa.Table,
     if len(binary) != 1:
         raise ValidationFailed(f"raw format needs exactly one binary column, found {binary}")
     values = table.column(binary[0]).to_pylist()
-    if key_column is None and "key" in table.column_names:
-        key_column = "key"
-    keys = table.column(key_column).to_pylist() if key_column else [None] * len(values)
+    keys = record_keys(table, key_column)
     types = [None if v is None else image_type(v) for v in values]
     if None in types:
         raise ValidationFailed(f"raw format: row {types.index(None)} of {binary[0]!r} is not "
                                f"a PNG or JPEG image")
     for n, (value, key, ctype) in enumerate(zip(values, keys, types, strict=True), 1):
-        producer.produce(topic, value, None if key is None else str(key),
-                         hdr.build({hdr.CONTENT_TYPE: ctype}))
+        producer.produce(topic, value, key, hdr.build({hdr.CONTENT_TYPE: ctype}))
         if n % 10_000 == 0:
             producer.poll()
     return len(values)

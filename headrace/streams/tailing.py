@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -12,6 +11,9 @@ from typing import Any
 import pyarrow as pa
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, TopicPartition
 
+from headrace.core import bounded_json
+from headrace.core.errors import ValidationFailed
+from headrace.core.limits import MAX_RECORD_BYTES
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, make_consumer, partitions_of
 from headrace.streams.codecs import decode_arrow
@@ -38,15 +40,14 @@ def decode_value(value: bytes | None, headers: dict[str, str]) -> Any:
     ctype = headers.get(hdr.CONTENT_TYPE)
     if ctype == hdr.ARROW:
         try:
-            table = decode_arrow(value)
-        except Exception as exc:
-            return f"<undecodable Arrow: {exc}>"
-        return _tensor_columns(table).to_pylist()
+            return _tensor_columns(decode_arrow(value)).to_pylist()
+        except Exception as exc:  # any bytes may come labelled Arrow
+            return f"<undecodable Arrow: {str(exc).splitlines()[0][:200] if str(exc) else exc!r}>"
     if (ctype or "").startswith("image/") or image_type(value):
         return value
-    try:
-        return json.loads(value)
-    except (ValueError, UnicodeDecodeError):
+    try:  # bounded: a value nested too deep or too big to show is shown as text
+        return bounded_json.loads(value, max_bytes=MAX_RECORD_BYTES)
+    except ValidationFailed:
         return value.decode("utf-8", "replace")
 
 

@@ -144,7 +144,7 @@ def follow_job(*, conn: KafkaConnection, job_id: str, topics: ControlTopics = Co
     done = {"v": False}
     for rec in iter_records(conn, topics.jobs, since_ms=since_ms, follow=True,
                             stop=lambda: done["v"] or time.monotonic() > deadline):
-        if rec.key is not None and rec.key.decode() != job_id:
+        if rec.key is not None and rec.key != job_id.encode():
             continue
         try:
             ev = parse(JobEvent, rec.value or b"")
@@ -244,7 +244,7 @@ def show_model(*, root: Path, ref: str) -> versions.ModelVersion:
 def promote_model(*, root: Path, conn: KafkaConnection, ref: str,
                   topics: ControlTopics = ControlTopics()) -> ModelPublished:
     name, _, ver = ref.partition(":")
-    if not ver.isdigit():
+    if not ver.isdecimal():
         raise PermanentError(f"promote needs NAME:VERSION, not {ref!r}")
     ensure_topics(conn, topics.specs())
     sink = EventSink(conn)

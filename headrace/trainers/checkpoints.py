@@ -67,7 +67,7 @@ def latest(ckdir: Path) -> tuple[Path, CheckpointState] | None:
     """The newest complete checkpoint, or None."""
     if not ckdir.is_dir():
         return None
-    steps = sorted((int(p.name) for p in ckdir.iterdir() if p.name.isdigit()), reverse=True)
+    steps = sorted((int(p.name) for p in ckdir.iterdir() if p.name.isdecimal()), reverse=True)
     for s in steps:
         path = ckdir / str(s)
         if (path / COMPLETE).is_file():
@@ -84,12 +84,12 @@ def sweep(ckdir: Path) -> None:
     if not ckdir.is_dir():
         return
     for p in ckdir.iterdir():
-        if p.name.startswith(".tmp-") or (p.name.isdigit() and not (p / COMPLETE).exists()):
+        if p.name.startswith(".tmp-") or (p.name.isdecimal() and not (p / COMPLETE).exists()):
             shutil.rmtree(p, ignore_errors=True)
 
 
 def _prune(ckdir: Path) -> None:
     complete = sorted(int(p.name) for p in ckdir.iterdir()
-                      if p.name.isdigit() and (p / COMPLETE).exists())
+                      if p.name.isdecimal() and (p / COMPLETE).exists())
     for s in complete[:-KEEP]:
         shutil.rmtree(ckdir / str(s), ignore_errors=True)

@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from headrace.codecs import UnknownKind
 from headrace.core.errors import PermanentError, ValidationFailed
+from headrace.core.file_errors import without_contents
 from headrace.core.naming import check_name, confined
 from headrace.store.dfs import sha256_file, write_atomic
 from headrace.store.signature import Kind
@@ -89,8 +90,8 @@ def _read(path: Path, *, label: str) -> pa.Table:
 
             return pjson.read_json(path)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
-        line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise DatasetFileError(f"{path.name} is not readable: {line}") from None
+        raise DatasetFileError(f"{path.name} is not readable: {without_contents(exc)}"
+                               ) from None
     raise DatasetFileError(f"{path.name}: use a .parquet, .csv or .jsonl file, or a folder "
                            f"of class sub-folders with images")
 

@@ -4,7 +4,9 @@ age bounds, unknown classes."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from headrace.core.errors import ValidationFailed
 from headrace.scorers.label_join import LabelJoin, parse_label
 from headrace.scorers.live_counts import BatchRows, LiveComparison, Pair
 
@@ -68,8 +70,10 @@ def test_labels_are_not_kept_while_the_join_is_off_and_unknown_classes_are_count
     _predict(join, comp, [b"a"], [0], [0])
     join.labelled(b"a", "maybe")
     assert (join.stats.unknown, comp.total().labelled) == (1, 0)
-    assert [parse_label(v) for v in (b'{"label": "yes"}', b'"no"', b"3", b"{}", b"x")] == [
-        "yes", "no", "3", None, None]
+    assert [parse_label(v) for v in (b'{"label": "yes"}', b'"no"', b"3", b"{}")] == [
+        "yes", "no", "3", None]
+    with pytest.raises(ValidationFailed):  # no label at all: counted apart (stats.bad)
+        parse_label(b"x")
 
 
 def test_a_canarys_arms_are_labelled_apart_and_a_redelivered_batch_is_not_counted_again(

@@ -217,6 +217,9 @@ def _record(batch: RawBatch, i: int, value: bytes, raw: ModelInput | None,
     except msgspec.DecodeError as exc:
         refuse(f"undecodable JSON record: {exc}")
         return None
+    except RecursionError:  # msgspec recurses per level: [ x 100,000 must not kill us
+        refuse("undecodable JSON record: nested too deep")
+        return None
     if not isinstance(rec, dict):
         refuse("JSON record is not an object", "validate")
         return None

@@ -31,6 +31,7 @@ from headrace.contracts import (
     TrainRequested,
     parse,
 )
+from headrace.core.bad_records import BadRecords
 from headrace.core.errors import HeadraceError, PermanentError, RecordRef
 from headrace.store import versions
 from headrace.store.dfs import resolve_dataset
@@ -68,6 +69,7 @@ class ControlPlane:
     now: Callable[[], datetime] = utcnow
     caps: RequestCaps = field(default_factory=RequestCaps)
     _sink: EventSink | None = None
+    _bad_drift: BadRecords = field(default_factory=lambda: BadRecords(log, "drift record"))
 
     @property
     def sink(self) -> EventSink:
@@ -337,8 +339,7 @@ class ControlPlane:
         try:
             ev = parse(DriftDetected, record.value)
         except PermanentError as exc:
-            log.warning("ignoring an unreadable drift record at %s/%s: %s", record.partition,
-                        record.offset, str(exc).splitlines()[0] if str(exc) else exc)
+            self._bad_drift.skip(f"{record.topic}/{record.partition}@{record.offset}", exc)
             return []
         fired: list[TrainRequested] = []
         rules = self.triggers.of_kind(DriftRule)

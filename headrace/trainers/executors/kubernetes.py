@@ -566,7 +566,7 @@ def _member_tag(spec: TrainingJobSpec, pod: str) -> str | None:
     for role, tag in (("worker", "w"), ("server", "s"), ("scheduler", "sched")):
         prefix = f"{spec.job_name}-{role}-0-"
         index = pod[len(prefix):].split("-", 1)[0] if pod.startswith(prefix) else ""
-        if index.isdigit():
+        if index.isdecimal():
             return tag if role == "scheduler" else f"{tag}{index}"
     return None
 

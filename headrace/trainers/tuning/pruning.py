@@ -80,7 +80,7 @@ class PruneRule:
 def trial_of(request: TrainRequested) -> tuple[str, int] | None:
     """(study, trial number) of a tune trial's request, else None."""
     t = request.trigger
-    if t.kind != TriggerKind.TUNE or t.slot is None or not t.slot.isdigit():
+    if t.kind != TriggerKind.TUNE or t.slot is None or not t.slot.isdecimal():
         return None
     return t.source, int(t.slot)
 
