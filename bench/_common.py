@@ -95,7 +95,7 @@ def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: 
     if shadow:
         from pathlib import Path
 
-        from headrace.ops.rollout_control import start_shadow
+        from headrace.ops.rollout.control import start_shadow
         from headrace.streams.topics import ControlTopics
 
         start_shadow(root=Path(dfs), conn=_conn(bootstrap), ref=f"{model}:2", stream=stream,

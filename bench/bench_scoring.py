@@ -303,7 +303,7 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
     settings = load_settings(bootstrap=a.bootstrap, dfs_root=a.dfs, streams=[a.stream],
                              partitions=1)
     if a.shadow:  # every batch also scored by version 2, published to the shadow topic
-        from headrace.ops.rollout_control import start_shadow
+        from headrace.ops.rollout.control import start_shadow
         from headrace.streams.topics import ControlTopics
 
         start_shadow(root=Path(a.dfs), conn=_conn(a.bootstrap), ref=f"{MODEL}:2",

@@ -1,5 +1,5 @@
 """``headrace models canary NAME:VERSION --percent P --stream S [--steps ...] [--stop]``: a thin
-shell over ``headrace.ops.canary``."""
+shell over ``headrace.ops.rollout.canary``."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def models_canary(
 ) -> None:
     """Route a salted-hash share of a stream's keys to a candidate; step up, promote or roll
     back by itself."""
-    from headrace.ops import canary
+    from headrace.ops.rollout import canary
 
     topics = _topics(ctx, topic_prefix)
     if stop:

@@ -1,4 +1,4 @@
-"""``headrace models compare``: a thin shell over ``headrace.ops.live_evidence``."""
+"""``headrace models compare``: a thin shell over ``headrace.ops.rollout.live_evidence``."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def compare(
     """Two versions on the same live records: agreement, both confusion matrices, live
     accuracy with Wilson intervals and McNemar's exact test once labels arrived (before: the
     CBPE estimate)."""
-    from headrace.ops import compare_png
-    from headrace.ops.live_evidence import compare as live_compare
+    from headrace.ops.rollout import compare_png
+    from headrace.ops.rollout.live_evidence import compare as live_compare
 
     (na, va), (nb, vb) = _ref(a), _ref(b)
     if na != nb:
@@ -67,7 +67,7 @@ def compare(
 def promote_on_live_gate(ctx: typer.Context, ref: str, *, stream: str | None,
                          topics: ControlTopics) -> None:
     """``models promote --if-live-gate``: promote, or refuse with one line per reason."""
-    from headrace.ops.live_evidence import promote_if_live_gate
+    from headrace.ops.rollout.live_evidence import promote_if_live_gate
 
     name, sep, _ = ref.partition(":")
     version: int | None = None

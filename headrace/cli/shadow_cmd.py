@@ -1,5 +1,5 @@
 """``headrace models shadow NAME:VERSION [--stream S] [--stop]``: a thin shell over
-``headrace.ops.rollout_control``."""
+``headrace.ops.rollout.control``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from headrace.cli import _context
 from headrace.cli.trainers_cmd import PrefixOpt, _topics, models_app
 from headrace.contracts import RolloutRole
 from headrace.core.errors import PermanentError
-from headrace.ops import rollout_control
+from headrace.ops.rollout import control as rollout_control
 
 console = Console()
 

@@ -10,7 +10,7 @@ import pytest
 
 from headrace.cli import main
 from headrace.contracts import RolloutRole
-from headrace.ops.rollout_control import current_rollout
+from headrace.ops.rollout.control import current_rollout
 from headrace.streams.clients import KafkaConnection
 from tests.scorers.conftest import publish_tf
 

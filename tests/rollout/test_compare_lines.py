@@ -4,7 +4,7 @@ there are no paired rows, no agreement and no paired test; accuracy per arm stil
 from __future__ import annotations
 
 from headrace.contracts import LiveCounts, RolloutRole
-from headrace.ops.compare_png import summary_lines
+from headrace.ops.rollout.compare_png import summary_lines
 from headrace.rollout.evidence import LiveEvidence
 
 

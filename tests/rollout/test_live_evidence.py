@@ -20,7 +20,7 @@ from headrace.cli import main
 from headrace.contracts import LiveCounts, ModelPublished, RolloutRole, RolloutState, parse
 from headrace.core.settings import Settings, load_settings
 from headrace.ops.dashboard import Dashboard
-from headrace.ops.rollout_control import current_rollout, publish_rollout
+from headrace.ops.rollout.control import current_rollout, publish_rollout
 from headrace.store.versions import read_alias, set_alias
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import send_events

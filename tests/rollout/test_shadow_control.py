@@ -9,7 +9,7 @@ import pytest
 
 from headrace.cli import main
 from headrace.contracts import Canary, RolloutRole, RolloutState, parse
-from headrace.ops.rollout_control import current_rollout, publish_rollout, start_shadow
+from headrace.ops.rollout.control import current_rollout, publish_rollout, start_shadow
 from headrace.store.versions import VersionNotFound
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.topics import ControlTopics

@@ -21,8 +21,8 @@ from headrace.contracts import (
     RolloutState,
 )
 from headrace.core.settings import Settings
-from headrace.ops.canary import start_canary
-from headrace.ops.rollout_control import current_rollout, publish_rollout
+from headrace.ops.rollout.canary import start_canary
+from headrace.ops.rollout.control import current_rollout, publish_rollout
 from headrace.rollout import routing
 from headrace.scorers import taps
 from headrace.scorers.canary_outcomes import audit_id

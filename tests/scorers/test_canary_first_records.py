@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace.core.settings import Settings
-from headrace.ops.canary import start_canary
+from headrace.ops.rollout.canary import start_canary
 from headrace.rollout import routing
 from headrace.scorers.canary import CanaryRole
 from headrace.streams.clients import KafkaConnection

@@ -21,8 +21,8 @@ from headrace.contracts import (
     parse,
 )
 from headrace.core.settings import Settings
-from headrace.ops.canary import start_canary
-from headrace.ops.rollout_control import current_rollout
+from headrace.ops.rollout.canary import start_canary
+from headrace.ops.rollout.control import current_rollout
 from headrace.rollout import routing
 from headrace.scorers.canary_outcomes import audit_id
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer

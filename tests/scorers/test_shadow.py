@@ -15,8 +15,8 @@ import pytest
 
 from headrace.core.settings import Settings
 from headrace.models import load
-from headrace.ops.live_evidence import compare
-from headrace.ops.rollout_control import start_shadow
+from headrace.ops.rollout.control import start_shadow
+from headrace.ops.rollout.live_evidence import compare
 from headrace.scorers import candidates, shadow_tap
 from headrace.scorers.models import LoadedModel
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer

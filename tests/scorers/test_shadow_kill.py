@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from headrace.core.settings import Settings
-from headrace.ops.rollout_control import start_shadow
+from headrace.ops.rollout.control import start_shadow
 from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.topics import ControlTopics, shadow_topic
 from tests.scorers.conftest import eventually, publish_tf, read_topic, rows, send_json

@@ -330,7 +330,9 @@ def test_header_scans_of_redrive_and_replay_survive_any_header(
 
 def test_rollout_evidence_lineage_and_events_readers_skip_poison(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from headrace.ops import lineage, live_evidence, rollout_control
+    from headrace.ops import lineage
+    from headrace.ops.rollout import control as rollout_control
+    from headrace.ops.rollout import live_evidence
     from headrace.streams import reading
 
     recs = [r for _, r in POISON]

@@ -8,8 +8,8 @@ import threading
 import time
 from typing import Any
 
-from headrace.ops.compare_png import summary_lines
-from headrace.ops.live_evidence import all_evidence
+from headrace.ops.rollout.compare_png import summary_lines
+from headrace.ops.rollout.live_evidence import all_evidence
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.topics import ControlTopics
 

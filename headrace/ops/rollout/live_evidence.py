@@ -16,7 +16,7 @@ import numpy as np
 from headrace.contracts import LiveCounts, ModelPublished, RolloutState, parse
 from headrace.contracts.gates import load_gates
 from headrace.core.errors import PermanentError, ValidationFailed
-from headrace.ops.rollout_control import current_rollout, stop_rollout
+from headrace.ops.rollout.control import current_rollout, stop_rollout
 from headrace.rollout.evidence import LiveEvidence
 from headrace.rollout.live_gate import LiveCheck, check_live
 from headrace.store.versions import PRODUCTION, read_alias
