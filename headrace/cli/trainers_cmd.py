@@ -37,9 +37,7 @@ PrefixOpt = Annotated[str, typer.Option("--topic-prefix", hidden=True,
                                         help="Namespace for the control-plane topics.")]
 
 
-def _topics(ctx: typer.Context, flag: str) -> ControlTopics:
-    """The control topics: ``--topic-prefix`` if given, else HEADRACE_TOPIC_PREFIX's."""
-    return ControlTopics.with_prefix(flag or _context.base_settings(ctx).topic_prefix)
+_topics = _context.control_topics
 
 
 def _hidden(value: str | None) -> tuple[int, ...] | None:
