@@ -300,7 +300,8 @@ def run_control_app(cfg: ControlAppConfig, hooks: ControlHooks) -> None:
 
 
 def changelogs(cfg: ControlAppConfig) -> list[str]:
-    return [f"{cfg.full_app_id}-{t}-changelog" for t in TABLES]
+    """Every topic a table recovers from (the schedules table's is events.schedules)."""
+    return [f"{cfg.full_app_id}-{t}-changelog" for t in TABLES] + [cfg.topics.schedules]
 
 
 def request_stop() -> None:
