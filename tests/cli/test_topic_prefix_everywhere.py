@@ -97,3 +97,23 @@ def test_the_hidden_flag_still_wins(no_kafka: None, monkeypatch: pytest.MonkeyPa
     main(["tune", "run", "s", "-f", "tensorflow", "-d", "d", "--space", SPACE,
           "--topic-prefix", "t1"])
     assert [t.prefix for t in seen] == ["t1"]
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_control_rebuild_table_reaches_the_control_plane(
+        how: str, no_kafka: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+
+    def record(**kwargs: Any) -> None:
+        seen.append(kwargs["choice"].control)
+        raise _Stop("recorded")
+
+    monkeypatch.setattr("headrace.trainers.control.service.run_control", record)
+    if how == "env":
+        monkeypatch.setenv("HEADRACE_CONTROL_REBUILD_TABLE", "1")
+    main(["control", *(["--rebuild-table"] if how == "flag" else [])])
+    assert [c.control_rebuild_table for c in seen] == [True]
+    seen.clear()
+    monkeypatch.delenv("HEADRACE_CONTROL_REBUILD_TABLE", raising=False)
+    main(["control"])
+    assert [c.control_rebuild_table for c in seen] == [False]

@@ -38,7 +38,7 @@ class Changelog:
     readable: int  # records a reader got from it
 
 
-def probe(conn: KafkaConnection, topics: Sequence[str], *, idle_s: float = 2.0
+def probe(conn: KafkaConnection, topics: Sequence[str], *, idle_s: float = 5.0
           ) -> list[Changelog]:
     """Each changelog's high watermark and how many records can actually be read from it."""
     out = []
