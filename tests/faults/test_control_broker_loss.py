@@ -23,9 +23,9 @@ import pytest
 from headrace.contracts import JobEvent, JobEventKind, JobState, TrainRequested
 from headrace.store import versions
 from headrace.streams.broker import EmbeddedBroker
-from headrace.streams.clients import KafkaConnection
+from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.reading import iter_records, read_events
-from headrace.streams.topics import ControlTopics
+from headrace.streams.topics import ControlTopics, TopicSpec
 from headrace.trainers import api, jobs
 from tests.faults.harness import free_port
 from tests.fixtures import eventually, http_get
@@ -157,3 +157,56 @@ def test_a_restarted_control_plane_rebuilds_its_table_and_runs_the_lost_request_
     finally:
         for p in controls.procs:
             stop(p)
+
+
+def test_a_recovery_that_cannot_end_is_one_line_and_rebuild_table_gets_past_it(
+        own_broker: EmbeddedBroker, dfs: Path, demo: str, tmp_path: Path) -> None:
+    """The jobs changelog reports a high watermark no reader reaches (it ends in a transaction
+    marker: faust waits for ever for that offset, as it did for a changelog the broker lost).
+    `headrace control` exits 2 with one line saying how to rebuild; with `--rebuild-table` it
+    starts, and the job table comes back from the DFS."""
+    topics = ControlTopics.with_prefix("stuck")
+    conn = KafkaConnection(bootstrap=own_broker.bootstrap, timeout_s=15.0)
+    done = api.build_request(model_name="m", framework="mxnet", dataset_uri=demo,
+                             idempotency_key="done-before")
+    jid, _ = jobs.create_request(dfs, done)
+    jobs.write_status(dfs, jobs.initial_status(jid, done).model_copy(update={
+        "state": JobState.SUCCEEDED, "attempts": 1, "version": 1}))
+    changelog = f"{topics.prefix}-headrace-control-jobs-changelog"
+    ensure_topics(conn, [TopicSpec(changelog, 1, "faust table jobs",
+                                   {"cleanup.policy": "compact"})])
+    p = make_producer(conn, **{"transactional.id": "tx-" + topics.prefix})
+    p.init_transactions(15)
+    p.begin_transaction()
+    p.produce(changelog, key=b'"j-gone"', value=b'{"state": "queued"}')
+    p.commit_transaction(15)
+    env = {**job_env(own_broker.bootstrap, dfs), "HEADRACE_TOPIC_PREFIX": topics.prefix,
+           "HEADRACE_CONTROL_RECOVERY_DEADLINE_S": "5"}
+    cli = [sys.executable, "-c", "import sys; from headrace.cli import main; "
+           "sys.exit(main(sys.argv[1:]))", "control"]
+    stuck = subprocess.run(cli, cwd=REPO, env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert stuck.returncode == 2, stuck.stderr[-3000:]
+    said = [ln for ln in stuck.stderr.splitlines() if "--rebuild-table" in ln]
+    assert len(said) == 1, stuck.stderr[-3000:]
+    assert said[0] == stuck.stderr.strip().splitlines()[-1]  # the last word
+    assert f"{changelog} (high watermark 2, its readable records end at offset 0)" in said[0]
+
+    log = tmp_path / "rebuild.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*cli, "--rebuild-table"], cwd=REPO, env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+    try:
+        def ready() -> bool:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            m = re.search(r"probes on port (\d+)", log.read_text())
+            return bool(m) and http_get(int(m.group(1)), "/readyz")[0] == 200
+
+        eventually(ready, timeout_s=90, interval_s=0.5, what="the rebuilt control plane ready")
+        rows: dict[str, dict[str, Any]] = {}
+        for r in iter_records(conn, changelog, idle_s=0.5):
+            if r.key and r.value:
+                rows[json.loads(r.key)] = json.loads(r.value)
+        assert {k: v["state"] for k, v in rows.items()} == {jid: "succeeded"}
+    finally:
+        stop(proc)

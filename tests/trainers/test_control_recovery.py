@@ -171,7 +171,9 @@ def test_a_changelog_with_records_nobody_can_read_is_said_in_one_line_after_the_
         ) -> None:
     clock, looked, stuck = Clock(), threading.Event(), []
     logs = [Changelog("p-headrace-control-jobs-changelog", 2, 0),
-            Changelog("p-headrace-control-rule-counters-changelog", 0, 0)]
+            Changelog("p-headrace-control-rule-counters-changelog", 0, 0),
+            Changelog("p-headrace-control-drift-episodes-changelog", 3, 2, 2),
+            Changelog("p.events.schedules", 4, 4, 4)]
 
     def look() -> list[Changelog]:
         looked.set()
@@ -191,16 +193,18 @@ def test_a_changelog_with_records_nobody_can_read_is_said_in_one_line_after_the_
     assert "\n" not in line
     assert ("p-headrace-control-jobs-changelog (high watermark 2, no readable record)"
             in line)
-    assert "rule-counters" not in line  # an empty changelog is not lost
+    assert ("p-headrace-control-drift-episodes-changelog (high watermark 3, its readable "
+            "records end at offset 1)" in line)  # a transaction marker at 2
+    assert "rule-counters" not in line and "schedules" not in line  # empty, or complete
     assert "`headrace control --rebuild-table`" in line and "61s" in line
 
 
 def test_a_slow_recovery_with_readable_records_is_logged_and_left_to_go_on(
         caplog: pytest.LogCaptureFixture) -> None:
-    stuck, line = verdict([Changelog("c", 5000, 1200)], 130)
+    stuck, line = verdict([Changelog("c", 5000, 1200, 5000)], 130)  # compacted: all there
     assert not stuck and "c 1200/5000" in line
     clock, calls = Clock(), []
-    watch = RecoveryWatch(deadline_s=1, look=lambda: [Changelog("c", 5, 5)],
+    watch = RecoveryWatch(deadline_s=1, look=lambda: [Changelog("c", 5, 5, 5)],
                           on_stuck=calls.append, clock=clock)
     watch.waiting()  # recovery starts at 0
     clock.t = 2
@@ -219,8 +223,8 @@ def test_probe_counts_what_a_reader_gets_and_reset_empties_the_changelogs(
     for k in (b"j1", b"j2"):  # a batch each: Tansu's high watermark after a batch is low
         p.produce(names[0], key=k, value=b'{"state": "queued"}')
         assert p.flush(15) == 0
-    assert probe(conn, names, idle_s=0.5) == [Changelog(names[0], 2, 2),
-                                             Changelog(names[1], 0, 0)]
+    assert probe(conn, names, idle_s=0.5) == [Changelog(names[0], 2, 2, 2),
+                                             Changelog(names[1], 0, 0, 0)]
     reset_changelogs(conn, names)
     ensure_topics(conn, [TopicSpec(n, 1, "t", {"cleanup.policy": "compact"}) for n in names])
     assert probe(conn, names, idle_s=0.5) == [Changelog(n, 0, 0) for n in names]

@@ -42,7 +42,6 @@ from headrace.trainers.control import recovery
 from headrace.trainers.control.faust_kafka import ControlApp, faust_broker_settings
 from headrace.trainers.control.health import ControlHealth, HealthServer
 from headrace.trainers.control.plane import Table
-from headrace.trainers.control.recovery import RecoveryWatch
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +116,7 @@ def _kafka_session(app: faust.App) -> bool:
 
 
 def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
-              health: ControlHealth | None = None,
-              watch: RecoveryWatch | None = None) -> faust.App:
+              health: ControlHealth | None = None) -> faust.App:
     """A faust app wired to ``hooks``; run it with :func:`run_control_app`."""
     datadir = cfg.datadir or Path(tempfile.mkdtemp(prefix="headrace-control-"))
     health = health or ControlHealth(liveness_s=cfg.liveness_s)
@@ -196,8 +194,6 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
         health.tick(session=_kafka_session(app))
         if not state["ready"]:
             if not app.tables.recovery.completed.is_set():  # type: ignore[attr-defined]
-                if watch is not None:
-                    watch.waiting()
                 return
             state["ready"] = health.recovered = True
             if hooks.on_ready is not None:
@@ -286,7 +282,9 @@ def run_control_app(cfg: ControlAppConfig, hooks: ControlHooks) -> None:
         log.info("control-plane probes on port %d (/livez, /readyz)", server.port)
     watch = recovery.watch_for(cfg.conn, changelogs(cfg), deadline_s=cfg.recovery_deadline_s,
                                on_stuck=lambda line: request_stop())
-    app = build_app(cfg, hooks, health, watch)
+    app = build_app(cfg, hooks, health)
+    # faust starts timers only after recovery: the watch has its own thread.
+    watch.start(lambda: health.recovered)
     worker = Worker(app, loglevel="warning", quiet=True, override_logging=False,
                     redirect_stdouts=False)
     try:

@@ -5,13 +5,14 @@ After the broker lost its data, a changelog can report records (high watermark 2
 reader gets: recovery then waits for ever, logging only faust's "No event received ... since
 recovery start", and the control plane is never ready (issue 34).
 
-:class:`RecoveryWatch` is told on every tick whether recovery has completed. Once it has not
-for ``deadline_s``, it looks at the changelogs (on a thread: the probe blocks). When one says
-it holds records but nothing can be read from it, it calls ``on_stuck`` (the app stops) and
-the process exits with :class:`RecoveryStuck`: ONE line naming each such changelog and how to
-rebuild the job table from the DFS (``headrace control --rebuild-table``), with a fatal exit
-code so an orchestrator sees it. A recovery that is merely slow (records readable) is logged
-once and left to go on.
+:class:`RecoveryWatch` looks every second, on its own thread (faust starts timers only once
+recovery has completed), whether recovery has completed. Once it has not for ``deadline_s``, it
+reads the changelogs (the probe blocks: on that thread). When one reports a high watermark its
+readable records do not reach (nothing readable at all, or its last offset is a transaction
+marker faust waits for in vain), it calls ``on_stuck`` (the app stops) and the process exits
+with :class:`RecoveryStuck`: ONE line naming each such changelog and how to rebuild the job
+table from the DFS (``headrace control --rebuild-table``), with a fatal exit code so an
+orchestrator sees it. A recovery that is merely slow is logged once and left to go on.
 """
 
 from __future__ import annotations
@@ -36,28 +37,40 @@ class Changelog:
     topic: str
     high: int  # the high watermark the broker reports (partition 0: the tables have one)
     readable: int  # records a reader got from it
+    end: int = 0  # one past the last readable record's offset (0: none)
+
+    @property
+    def unreachable(self) -> bool:
+        """faust recovers up to ``high - 1``: no reader ever gets there."""
+        return self.high > self.end
+
+    def describe(self) -> str:
+        if not self.readable:
+            return f"{self.topic} (high watermark {self.high}, no readable record)"
+        return (f"{self.topic} (high watermark {self.high}, its readable records end at "
+                f"offset {self.end - 1})")
 
 
 def probe(conn: KafkaConnection, topics: Sequence[str], *, idle_s: float = 5.0
           ) -> list[Changelog]:
-    """Each changelog's high watermark and how many records can actually be read from it."""
+    """Each changelog's high watermark and what can actually be read from it."""
     out = []
     for t in topics:
         high = watermarks(conn, t, [0])[0][1]
-        readable = sum(1 for _ in iter_records(conn, t, idle_s=idle_s)) if high > 0 else 0
-        out.append(Changelog(t, high, readable))
+        offsets = [r.offset for r in iter_records(conn, t, idle_s=idle_s)] if high > 0 else []
+        out.append(Changelog(t, high, len(offsets), max(offsets) + 1 if offsets else 0))
     return out
 
 
 def verdict(changelogs: Sequence[Changelog], waited_s: float) -> tuple[bool, str]:
     """(stuck, the one line to log)."""
-    lost = [c for c in changelogs if c.high > 0 and c.readable == 0]
+    lost = [c for c in changelogs if c.unreachable]
     if lost:
-        names = ", ".join(f"{c.topic} (high watermark {c.high}, no readable record)"
-                          for c in lost)
+        names = ", ".join(c.describe() for c in lost)
         return True, (f"control plane: table recovery has not completed after {waited_s:.0f}s "
-                      f"and cannot: {names}: the broker lost the table's data (restarted "
-                      f"without it?); {REBUILD_HINT}")
+                      f"and cannot: {names}: the changelog lost records or ends in a "
+                      f"transaction marker (a broker restarted without its data?); "
+                      f"{REBUILD_HINT}")
     counts = ", ".join(f"{c.topic} {c.readable}/{c.high}" for c in changelogs)
     return False, (f"control plane: table recovery still running after {waited_s:.0f}s "
                    f"(records readable/high watermark: {counts}); if it never completes, "
@@ -66,7 +79,7 @@ def verdict(changelogs: Sequence[Changelog], waited_s: float) -> tuple[bool, str
 
 @dataclass
 class RecoveryWatch:
-    """Call :meth:`waiting` on every tick while recovery has not completed."""
+    """:meth:`start` it, or call :meth:`waiting` while recovery has not completed."""
 
     deadline_s: float
     look: Callable[[], Sequence[Changelog]]
@@ -75,6 +88,15 @@ class RecoveryWatch:
     started: float | None = None
     stuck_line: str | None = None
     _thread: threading.Thread | None = field(default=None, repr=False)
+
+    def start(self, recovered: Callable[[], bool], *, every_s: float = 1.0) -> None:
+        """Watch on a daemon thread until ``recovered()`` or a diagnosis."""
+        def loop() -> None:
+            while not recovered() and self._thread is None:
+                self.waiting()
+                time.sleep(every_s)
+
+        threading.Thread(target=loop, name="recovery-deadline", daemon=True).start()
 
     def waiting(self) -> None:
         now = self.clock()
