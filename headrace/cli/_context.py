@@ -26,6 +26,7 @@ from headrace.core.settings import Settings, load_settings
 from headrace.streams.broker import Discovered, find_running
 from headrace.streams.clients import KafkaConnection, check_reachable
 from headrace.streams.connection import connection_for, kafka
+from headrace.streams.topics import ControlTopics
 
 
 @dataclass
@@ -85,6 +86,12 @@ def settings(ctx: typer.Context) -> Settings:
 def base_settings(ctx: typer.Context) -> Settings:
     """Flags and environment only, for commands that do not talk to Kafka."""
     return _root(ctx).base
+
+
+def control_topics(ctx: typer.Context, flag: str = "") -> ControlTopics:
+    """The control topics every command uses: the hidden ``--topic-prefix`` if given, else
+    HEADRACE_TOPIC_PREFIX's. The one place a command names its control-plane namespace."""
+    return ControlTopics.with_prefix(flag or base_settings(ctx).topic_prefix)
 
 
 @dataclass(frozen=True)

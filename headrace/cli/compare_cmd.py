@@ -41,8 +41,7 @@ def compare(
     (na, va), (nb, vb) = _ref(a), _ref(b)
     if na != nb:
         raise ValidationFailed(f"compare two versions of one model, not {na} and {nb}")
-    settings = _context.settings(ctx)
-    ev = live_compare(_context.connection(ctx), ControlTopics.of(settings), stream=stream,
+    ev = live_compare(_context.connection(ctx), _context.control_topics(ctx), stream=stream,
                       name=na, a=va, b=vb)
     if png is not None:
         compare_png.render(ev, png)

@@ -13,7 +13,6 @@ from rich.table import Table
 from headrace.cli import _context
 from headrace.contracts import RolloutRole
 from headrace.core.errors import ValidationFailed
-from headrace.streams.topics import ControlTopics
 
 out = Console(highlight=False, soft_wrap=True)
 
@@ -40,7 +39,7 @@ def lineage(
     from headrace.ops import lineage as lin
 
     settings = _context.settings(ctx)
-    topics = ControlTopics.of(settings)
+    topics = _context.control_topics(ctx)
     if (ref is None) == (key is None):
         raise ValidationFailed("give TOPIC:PARTITION:OFFSET, NAME:VERSION or --key K --stream S")
     if key is not None and stream is None:

@@ -37,9 +37,7 @@ PrefixOpt = Annotated[str, typer.Option("--topic-prefix", hidden=True,
                                         help="Namespace for the control-plane topics.")]
 
 
-def _topics(ctx: typer.Context, flag: str) -> ControlTopics:
-    """The control topics: ``--topic-prefix`` if given, else HEADRACE_TOPIC_PREFIX's."""
-    return ControlTopics.with_prefix(flag or _context.base_settings(ctx).topic_prefix)
+_topics = _context.control_topics
 
 
 def _hidden(value: str | None) -> tuple[int, ...] | None:
@@ -357,6 +355,10 @@ def control(
     job_timeout: Annotated[float, typer.Option(help="Seconds before a job is killed.")]
         = 3600.0,
     max_attempts: Annotated[int, typer.Option(min=1)] = 3,
+    rebuild_table: Annotated[bool, typer.Option(
+        "--rebuild-table", help="Delete the tables' changelogs and re-derive the job table "
+        "from the DFS (after the broker lost its data; env HEADRACE_CONTROL_REBUILD_TABLE).")]
+        = False,
     topic_prefix: PrefixOpt = "",
 ) -> None:
     """Run the control plane until SIGTERM / Ctrl-C. Jobs run as local subprocesses, or as
@@ -373,7 +375,8 @@ def control(
         limits[fw.strip()] = int(n)
     where = _context.service(ctx, "control", own_broker=False)
     s = where.settings
-    control_settings = load_control_settings(triggers=triggers)
+    control_settings = load_control_settings(
+        triggers=triggers, **({"control_rebuild_table": True} if rebuild_table else {}))
     if control_settings.executor == "kubernetes" and not s.bootstrap:
         raise ConfigError("HEADRACE_BOOTSTRAP is not set: training pods cannot reach an "
                           "embedded broker (required with HEADRACE_EXECUTOR=kubernetes)")

@@ -13,7 +13,6 @@ from typer._click.core import Context as ClickContext
 
 from headrace.cli import _context, _HelpGroup
 from headrace.core.errors import ConfigError, PermanentError
-from headrace.streams.topics import ControlTopics
 
 if TYPE_CHECKING:
     from headrace.trainers.tuning import StudyResult, TrialRow
@@ -65,7 +64,7 @@ def tune_run(
         help="At the end, make the best trial's version production if its gate passed.")]
         = True,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for the study.")] = 86400.0,
-    topic_prefix: Annotated[str, typer.Option("--topic-prefix", hidden=True)] = "",
+    topic_prefix: Annotated[str, typer.Option("--topic-prefix", hidden=True)] = "",  # tests
 ) -> None:
     """Run (or resume) a study: every trial is a training job through the control plane.
     Running the same command again resumes it; no trial runs twice."""
@@ -94,7 +93,7 @@ def tune_run(
     tuning.check_study(root=s.dfs_root, config=config, caps=caps)  # one line before connecting
     result = tuning.run_study(
         root=s.dfs_root, conn=_context.connection(ctx), config=config, trials=trials,
-        parallel=parallel, topics=ControlTopics.with_prefix(topic_prefix), caps=caps,
+        parallel=parallel, topics=_context.control_topics(ctx, topic_prefix), caps=caps,
         durability=(s.replication_factor, s.topic_config()), timeout_s=timeout,
         promote_best=promote_best, on_trial=_progress)
     _print(result)

@@ -235,3 +235,24 @@ def partition_count(conn: KafkaConnection, topic: str) -> int | None:
     parts = _partitions(conn, topic)
     return None if parts is None else len(parts)
 
+
+
+def delete_topics(conn: KafkaConnection, names: Sequence[str]) -> list[str]:
+    """Delete the topics that exist; return the names deleted (waits until they are gone)."""
+    existing = set(list_topics(conn))
+    doomed = [n for n in names if n in existing]
+    if not doomed:
+        return []
+    admin = make_admin(conn)  # kept alive until every future is done
+    futures = admin.delete_topics(doomed, request_timeout=conn.timeout_s)
+    for name, fut in futures.items():
+        try:
+            fut.result()
+        except KafkaException as exc:
+            raise classify(exc, f"deleting topic {name}") from None
+    deadline = time.monotonic() + conn.timeout_s
+    while set(doomed) & set(list_topics(conn)):
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(f"topics still listed after deletion: {', '.join(doomed)}")
+        time.sleep(0.05)
+    return doomed

@@ -39,7 +39,14 @@ from typing import Any
 
 import numpy as np
 
-from headrace.contracts import JobEvent, JobEventKind, JobState, Task, TrainRequested
+from headrace.contracts import (
+    JobEvent,
+    JobEventKind,
+    JobState,
+    Task,
+    TrainRequested,
+    TriggerKind,
+)
 from headrace.contracts.gates import Gate, load_gates
 from headrace.core.errors import HeadraceError, PermanentError, RetriableError
 from headrace.store import versions
@@ -523,6 +530,10 @@ def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result:
 def _finish(ctx: JobContext, mv: versions.ModelVersion, result: GateResult, t0: float) -> None:
     promoted = False
     held = _held_back(ctx.root, mv) if result.passed and result.promote else None
+    if held is None and result.passed and result.promote and _is_trial(ctx.request):
+        # A study promotes only its best trial, at its end: production stays put meanwhile.
+        held = (f"{mv.name}:{mv.version} not promoted: a trial of study "
+                f"{ctx.request.trigger.source} (the study promotes its best trial at its end)")
     if held is not None:
         # A re-run of a finished job (or a late retry) must never move production backwards.
         log.info("%s", held)
@@ -552,6 +563,10 @@ def _finish(ctx: JobContext, mv: versions.ModelVersion, result: GateResult, t0: 
               metrics={k: float(v) for k, v in mv.manifest.metrics.items() if "." not in k},
               reason=None if promoted else said.line())
     log.info("done in %.1fs: %s", time.time() - t0, msg)
+
+
+def _is_trial(req: TrainRequested) -> bool:
+    return req.trigger.kind == TriggerKind.TUNE
 
 
 def _held_back(root: Path, mv: versions.ModelVersion) -> str | None:

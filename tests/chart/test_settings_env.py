@@ -23,6 +23,10 @@ CAPS = {"HEADRACE_MAX_LAYERS", "HEADRACE_MAX_PARAMETERS", "HEADRACE_MAX_EPOCHS",
 # Control-plane settings the chart leaves at their defaults, and why.
 NOT_IN_CHART = {
     "HEADRACE_CONTROL_HTTP_HOST": "0.0.0.0, what a pod needs for its probes",
+    "HEADRACE_CONTROL_REBUILD_TABLE": "a one-off operator action after a lost broker "
+                                      "(`headrace control --rebuild-table`), not a standing value",
+    "HEADRACE_CONTROL_RECOVERY_DEADLINE_S": "120 s: a stuck recovery is said long before a pod "
+                                            "is given up on",
 }
 EVERYTHING: dict[str, Any] = {
     **VALUE_SETS["schedules"],

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.topics import ControlTopics
-from headrace.trainers.control.service import run_control
+from headrace.trainers.control.service import ExecutorChoice, run_control
+from headrace.trainers.control.settings import ControlSettings
 from headrace.trainers.control.triggers import load_triggers
 from headrace.trainers.limits import RequestCaps
 
@@ -40,7 +41,9 @@ def main() -> None:
         triggers=load_triggers(Path(cfg["triggers"]) if cfg.get("triggers") else None),
         app_id=cfg.get("app_id", "headrace-control"), max_attempts=cfg.get("max_attempts", 3),
         backoff_s=cfg.get("backoff_s", 0.2), now=now, tick_s=0.2,
-        caps=RequestCaps(**cfg.get("caps", {})), concurrency=cfg.get("concurrency"))
+        caps=RequestCaps(**cfg.get("caps", {})), concurrency=cfg.get("concurrency"),
+        choice=ExecutorChoice(ControlSettings(executor="local", control_http_port=0,
+                                              **cfg.get("settings", {}))))
 
 
 if __name__ == "__main__":

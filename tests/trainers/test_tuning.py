@@ -427,3 +427,55 @@ def test_a_study_of_8_trials_survives_the_control_plane_killed_mid_study(
     assert all(r[1] == "complete" and set(r) & all_jobs for r in rows), rows
     assert lines[-1].startswith(f"best: trial {best.number}, loss={best.value:.4g}, ")
     assert len(jobs.list_jobs(dfs)) == 8
+
+
+# -- promotion: only the best trial, at the study's end ---------------------------------------
+
+
+def test_a_study_publishes_its_trials_and_promotes_only_the_best_at_its_end(
+        dfs: Path, conn: KafkaConnection, demo: str, topics: ControlTopics,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34: production moved v1 -> v6 -> v2 during a study (every trial that passed the
+    gate was promoted in turn). The trials run in this process (the executor is not the
+    point); the search, the gate and the promotion are the real ones."""
+    from headrace.trainers import api
+    from headrace.trainers.executors.base import ExitCode
+    from headrace.trainers.job_process import run_job
+
+    # A gate every trial passes (the test is about who promotes, not about the gate).
+    (dfs / "config").mkdir()
+    (dfs / "config" / "gates.yaml").write_text("default:\n  baseline: null\n")
+    first = api.build_request(model_name="tuned", framework="mxnet", dataset_uri=demo,
+                              epochs=1, idempotency_key="manual-v1")
+    jid, _ = jobs.create_request(dfs, first)
+    assert run_job(root=dfs, job_id=jid, conn=conn, topics=topics) == ExitCode.OK
+    assert versions.read_alias(dfs, "tuned").version == 1  # type: ignore[union-attr]
+    production_during: list[int | None] = []
+
+    def run_here(*, conn: KafkaConnection, request: TrainRequested, topics: ControlTopics,
+                 durability: object = None) -> str:
+        jid, _ = jobs.create_request(dfs, request)
+        jobs.write_status(dfs, jobs.initial_status(jid, request))
+        assert run_job(root=dfs, job_id=jid, conn=conn, topics=topics) == ExitCode.OK
+        alias = versions.read_alias(dfs, "tuned")
+        production_during.append(alias.version if alias else None)
+        return jid
+
+    monkeypatch.setattr(api, "request_training", run_here)
+    result = run_study(root=dfs, conn=conn, config=config(demo, pruner="none", epochs=1),
+                       trials=3, topics=topics, poll_s=0.05, timeout_s=120)
+
+    assert production_during == [1, 1, 1]  # no trial moved production
+    assert [t.state for t in result.trials] == ["complete"] * 3
+    for t in result.trials:
+        st = jobs.read_status(dfs, t.job_id)
+        assert st is not None and st.result == "kept" and st.promoted is False
+        assert "a trial of study st" in st.gate_reasons[0]
+    best = result.best
+    assert best is not None and best.version is not None
+    assert result.promoted_best and result.notes == [
+        f"tuned:{best.version} (best trial {best.number}) promoted to production"]
+    assert versions.read_alias(dfs, "tuned").version == best.version  # type: ignore[union-attr]
+    # Production went v1 -> best, never through another trial.
+    history = [p.version for p in versions.alias_history(dfs, "tuned")]
+    assert history == [1, best.version], history

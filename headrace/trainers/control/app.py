@@ -38,6 +38,7 @@ from headrace.core.errors import ConfigError, HeadraceError, PermanentError, Rec
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics, TopicSpec
+from headrace.trainers.control import recovery
 from headrace.trainers.control.faust_kafka import ControlApp, faust_broker_settings
 from headrace.trainers.control.health import ControlHealth, HealthServer
 from headrace.trainers.control.plane import Table
@@ -82,6 +83,8 @@ class ControlAppConfig:
     liveness_s: float = 60.0
     route_attempts: int = 4  # a retriable error is retried this often, then dead-lettered
     route_backoff_s: float = 0.5
+    recovery_deadline_s: float = 120.0  # then a recovery that cannot end is said (recovery.py)
+    rebuild_table: bool = False  # reset the tables' changelogs at start (rebuilt from the DFS)
 
     @property
     def full_app_id(self) -> str:
@@ -263,6 +266,8 @@ def _record(msg: Any) -> RecordRef:
 def run_control_app(cfg: ControlAppConfig, hooks: ControlHooks) -> None:
     """Create the topics, run the app in the foreground until SIGTERM/SIGINT."""
     faust_broker_settings(cfg.conn)  # a bad security setting fails here, before any topic
+    if cfg.rebuild_table:
+        recovery.reset_changelogs(cfg.conn, changelogs(cfg))
     ensure_topics(cfg.conn, topic_specs(cfg), replication_factor=cfg.replication_factor)
     health = ControlHealth(liveness_s=cfg.liveness_s)
     server = None
@@ -275,7 +280,11 @@ def run_control_app(cfg: ControlAppConfig, hooks: ControlHooks) -> None:
                               "it (0: any free port)") from None
     if server is not None:
         log.info("control-plane probes on port %d (/livez, /readyz)", server.port)
+    watch = recovery.watch_for(cfg.conn, changelogs(cfg), deadline_s=cfg.recovery_deadline_s,
+                               on_stuck=lambda line: request_stop())
     app = build_app(cfg, hooks, health)
+    # faust starts timers only after recovery: the watch has its own thread.
+    watch.start(lambda: health.recovered)
     worker = Worker(app, loglevel="warning", quiet=True, override_logging=False,
                     redirect_stdouts=False)
     try:
@@ -284,6 +293,13 @@ def run_control_app(cfg: ControlAppConfig, hooks: ControlHooks) -> None:
     finally:
         if server is not None:
             server.stop()
+    if watch.stuck_line is not None:
+        raise recovery.RecoveryStuck(watch.stuck_line)
+
+
+def changelogs(cfg: ControlAppConfig) -> list[str]:
+    """Every topic a table recovers from (the schedules table's is events.schedules)."""
+    return [f"{cfg.full_app_id}-{t}-changelog" for t in TABLES] + [cfg.topics.schedules]
 
 
 def request_stop() -> None:

@@ -25,6 +25,7 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 
 from headrace.core.errors import ConfigError
 from headrace.streams.clients import KafkaConnection
+from headrace.trainers.control import undecodable
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -120,10 +121,12 @@ class _RackTransport(faust_aiokafka.Transport):
 
 
 class ControlApp(faust.App):
-    """A faust app whose Kafka consumer also gets ``client.rack``."""
+    """A faust app whose Kafka consumer also gets ``client.rack`` and skips record batches it
+    cannot decode (``undecodable``)."""
 
     def __init__(self, *args: Any, client_rack: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        undecodable.install()  # an undecodable batch is skipped and counted, never a crash loop
         self.conf.headrace_client_rack = client_rack
 
     def _new_transport(self) -> Any:

@@ -105,7 +105,7 @@ class ControlPlane:
             st = None if created else jobs.read_status(self.root, jid)
             if not created and st is not None:
                 # Another router owns it: remember the job, never resume it from here.
-                table[jid] = {**_row(st.state, req), "owned": False}
+                table[jid] = {**row_of(st.state, req), "owned": False}
                 self._duplicate(jid, req, "job directory already exists")
                 return None
             if not created:  # request.json, no status, claim free: its router died mid-way
@@ -116,7 +116,7 @@ class ControlPlane:
 
     def _start(self, jid: str, req: TrainRequested, table: Table) -> None:
         jobs.write_status(self.root, jobs.initial_status(jid, req))
-        table[jid] = _row(JobState.QUEUED, req)
+        table[jid] = row_of(JobState.QUEUED, req)
         self._event(jid, req, JobEventKind.QUEUED,
                     message=f"{req.framework.value} {req.spec.task.value} on {req.dataset_uri} "
                             f"({req.trigger.kind.value}:{req.trigger.source})")
@@ -263,7 +263,7 @@ class ControlPlane:
         req = jobs.read_request(self.root, out.job_id)
         if out.succeeded:
             st = jobs.read_status(self.root, out.job_id)
-            table[out.job_id] = {**_row(JobState.SUCCEEDED, req),
+            table[out.job_id] = {**row_of(JobState.SUCCEEDED, req),
                                  "finished_at": st.finished_at if st else None,
                                  "version": st.version if st else None}
             return
@@ -277,12 +277,12 @@ class ControlPlane:
         if st is not None and st.state == JobState.SUCCEEDED:
             # The job published and wrote its final state: it is not rewritten (written once).
             log.warning("job %s already succeeded; not marking it failed (%s)", jid, reason)
-            table[jid] = {**_row(JobState.SUCCEEDED, req), "finished_at": st.finished_at,
+            table[jid] = {**row_of(JobState.SUCCEEDED, req), "finished_at": st.finished_at,
                           "version": st.version}
             return
         jobs.update_status(self.root, jid, state=JobState.FAILED, reason=reason,
                            finished_at=jobs.now_iso(), exit_code=exit_code)
-        table[jid] = {**_row(JobState.FAILED, req), "reason": reason,
+        table[jid] = {**row_of(JobState.FAILED, req), "reason": reason,
                       "finished_at": jobs.now_iso()}
         self._event(jid, req, JobEventKind.FAILED, reason=reason, attempt=max(1, attempts),
                     message=f"failed: {reason}")
@@ -379,7 +379,7 @@ def _job_spec(jid: str, req: TrainRequested) -> JobSpec:
                    strategy=req.spec.strategy)
 
 
-def _row(state: JobState, req: TrainRequested) -> dict[str, Any]:
+def row_of(state: JobState, req: TrainRequested) -> dict[str, Any]:
     return {"state": state.value, "model_name": req.model_name,
             "framework": req.framework.value, "request_id": req.event_id,
             "idempotency_key": req.idempotency_key, "updated_at": jobs.now_iso()}

@@ -21,6 +21,7 @@ from headrace.streams.topics import ControlTopics
 from headrace.trainers.control.app import ControlAppConfig, ControlHooks, run_control_app
 from headrace.trainers.control.drift_rule import DriftRule
 from headrace.trainers.control.plane import ControlPlane, Table, utcnow
+from headrace.trainers.control.rebuild import reconcile
 from headrace.trainers.control.settings import ControlSettings
 from headrace.trainers.control.triggers import EventRule, Triggers
 from headrace.trainers.executors.base import Executor
@@ -145,19 +146,27 @@ def run_control(
     def on_request(record: RecordRef, table: Table) -> None:
         plane.on_request(record, table)
 
+    control = choice.control
+
+    def on_ready(table: Table) -> None:
+        # Rows the table lost (broker data gone, a producer dead mid-request) come back from
+        # the DFS before anything is resumed: a consumed request is never lost.
+        reconcile(root, table, full=control.control_rebuild_table)
+        plane.on_ready(table)
+
     hooks = ControlHooks(
         on_request=on_request,
         on_tick=plane.on_tick,
         on_schedules=plane.on_schedules if triggers.schedules else None,
         on_data=plane.on_data if counted else None,
         on_drift=plane.on_drift if triggers.of_kind(DriftRule) else None,
-        on_ready=plane.on_ready,
+        on_ready=on_ready,
         on_stop=plane.close,
         on_request_failed=plane.on_request_failed,
     )
-    control = choice.control
     run_control_app(ControlAppConfig(
         conn=conn, topics=topics, app_id=app_id, data_streams=streams, tick_s=tick_s,
         replication_factor=replication_factor, topic_config=dict(topic_config or {}),
         http_host=control.control_http_host, http_port=control.control_http_port,
-        liveness_s=control.control_liveness_s), hooks)
+        liveness_s=control.control_liveness_s, rebuild_table=control.control_rebuild_table,
+        recovery_deadline_s=control.control_recovery_deadline_s), hooks)

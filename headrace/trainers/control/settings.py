@@ -39,6 +39,16 @@ class ControlSettings(BaseSettings):
         default=60.0, gt=0, le=3600,
         description="/livez fails when the control loop has not ticked this long, or the Kafka "
                     "consumer has had no group session this long.")
+    control_rebuild_table: bool = Field(
+        default=False,
+        description="At start, delete the tables' changelogs and re-derive the job table from "
+                    "the DFS (after the broker lost its data; `headrace control "
+                    "--rebuild-table`).")
+    control_recovery_deadline_s: float = Field(
+        default=120.0, gt=0, le=86_400,
+        description="A table recovery not done by then is diagnosed: one that cannot end "
+                    "(a changelog with records nobody can read) stops the process with one "
+                    "line saying how to rebuild.")
     control_watchdog_s: float | None = Field(
         default=600.0, gt=0, le=86_400,
         description="A running job one of whose gang members stepped and then made no "
