@@ -79,7 +79,7 @@ def _register_optional() -> None:
 
     for mod in ("trainers_cmd", "code_cmd", "scorers_cmd", "predict_cmd", "ops_cmd",
                 "topology_cmd", "tune_cmd", "drift_cmd", "lineage_cmd",
-                "compare_cmd", "labels_cmd"):
+                "models_cmd", "labels_cmd"):
         try:
             module = importlib.import_module(f"headrace.cli.{mod}")
         except ModuleNotFoundError as exc:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
@@ -86,6 +87,10 @@ def settings(ctx: typer.Context) -> Settings:
 def base_settings(ctx: typer.Context) -> Settings:
     """Flags and environment only, for commands that do not talk to Kafka."""
     return _root(ctx).base
+
+
+PrefixOpt = Annotated[str, typer.Option("--topic-prefix", hidden=True,
+                                        help="Namespace for the control-plane topics.")]
 
 
 def control_topics(ctx: typer.Context, flag: str = "") -> ControlTopics:

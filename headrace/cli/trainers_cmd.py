@@ -1,4 +1,4 @@
-"""``headrace train | jobs | models | datasets | control | job``: thin shells over
+"""``headrace train | jobs | datasets | control | job | schedule``: thin shells over
 ``headrace.trainers.api``, ``headrace.trainers.control.service`` and
 ``headrace.trainers.job_process``."""
 
@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from headrace.cli import _context
+from headrace.cli._context import PrefixOpt
 from headrace.contracts import JobEvent, JobEventKind, TrainRequested
 from headrace.core.errors import ConfigError, PermanentError
 from headrace.store import outcomes
@@ -28,13 +29,10 @@ from headrace.trainers.limits import RequestCaps
 console = Console()
 jobs_app = typer.Typer(help="Inspect training jobs (their status.json on the DFS).",
                        no_args_is_help=True)
-models_app = typer.Typer(help="Model versions in the DFS model store.", no_args_is_help=True)
 datasets_app = typer.Typer(help="Datasets on the DFS.", no_args_is_help=True)
 job_app = typer.Typer(help="Run one job in this process (what executors start).",
                       no_args_is_help=True)
 
-PrefixOpt = Annotated[str, typer.Option("--topic-prefix", hidden=True,
-                                        help="Namespace for the control-plane topics.")]
 
 
 _topics = _context.control_topics
@@ -258,79 +256,6 @@ def jobs_logs(ctx: typer.Context, job_id: str,
         typer.echo(line)
 
 
-@models_app.command("list")
-def models_list(ctx: typer.Context) -> None:
-    """Models, their versions, production, and each version's outcome (promoted, kept, refused,
-    rolled back; with why)."""
-    table = Table("model", "versions", "production", "outcome of each version")
-    for m in api.list_models(root=_context.base_settings(ctx).dfs_root):
-        said = "\n".join(f"{v}: {o.line()}" for v, o in sorted(m.outcomes.items()))
-        table.add_row(m.name, ",".join(map(str, m.versions)), str(m.production or "-"),
-                      Text(said or "-"))
-    console.print(table)
-
-
-@models_app.command("show")
-def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
-        help="NAME (production, else latest) or NAME:VERSION")]) -> None:
-    """Metrics and the confusion matrix as tables, and the image path."""
-    root = _context.base_settings(ctx).dfs_root
-    mv = api.show_model(root=root, ref=ref)
-    m = mv.manifest
-    console.print(f"[bold]{m.name}:{m.version}[/bold] {m.framework.value} {m.task.value} "
-                  f"job {m.job_id} dataset {m.dataset.uri if m.dataset else '-'}")
-    metrics = Table("metric", "value")
-    for k, v in sorted(m.metrics.items()):
-        metrics.add_row(k, f"{v:.4f}")
-    console.print(metrics)
-    if m.confusion_matrix:
-        cm = Table("true \\ predicted", *m.classes)
-        for cls, row in zip(m.classes, m.confusion_matrix, strict=True):
-            cm.add_row(cls, *map(str, row))
-        console.print(cm)
-    gate = m.extra.get("gate") or {}
-    if gate:
-        console.print("gate: " + ("passed" if gate.get("passed") else
-                                  "failed: " + escape("; ".join(gate.get("reasons", [])))))
-    said = outcomes.of_version(root, m.name, m.version)
-    if said is not None:
-        console.print("outcome: " + escape(said.line()))
-    png = mv.path / "confusion_matrix.png"
-    if png.exists():
-        console.print(f"confusion matrix image: {png}")
-
-
-@models_app.command("promote")
-def models_promote(
-    ctx: typer.Context, ref: str, topic_prefix: PrefixOpt = "",
-    if_live_gate: Annotated[bool, typer.Option(
-        "--if-live-gate", help="Only when the live rules of gates.yaml hold on the version's "
-        "live comparison with production; prints every rule either way.")] = False,
-    stream: Annotated[str | None, typer.Option(
-        "--stream", help="With --if-live-gate: the stream it ran on (needed when several).")
-    ] = None,
-) -> None:
-    """Point production at NAME:VERSION and publish ModelPublished."""
-    if if_live_gate:
-        from headrace.cli.compare_cmd import promote_on_live_gate
-
-        promote_on_live_gate(ctx, ref, stream=stream, topics=_topics(ctx, topic_prefix))
-        return
-    ev = api.promote_model(root=_context.base_settings(ctx).dfs_root,
-                           conn=_context.connection(ctx),
-                           ref=ref, topics=_topics(ctx, topic_prefix))
-    console.print(f"{ev.model_name}:{ev.version} is production (was {ev.previous_version})")
-
-
-@models_app.command("rollback")
-def models_rollback(ctx: typer.Context, name: str, topic_prefix: PrefixOpt = "") -> None:
-    """Point production back at its previous version and publish ModelPublished."""
-    ev = api.rollback_model(root=_context.base_settings(ctx).dfs_root,
-                            conn=_context.connection(ctx), name=name,
-                            topics=_topics(ctx, topic_prefix))
-    console.print(f"{ev.model_name} rolled back to {ev.version} (from {ev.previous_version})")
-
-
 @datasets_app.command("make-demo")
 def datasets_make_demo(
     ctx: typer.Context,
@@ -456,7 +381,6 @@ def register(app: typer.Typer) -> None:
     app.command("train")(train)
     app.command("control")(control)
     app.add_typer(jobs_app, name="jobs")
-    app.add_typer(models_app, name="models")
     from headrace.cli import datasets_cmd
 
     datasets_cmd.register(datasets_app)
@@ -466,6 +390,3 @@ def register(app: typer.Typer) -> None:
 
 
 __all__ = ["PermanentError", "register"]
-
-from headrace.cli import canary_cmd  # noqa: E402, F401  (attaches ``models canary``)
-from headrace.cli import shadow_cmd as _shadow_cmd  # noqa: E402,F401  (models shadow)

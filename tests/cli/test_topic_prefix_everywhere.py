@@ -31,11 +31,11 @@ COMMANDS: list[tuple[list[str], str]] = [
      "headrace.trainers.tuning:run_study"),
     (["models", "promote", "m:2"], "headrace.trainers.api:promote_model"),
     (["models", "rollback", "m"], "headrace.trainers.api:rollback_model"),
-    (["models", "shadow", "m:2"], "headrace.ops.rollout_control:start_shadow"),
+    (["models", "shadow", "m:2"], "headrace.ops.rollout.control:start_shadow"),
     (["models", "canary", "m:2", "--stream", "s", "--percent", "5"],
-     "headrace.ops.canary:publish_canary"),
+     "headrace.ops.rollout.canary:publish_canary"),
     (["models", "compare", "m:1", "m:2", "--stream", "s"],
-     "headrace.ops.live_evidence:compare"),
+     "headrace.ops.rollout.live_evidence:compare"),
     (["lineage", "m:1"], "headrace.ops.lineage:scored_ranges"),
     (["schedule", "fire", "nightly"], "headrace.trainers.api:fire_schedule"),
     (["job", "run", "j-000000000000"], "headrace.trainers.job_process:run_job"),
@@ -67,7 +67,7 @@ def no_kafka(monkeypatch: pytest.MonkeyPatch, private_state: Path, tmp_path: Pat
     # What runs before the Kafka call and needs a real DFS: checked elsewhere.
     monkeypatch.setattr("headrace.trainers.api.admit_request", lambda **kw: None)
     monkeypatch.setattr("headrace.trainers.tuning.check_study", lambda **kw: None)
-    monkeypatch.setattr("headrace.ops.canary.plan_canary", lambda **kw: None)
+    monkeypatch.setattr("headrace.ops.rollout.canary.plan_canary", lambda **kw: None)
     monkeypatch.setattr("headrace.trainers.control.triggers.load_triggers",
                         lambda path: Triggers())
     triggers = tmp_path / "triggers.yaml"

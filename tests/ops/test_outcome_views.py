@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from headrace.cli import main, trainers_cmd
+from headrace.cli import main, models_cmd, trainers_cmd
 from headrace.contracts import JobEvent, JobEventKind
 from headrace.core.settings import load_settings
 from headrace.ops.dashboard import Dashboard
@@ -90,6 +90,7 @@ def test_every_view_says_the_same_through_refusal_live_promotion_and_rollback(
         dfs: Path, dash: Dashboard, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(trainers_cmd.console, "width", 400)
+    monkeypatch.setattr(models_cmd.console, "width", 400)
     refused = f"refused: {WHY}"
     assert set(_views(dfs, dash, capsys).values()) == {refused}
 
