@@ -25,8 +25,9 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from headrace.core.errors import FatalError, RetriableError
-from headrace.streams.clients import KafkaConnection, classify, reason
+from headrace.core.errors import RetriableError
+from headrace.streams.client_errors import classify, good_messages, reason
+from headrace.streams.clients import KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -112,16 +113,12 @@ def from_messages(msgs: list[Any]) -> RawBatch:
 
 
 def _columns(msgs: list[Any]) -> RawBatch:  # Message objects, typed loosely for speed
-    """The good messages as columns; partition EOFs skipped, fatal errors raised."""
-    errors = list(map(Message.error, msgs))
-    if errors.count(None) != len(errors):
-        for err in errors:
-            if err is None or err.code() == KafkaError._PARTITION_EOF:
-                continue
-            if err.fatal():
-                raise FatalError(f"consumer failed: {err.str()}")
-            log.warning("consumer error (retried by the client): %s", err.str())
-        msgs = [m for m, e in zip(msgs, errors, strict=True) if e is None]
+    """The good messages as columns; error events classified by ``client_errors`` (EOF
+    skipped, retriable logged, fatal raised). No ``KafkaError`` is compared to None with ``==``
+    (``KafkaError.__eq__(None)`` raises; ``errors.count(None)`` was a ``SystemError``)."""
+    # any(): truthiness, not ==: None is false, a KafkaError true. Rare: only then a rebuild.
+    if any(map(Message.error, msgs)):
+        msgs = good_messages(msgs)
     n = len(msgs)
     # map() over the C methods, not comprehensions (each a Python frame per message).
     values: list[Any] = list(map(Message.value, msgs))
