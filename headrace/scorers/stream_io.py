@@ -78,6 +78,10 @@ class StreamIO:
         self.commit = self._consumer.commit
         self.rewind_to_committed = self._consumer.rewind_to_committed
 
+    def positions_seen(self) -> dict[tuple[str, int], int]:
+        """The positions the loop last read (``lag``, every few seconds): the stall check's."""
+        return self._consumer.positions_seen
+
     @property
     def rewinds(self) -> int:
         """Seeks back to the committed offsets: batches consumed before one are stale."""

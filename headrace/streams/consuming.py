@@ -19,15 +19,17 @@ import numpy as np
 from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
+    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Message,
     TopicPartition,
 )
+from confluent_kafka.admin import OffsetSpec
 
 from headrace.core.errors import RetriableError
 from headrace.streams.client_errors import classify, good_messages, reason
-from headrace.streams.clients import KafkaConnection
+from headrace.streams.clients import KafkaConnection, make_admin
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +176,7 @@ class BatchConsumer:
         self._assigned: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
         self.rewinds = 0  # seeks back to the committed offsets: consumed batches are stale
+        self.positions_seen: dict[tuple[str, int], int] = {}  # by ``lag`` (the loop's thread)
         self.consumer = Consumer(conn.consumer_config(group_id, **overrides))
         if partitions:
             tps = [TopicPartition(t, p, OFFSET_INVALID) for t in self.topics for p in partitions]
@@ -243,6 +246,8 @@ class BatchConsumer:
             positions = self.consumer.position(tps)
         except KafkaException:
             return out
+        # For the stall check (``GroupLag``), read on another thread: a plain dict swapped whole.
+        self.positions_seen = {(tp.topic, tp.partition): int(tp.offset) for tp in positions}
         for tp in positions:
             try:
                 _, high = self.consumer.get_watermark_offsets(tp, cached=True)
@@ -298,3 +303,54 @@ class BatchConsumer:
             self.consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.warning("consumer close: %s", exc)
+
+
+class GroupLag:
+    """The broker's view of how far behind a consumer is: its partitions' high watermarks
+    (asked now: a fetcher that stopped never updates its cached ones) minus its positions, or
+    the group's committed offsets where it has no position yet.
+
+    Read with an admin client of its own, from a thread beside the scoring loop: a consumer's
+    own handle is never used there (calling ``position`` or ``pause`` beside its ``poll`` from
+    another thread was seen to deadlock with the Python logger callback).
+    """
+
+    def __init__(self, conn: KafkaConnection, group_id: str, *, timeout_s: float = 2.0) -> None:
+        self.admin = make_admin(conn)
+        self.group_id = group_id
+        self.timeout_s = timeout_s
+
+    def __call__(self, positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> unconsumed records; a partition not readable now is left out."""
+        if not positions:
+            return {}
+        starts = {tp: o for tp, o in positions.items() if o >= 0}
+        unknown = [tp for tp, o in positions.items() if o < 0]
+        if unknown:
+            starts.update(self._committed(unknown))
+        if not starts:
+            return {}
+        futures = self.admin.list_offsets(
+            {TopicPartition(t, p): OffsetSpec.latest() for t, p in starts},
+            request_timeout=self.timeout_s)
+        out: dict[tuple[str, int], int] = {}
+        for tp, fut in futures.items():
+            try:
+                high = int(fut.result(timeout=self.timeout_s + 1.0).offset)
+            except Exception:  # KafkaException, a timeout: unknown for now
+                continue
+            if high >= 0:
+                key = (tp.topic, tp.partition)
+                out[key] = max(0, high - starts[key])
+        return out
+
+    def _committed(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        request = ConsumerGroupTopicPartitions(self.group_id,
+                                               [TopicPartition(t, p) for t, p in tps])
+        try:
+            fut = self.admin.list_consumer_group_offsets(
+                [request], request_timeout=self.timeout_s)[self.group_id]
+            got = fut.result(timeout=self.timeout_s + 1.0).topic_partitions or []
+        except Exception:
+            return {}
+        return {(tp.topic, tp.partition): int(tp.offset) for tp in got if tp.offset >= 0}
