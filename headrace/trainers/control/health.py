@@ -70,8 +70,9 @@ class ControlHealth:
         ok = self.recovered and self.session and self.fatal is None
         info: dict[str, object] = {"tables_recovered": self.recovered,
                                    "kafka_session": self.session}
-        if self.fatal:
-            info["reason"] = self.fatal
+        if not ok:  # the first problem, in words
+            info["reason"] = self.fatal or ("no Kafka group session" if not self.session
+                                            else "tables not recovered yet")
         return ok, info
 
 
