@@ -206,8 +206,19 @@ class BatchProducer:
     def produce(self, topic: str, value: bytes | None, key: bytes | str | None = None,
                 headers: hdr.Headers | None = None, *, partition: int = -1,
                 timestamp_ms: int = 0) -> None:
-        produce(self.producer, topic, value, key, headers, partition=partition,
-                timestamp_ms=timestamp_ms)
+        """One message; a fatal error renews a non-transactional producer, which takes the
+        message (the next ``flush`` raises ``ProducerRenewed``: what the old one held is lost)."""
+        try:
+            produce(self.producer, topic, value, key, headers, partition=partition,
+                    timestamp_ms=timestamp_ms)
+        except FatalError as exc:
+            if self.transactional:
+                raise
+            log.warning("%s; starting a new producer", exc)
+            self._lost = str(exc)
+            self.renew()
+            produce(self.producer, topic, value, key, headers, partition=partition,
+                    timestamp_ms=timestamp_ms)
 
     def poll(self) -> None:
         self.producer.poll(0)

@@ -140,6 +140,16 @@ def test_a_fatal_produce_renews_the_producer_and_the_flush_says_so(conn: KafkaCo
     assert {m.value() for m in read_topic(conn, topic, expect=2)} == {b"a", b"b"}
 
 
+def test_a_fatal_single_produce_renews_too(conn: KafkaConnection, topic_factory: Any) -> None:
+    topic = topic_factory()
+    p = BatchProducer(conn)
+    p.producer = _FencedProducer()
+    p.produce(topic, b"one")  # replay, redrive, send: was a raw KafkaException
+    with pytest.raises(ProducerRenewed):
+        p.flush(10.0)
+    assert [m.value() for m in read_topic(conn, topic, expect=1)] == [b"one"]
+
+
 def test_a_fatal_transactional_produce_is_fatal(conn: KafkaConnection) -> None:
     p = BatchProducer(conn)
     p.transactional = True
