@@ -25,7 +25,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from headrace.core.errors import FatalError, HeadraceError, RetriableError
+from headrace.core.errors import FatalError, HeadraceError, PermanentError, RetriableError
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,17 @@ def classify(exc: KafkaException, what: str) -> HeadraceError:
     if err is not None and err.fatal():
         return FatalError(f"{what} failed: {err.str()}")
     return RetriableError(f"{what} failed: {reason(exc)}")
+
+
+def as_headrace(exc: BaseException, what: str) -> HeadraceError:
+    """Any exception as the taxonomy's: a ``HeadraceError`` as it is, a client's by
+    ``classify`` (fatal or retriable), anything else (a bug met on this input) permanent, so
+    the input is dead-lettered with the reason instead of killing the loop that met it."""
+    if isinstance(exc, HeadraceError):
+        return exc
+    if isinstance(exc, KafkaException):
+        return classify(exc, what)
+    return PermanentError(f"{what}: unexpected {type(exc).__name__}: {exc}")
 
 
 class RateLimitedLog:

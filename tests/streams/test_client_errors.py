@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from headrace.contracts import JobEvent, JobEventKind
-from headrace.core.errors import FatalError, RetriableError
+from headrace.core.errors import FatalError, PermanentError, RetriableError
 from headrace.streams import client_errors
 from headrace.streams.client_errors import Kind, RateLimitedLog, good_messages, kind_of
 from headrace.streams.clients import KafkaConnection
@@ -108,6 +108,17 @@ def test_classify_a_failed_call() -> None:
     assert isinstance(client_errors.classify(fatal, "commit"), FatalError)
     assert isinstance(client_errors.classify(KafkaException(KafkaError(KafkaError._TRANSPORT)),
                                              "commit"), RetriableError)
+
+
+def test_any_exception_becomes_one_of_the_three() -> None:
+    fatal = KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "oos", fatal=True))
+    assert isinstance(client_errors.as_headrace(fatal, "route"), FatalError)
+    transient = KafkaException(KafkaError(KafkaError._TRANSPORT))
+    assert isinstance(client_errors.as_headrace(transient, "route"), RetriableError)
+    bug = client_errors.as_headrace(KeyError("x"), "route")
+    assert isinstance(bug, PermanentError) and "unexpected KeyError" in str(bug)
+    mine = RetriableError("dfs hiccup")
+    assert client_errors.as_headrace(mine, "route") is mine
 
 
 class _FencedProducer:

@@ -2,7 +2,8 @@
 
 Test seams: ``crash_once_file`` makes the first train request (across restarts: the file
 records it) raise what a fatal idempotent producer raised in the field, uncaught by the router
-(``KafkaException(OUT_OF_ORDER_SEQUENCE_NUMBER, fatal)``); ``http_port`` fixes the probes' port.
+(``KafkaException(OUT_OF_ORDER_SEQUENCE_NUMBER, fatal)``), or with ``crash_kind: "bug"`` a
+``KeyError`` (a bug met on that request); ``http_port`` fixes the probes' port.
 And the clock: with ``now_file`` set, ``now`` is read from that file
 (an ISO time), so a test can move time forward across restarts. With ``clock_log`` set, every
 time read is appended to that file: the schedules tick reads the clock once per tick, so a
@@ -49,6 +50,8 @@ def main() -> None:
         def crashing(self: ControlPlane, record: Any, table: Any) -> str | None:
             if not Path(crash_once).exists():
                 Path(crash_once).write_text("crashed")
+                if cfg.get("crash_kind") == "bug":
+                    raise KeyError("a bug met on this request")
                 raise KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
                                                 "Broker: Out of order sequence number",
                                                 fatal=True))

@@ -18,6 +18,7 @@ import pytest
 from headrace.contracts import JobEventKind
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import send_events
+from headrace.streams.reading import iter_records
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
 from headrace.trainers.control.health import ControlHealth
@@ -64,7 +65,7 @@ def test_a_crashed_routing_agent_stops_the_control_plane_and_the_restart_routes_
     rc = first.wait(60)
     assert rc == 2
     log = (tmp_path / "control-0.log").read_text(errors="replace")
-    assert "agent route crashed: KafkaException" in log and "OUT_OF_ORDER" in log.upper()
+    assert "agent route crashed" in log and "Out of order sequence number" in log
     second = start_control(**cfg)  # what Kubernetes does on the exit
     jid = jobs.job_id_for("crash-1")
     events = wait_events(conn, topics.jobs, lambda evs: any(
@@ -72,3 +73,21 @@ def test_a_crashed_routing_agent_stops_the_control_plane_and_the_restart_routes_
     assert next(e.kind for e in events if e.job_id == jid) == JobEventKind.QUEUED
     eventually(lambda: probe(port, "/livez") == 200, timeout_s=30, what="live")
     assert json.loads(http_get(port, "/readyz")[1])["ok"] is True and second.poll() is None
+
+
+@pytest.mark.slow
+def test_a_bug_met_on_one_request_dead_letters_it_and_the_router_carries_on(
+        conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
+        start_control: Start, tmp_path: Path) -> None:
+    port = free_port()
+    proc = start_control(crash_once_file=str(tmp_path / "crashed"), crash_kind="bug",
+                         http_port=port)
+    eventually(lambda: probe(port, "/readyz") == 200, timeout_s=60, what="ready")
+    send_events(conn, topics.train_requests, [request(demo, key="bug-1"),
+                                              request(demo, key="after-1")])
+    after = jobs.job_id_for("after-1")
+    wait_events(conn, topics.jobs, lambda evs: any(
+        e.job_id == after and e.kind == JobEventKind.QUEUED for e in evs), timeout=60)
+    [letter] = list(iter_records(conn, topics.train_requests_dlq, idle_s=1.0))
+    assert b"unexpected KeyError" in (letter.header("dlq.error-message") or "").encode()
+    assert proc.poll() is None and probe(port, "/livez") == 200

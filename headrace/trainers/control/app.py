@@ -41,6 +41,7 @@ from headrace.core.errors import (
     PermanentError,
     RecordRef,
 )
+from headrace.streams.client_errors import as_headrace
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics, TopicSpec
@@ -171,11 +172,17 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
         # backoff, then dead-letter with the reason -- a request is never dropped silently.
         for attempt in range(1, cfg.route_attempts + 1):
             try:
-                hooks.on_request(record, jobs)
-                return
+                try:
+                    hooks.on_request(record, jobs)
+                    return
+                except Exception as raw:  # a client's or a bug's: classified, never a crash
+                    raise as_headrace(raw, "routing a train request") from raw
             except FatalError:
                 raise  # not this request's fault: the agent stops, the process exits
             except PermanentError as exc:
+                if exc.__cause__ is not None and not isinstance(exc.__cause__, HeadraceError):
+                    log.error("train request at offset %s: %s", record.offset, exc,
+                              exc_info=exc.__cause__)
                 failed: HeadraceError = exc
                 break
             except HeadraceError as exc:
