@@ -241,6 +241,7 @@ class BatchConsumer:
         out: dict[tuple[str, int], int] = {}
         tps = [TopicPartition(t, p) for t, p in self.assignment()]
         if not tps:
+            self.positions_seen = {}
             return out
         try:
             positions = self.consumer.position(tps)

@@ -7,12 +7,16 @@ hung group coordinator) stayed live and ready for minutes while its lag grew to 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.probing import ProbeState
 from headrace.scorers.stall import Lag, LagWatch
+from headrace.scorers.stream_io import StreamIO
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.consuming import BatchConsumer, GroupLag
 
 
 class Clock:
@@ -153,3 +157,20 @@ def test_the_lag_watch_forgets_an_old_snapshot() -> None:
     assert watch.snapshot() == {("t", 0): 7}
     clock.t += 11
     assert watch.snapshot() is None  # too old to say anything
+
+
+def test_the_stall_check_counts_only_the_partitions_owned_now(conn: KafkaConnection,
+                                                              topic_factory: Any) -> None:
+    """A partition revoked (scale-out) is another member's: its growing lag must not make this
+    scorer look stalled while it owns nothing."""
+    topic = topic_factory(partitions=2)
+    io = StreamIO(conn, BatchConsumer(conn, group_id=f"g-{topic}", topics=[topic],
+                                      partitions=[0]))
+    try:
+        io.lag()  # the loop's periodic read: records the positions
+        io._consumer.positions_seen = {(topic, 0): 3, (topic, 1): 0}  # 1: revoked since
+        assert io.positions_seen() == {(topic, 0): 3}
+        lag = GroupLag(conn, f"g-{topic}")
+        assert lag({(topic, 0): 0}) == {(topic, 0): 0}  # an empty topic: nothing behind
+    finally:
+        io.close(timeout_s=1.0)
