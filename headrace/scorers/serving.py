@@ -105,6 +105,7 @@ class Scorer:
                                             if self.holder.current else None)
             if watcher.wait_first(stop) is None:
                 return
+            self.state.phase = "starting the consumer (rollout state, candidates, group)"
             watcher.start(stop)
             control = topics.ControlTopics.of(self.settings)
             rollout = RolloutWatch(self.conn, control.rollout, s.stream).start(stop)
