@@ -75,7 +75,6 @@ def test_a_crashed_routing_agent_stops_the_control_plane_and_the_restart_routes_
     assert json.loads(http_get(port, "/readyz")[1])["ok"] is True and second.poll() is None
 
 
-@pytest.mark.slow
 def test_a_bug_met_on_one_request_dead_letters_it_and_the_router_carries_on(
         conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
         start_control: Start, tmp_path: Path) -> None:
