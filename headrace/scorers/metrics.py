@@ -137,4 +137,16 @@ class ScorerMetrics:
                                     ["stream", "topic"], registry=r)
         self.ready = Gauge("headrace_scorer_ready", "1 when /readyz is OK.", ["stream"],
                            registry=r).labels(**lab)
+        self.live = Gauge("headrace_scorer_live", "1 when /livez is OK.", ["stream"],
+                          registry=r).labels(**lab)
+        self.stalled = Gauge(
+            "headrace_scorer_stalled",
+            "1 while the scorer holds partitions with unconsumed records and has consumed "
+            "nothing for HEADRACE_SCORER_STALL_S (/livez and /readyz fail).",
+            ["stream"], registry=r).labels(**lab)
+        self.probe_failing = Gauge(
+            "headrace_scorer_probe_failing",
+            "1 while a probe fails for this reason (starting, loading, no_model, "
+            "no_partitions, stalled, stopping, loop_stuck).",
+            ["stream", "probe", "reason"], registry=r)
         self.model = model

@@ -6,6 +6,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,30 +73,34 @@ def _not_tabular(x: np.ndarray) -> np.ndarray:
 
 
 def load_model(*, root: Path, name: str, alias: str, device: str, max_batch: int,
-               sizes: Sizing | None = None) -> LoadedModel:
+               sizes: Sizing | None = None,
+               on_phase: Callable[[str], None] | None = None) -> LoadedModel:
     """Resolve ``name@alias`` (every file's sha256 verified), load it, and warm it.
 
     Raises ``IntegrityError``/``VersionNotFound`` (refuse: keep serving the current model) or
     ``RetriableError`` (DFS trouble: try again later).
     """
     return load_ref(root=root, ref=f"{name}@{alias}", device=device, max_batch=max_batch,
-                    sizes=sizes)
+                    sizes=sizes, on_phase=on_phase)
 
 
 def load_ref(*, root: Path, ref: str, device: str, max_batch: int,
-             sizes: Sizing | None = None) -> LoadedModel:
+             sizes: Sizing | None = None,
+             on_phase: Callable[[str], None] | None = None) -> LoadedModel:
     """``load_model`` for any reference ``versions.resolve`` takes (``NAME``, ``NAME:VERSION``,
-    ``NAME@ALIAS``)."""
+    ``NAME@ALIAS``). ``on_phase`` hears ``loading model NAME:VERSION`` and ``warming
+    NAME:VERSION`` (a big model takes minutes: readiness and the log say so)."""
     try:
         mv = resolve(root, ref)
     except OSError as exc:
         raise RetriableError(f"reading {ref} from the DFS failed: {exc}") from exc
     m = mv.manifest
+    phase = _Phases(f"{mv.name}:{mv.version}", m.framework.value, on_phase)
     sizes = sizes or Sizing()
     check_signature(m.input_signature())  # every kind registered, with the fields it needs
     if is_tabular(m):
         return _load_tabular(mv.path, mv.name, mv.version, mv.manifest_sha256, m, device,
-                             max_batch)
+                             max_batch, phase)
     sig = m.input_signature()
     row_bytes = signature_bytes(sig)
     rows = sizing.batch_rows(batch_size=max_batch, row_bytes=row_bytes,
@@ -103,6 +108,7 @@ def load_ref(*, root: Path, ref: str, device: str, max_batch: int,
     call = sizing.call_rows(batch_rows=rows, row_bytes=row_bytes,
                             device_memory_bytes=sizing.device_memory_bytes(
                                 device, sizes.device_memory_mb))
+    phase.loading()
     try:
         inputs_fn = adapter_for(m.framework).load_inputs(
             version_path=mv.path, manifest=m, device=device, max_batch=call)
@@ -115,15 +121,37 @@ def load_ref(*, root: Path, ref: str, device: str, max_batch: int,
         fn=_not_tabular, features=tuple(m.features), classes=tuple(m.classes),
         label_json=tuple(json.dumps(c) for c in m.classes), signature=sig,
         outputs=m.output_signature(), inputs_fn=inputs_fn, batch_rows=rows)
+    phase.warming()
     warm_inputs(model, call_rows=call)
     return model
 
 
+class _Phases:
+    """Says (log line and ``on_phase``) that a version starts loading, then warming."""
+
+    def __init__(self, ref: str, framework: str,
+                 on_phase: Callable[[str], None] | None) -> None:
+        self.ref, self.framework = ref, framework
+        self.on_phase = on_phase or (lambda phase: None)
+        self.t0 = time.perf_counter()
+
+    def loading(self) -> None:
+        self.t0 = time.perf_counter()
+        log.info("loading model %s (%s)", self.ref, self.framework)
+        self.on_phase(f"loading model {self.ref}")
+
+    def warming(self) -> None:
+        log.info("model %s loaded in %.2fs; warming it", self.ref, time.perf_counter() - self.t0)
+        self.on_phase(f"warming {self.ref}")
+
+
 def _load_tabular(path: Path, name: str, version: int, sha: str, m: Manifest, device: str,
-                  max_batch: int) -> LoadedModel:
+                  max_batch: int, phase: _Phases | None = None) -> LoadedModel:
     mv_name, mv_version = name, version
     if m.input_dtype != "float32":
         raise PermanentError(f"{mv_name}:{mv_version}: input dtype {m.input_dtype} unsupported")
+    phase = phase or _Phases(f"{name}:{version}", m.framework.value, None)
+    phase.loading()
     try:
         fn = adapter_for(m.framework).load(version_path=path, manifest=m, device=device,
                                            max_batch=max_batch)
@@ -137,6 +165,7 @@ def _load_tabular(path: Path, name: str, version: int, sha: str, m: Manifest, de
         label_json=tuple(json.dumps(c) for c in m.classes), signature=m.input_signature(),
         outputs=m.output_signature(), batch_rows=max_batch,
     )
+    phase.warming()
     warm(model, max_batch=max_batch)
     return model
 

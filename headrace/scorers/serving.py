@@ -33,6 +33,7 @@ from headrace.scorers.probing import ProbeServer, ProbeState
 from headrace.scorers.roles import build as build_roles
 from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.settings import ScorerSettings
+from headrace.scorers.stall import LagWatch
 from headrace.scorers.stream_io import ModelEventsListener, StreamIO
 from headrace.scorers.swapping import ModelWatcher
 from headrace.scorers.taps import TapContext
@@ -41,7 +42,7 @@ from headrace.scorers.worker import Worker
 from headrace.streams import topics
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.connection import connection_for
-from headrace.streams.consuming import BatchConsumer
+from headrace.streams.consuming import BatchConsumer, GroupLag
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +59,16 @@ class Scorer:
         self.conn = conn or connection_for(settings)
         self.metrics = ScorerMetrics(stream=scorer.stream, model=scorer.model_name)
         self.holder = ModelHolder()
-        self.state = ProbeState(liveness_s=scorer.liveness_s)
+        self.state = ProbeState(liveness_s=scorer.liveness_s, stall_s=scorer.stall_s,
+                                metrics=self.metrics)
         self.probes_up = threading.Event()
         self.http_port = 0
         self.worker: Worker | None = None
+
+    def _first_load_phase(self, phase: str) -> None:
+        """Until the first model serves, readiness says what the model watcher is doing."""
+        if self.holder.current is None:
+            self.state.phase = phase
 
     def transactional_id(self) -> str:
         if self.scorer.transactional_id:
@@ -78,6 +85,7 @@ class Scorer:
         self.http_port = probes.port
         self.probes_up.set()
         io: StreamIO | None = None
+        lag_watch: LagWatch | None = None
         watcher: ModelWatcher | None = None
         decoders: DecodePool | None = None
         try:
@@ -90,12 +98,14 @@ class Scorer:
                 max_batch=s.batch_size, holder=self.holder, metrics=self.metrics,
                 sizes=Sizing(max_batch_bytes=s.max_batch_bytes,
                              device_memory_mb=s.device_memory_mb),
-                events=ModelEventsListener(self.conn, model_events), poll_s=s.model_poll_s)
+                events=ModelEventsListener(self.conn, model_events), poll_s=s.model_poll_s,
+                on_phase=self._first_load_phase)
             self.state.model_ready = lambda: self.holder.current is not None
             self.state.model_ref = lambda: (self.holder.current.ref
                                             if self.holder.current else None)
             if watcher.wait_first(stop) is None:
                 return
+            self.state.phase = "starting the consumer (rollout state, candidates, group)"
             watcher.start(stop)
             control = topics.ControlTopics.of(self.settings)
             rollout = RolloutWatch(self.conn, control.rollout, s.stream).start(stop)
@@ -145,13 +155,21 @@ class Scorer:
             self.worker = worker
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0
             self.state.last_progress = lambda: worker.last_progress
-            self.state.started = True
+            self.state.last_consumed = lambda: worker.last_consumed
+            group_lag = GroupLag(self.conn, topics.scorer_group(s.stream))
+            positions = io.positions_seen
+            lag_watch = LagWatch(lambda: group_lag(positions()), every_s=s.lag_check_s).start()
+            self.state.lag = lag_watch.snapshot
+            self.state.start()
             log.info("scoring %s with %s", data, self.holder.current.ref if self.holder.current
                      else "?")
             worker.run()
         finally:
             self.state.stopping = True
+            self.state.phase = "stopping"
             stopped_at = time.monotonic()
+            if lag_watch is not None:
+                lag_watch.stop()  # before the consumer it reads closes
             if decoders is not None:
                 decoders.close()
             if io is not None:

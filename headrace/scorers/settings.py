@@ -109,6 +109,14 @@ class ScorerSettings(BaseSettings):
                                 description="Fallback: re-read the alias pointer this often.")
     liveness_s: float = Field(default=30.0, gt=0, le=3600,
                               description="/livez fails when the poll loop is stuck this long.")
+    stall_s: float = Field(
+        default=120.0, gt=0, le=86400,
+        description="/livez and /readyz fail when the scorer holds partitions with unconsumed "
+                    "records (high watermark > position) and has consumed nothing this long.")
+    lag_check_s: float = Field(
+        default=5.0, gt=0, le=3600,
+        description="How often the broker's high watermarks are read for the stall check "
+                    "(off the scoring loop).")
     model_timeout_s: float = Field(default=60.0, gt=0, le=3600,
                                    description="Wait for a first model this long before retrying.")
     drift: DriftSettings = Field(

@@ -79,6 +79,12 @@ class StreamIO:
         self.commit = self._consumer.commit
         self.rewind_to_committed = self._consumer.rewind_to_committed
 
+    def positions_seen(self) -> dict[tuple[str, int], int]:
+        """The positions the loop last read (``lag``, every few seconds) of the partitions
+        assigned now (a revoked one is another member's): the stall check's."""
+        owned = set(self._consumer.assignment())
+        return {tp: o for tp, o in self._consumer.positions_seen.items() if tp in owned}
+
     @property
     def rewinds(self) -> int:
         """Seeks back to the committed offsets: batches consumed before one are stale."""

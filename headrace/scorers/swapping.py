@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from headrace.core.errors import HeadraceError, PermanentError, RetriableError
@@ -38,11 +39,13 @@ class ModelWatcher:
         events: ModelEventsListener | None,
         poll_s: float,
         sizes: Sizing | None = None,
+        on_phase: Callable[[str], None] | None = None,
     ) -> None:
         self.root, self.name, self.alias = root, name, alias
         self.device, self.max_batch = device, max_batch
         self.holder, self.metrics, self.events, self.poll_s = holder, metrics, events, poll_s
         self.sizes = sizes
+        self.on_phase = on_phase or (lambda phase: None)  # loading / warming, for readiness
         self._refused: tuple[int, str] | None = None
         # Serving the alias's previous version because its own is refused: that one is
         # retried every poll (its files may be repaired in place).
@@ -68,7 +71,8 @@ class ModelWatcher:
             return None
         try:
             model = load_model(root=self.root, name=self.name, alias=self.alias,
-                               device=self.device, max_batch=self.max_batch, sizes=self.sizes)
+                               device=self.device, max_batch=self.max_batch, sizes=self.sizes,
+                               on_phase=self.on_phase)
         except IntegrityError as exc:
             self._refused = target
             self._failed("integrity", exc)
@@ -122,6 +126,7 @@ class ModelWatcher:
             self.check()
             if self.holder.current is not None:
                 return self.holder.current
+            self.on_phase(f"waiting for a loadable {self.alias} version of model {self.name}")
             log.warning("no loadable %s version of model %s yet; retrying in %.1fs",
                         self.alias, self.name, delay)
             stop.wait(delay)

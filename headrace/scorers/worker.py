@@ -152,7 +152,8 @@ class Worker:
         self.limits = limits or InputLimits()
         self.core = ScoringCore(limits=self.limits, top_k=top_k)  # decode + score + format
         self.ahead_min = min(AHEAD_MIN_RECORDS, batch_size // 2)
-        self.last_progress = time.monotonic()
+        self.last_progress = time.monotonic()  # the loop's last turn (an empty poll included)
+        self.last_consumed: float | None = None  # the last batch with records: the stall check's
         self._stop_seen: float | None = None
         self._next_lag = 0.0
         self._pending: _Pending | None = None
@@ -180,6 +181,8 @@ class Worker:
                                          and model.batch_rows else self.batch_size)
                 self.batcher.input_row_bytes = input_row_bytes(model)
                 batch = self.batcher.next_batch(self.stop, block=self._ahead is None)
+                if len(batch):  # an empty poll is no progress (ProbeState.stalled)
+                    self.last_consumed = self.last_progress
                 if self._ahead is not None:
                     self._finish_ahead(batch)
                 elif len(batch):

@@ -20,10 +20,11 @@ from headrace.core.errors import (
     BrokerUnavailable,
     ConfigError,
     FatalError,
-    HeadraceError,
-    RetriableError,
 )
+from headrace.streams.client_errors import classify, reason
 from headrace.streams.topics import TopicSpec
+
+__all__ = ["classify", "reason"]  # re-exported: the classification lives in client_errors
 
 _KAFKA_LOG = logging.getLogger("headrace.kafka")
 _KAFKA_LOG.addHandler(logging.NullHandler())  # connection retries are not worth a line each
@@ -140,21 +141,6 @@ def check_reachable(conn: KafkaConnection, *, timeout_s: float | None = None) ->
         ) from None
     if not md.brokers:
         raise BrokerUnavailable(f"Kafka at {conn.bootstrap} reports no brokers")
-
-
-def reason(exc: KafkaException) -> str:
-    """The broker's or client's one-line reason for a failed call."""
-    err = exc.args[0] if exc.args else None
-    return err.str() if isinstance(err, KafkaError) else str(exc)
-
-
-def classify(exc: KafkaException, what: str) -> HeadraceError:
-    """The one classification of a failed client call: fatal -> ``FatalError`` (the process
-    cannot go on with this client); anything else is retriable."""
-    err = exc.args[0] if exc.args else None
-    if isinstance(err, KafkaError) and err.fatal():
-        return FatalError(f"{what} failed: {err.str()}")
-    return RetriableError(f"{what} failed: {reason(exc)}")
 
 
 def list_topics(conn: KafkaConnection) -> dict[str, int]:

@@ -19,14 +19,17 @@ import numpy as np
 from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
+    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Message,
     TopicPartition,
 )
+from confluent_kafka.admin import OffsetSpec
 
-from headrace.core.errors import FatalError, RetriableError
-from headrace.streams.clients import KafkaConnection, classify, reason
+from headrace.core.errors import RetriableError
+from headrace.streams.client_errors import classify, good_messages, reason
+from headrace.streams.clients import KafkaConnection, make_admin
 
 log = logging.getLogger(__name__)
 
@@ -112,16 +115,12 @@ def from_messages(msgs: list[Any]) -> RawBatch:
 
 
 def _columns(msgs: list[Any]) -> RawBatch:  # Message objects, typed loosely for speed
-    """The good messages as columns; partition EOFs skipped, fatal errors raised."""
-    errors = list(map(Message.error, msgs))
-    if errors.count(None) != len(errors):
-        for err in errors:
-            if err is None or err.code() == KafkaError._PARTITION_EOF:
-                continue
-            if err.fatal():
-                raise FatalError(f"consumer failed: {err.str()}")
-            log.warning("consumer error (retried by the client): %s", err.str())
-        msgs = [m for m, e in zip(msgs, errors, strict=True) if e is None]
+    """The good messages as columns; error events classified by ``client_errors`` (EOF
+    skipped, retriable logged, fatal raised). No ``KafkaError`` is compared to None with ``==``
+    (``KafkaError.__eq__(None)`` raises; ``errors.count(None)`` was a ``SystemError``)."""
+    # any(): truthiness, not ==: None is false, a KafkaError true. Rare: only then a rebuild.
+    if any(map(Message.error, msgs)):
+        msgs = good_messages(msgs)
     n = len(msgs)
     # map() over the C methods, not comprehensions (each a Python frame per message).
     values: list[Any] = list(map(Message.value, msgs))
@@ -177,6 +176,7 @@ class BatchConsumer:
         self._assigned: set[tuple[str, int]] = set()
         self._lock = threading.Lock()
         self.rewinds = 0  # seeks back to the committed offsets: consumed batches are stale
+        self.positions_seen: dict[tuple[str, int], int] = {}  # by ``lag`` (the loop's thread)
         self.consumer = Consumer(conn.consumer_config(group_id, **overrides))
         if partitions:
             tps = [TopicPartition(t, p, OFFSET_INVALID) for t in self.topics for p in partitions]
@@ -241,11 +241,14 @@ class BatchConsumer:
         out: dict[tuple[str, int], int] = {}
         tps = [TopicPartition(t, p) for t, p in self.assignment()]
         if not tps:
+            self.positions_seen = {}
             return out
         try:
             positions = self.consumer.position(tps)
         except KafkaException:
             return out
+        # For the stall check (``GroupLag``), read on another thread: a plain dict swapped whole.
+        self.positions_seen = {(tp.topic, tp.partition): int(tp.offset) for tp in positions}
         for tp in positions:
             try:
                 _, high = self.consumer.get_watermark_offsets(tp, cached=True)
@@ -301,3 +304,54 @@ class BatchConsumer:
             self.consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.warning("consumer close: %s", exc)
+
+
+class GroupLag:
+    """The broker's view of how far behind a consumer is: its partitions' high watermarks
+    (asked now: a fetcher that stopped never updates its cached ones) minus its positions, or
+    the group's committed offsets where it has no position yet.
+
+    Read with an admin client of its own, from a thread beside the scoring loop: a consumer's
+    own handle is never used there (calling ``position`` or ``pause`` beside its ``poll`` from
+    another thread was seen to deadlock with the Python logger callback).
+    """
+
+    def __init__(self, conn: KafkaConnection, group_id: str, *, timeout_s: float = 2.0) -> None:
+        self.admin = make_admin(conn)
+        self.group_id = group_id
+        self.timeout_s = timeout_s
+
+    def __call__(self, positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> unconsumed records; a partition not readable now is left out."""
+        if not positions:
+            return {}
+        starts = {tp: o for tp, o in positions.items() if o >= 0}
+        unknown = [tp for tp, o in positions.items() if o < 0]
+        if unknown:
+            starts.update(self._committed(unknown))
+        if not starts:
+            return {}
+        futures = self.admin.list_offsets(
+            {TopicPartition(t, p): OffsetSpec.latest() for t, p in starts},
+            request_timeout=self.timeout_s)
+        out: dict[tuple[str, int], int] = {}
+        for tp, fut in futures.items():
+            try:
+                high = int(fut.result(timeout=self.timeout_s + 1.0).offset)
+            except Exception:  # KafkaException, a timeout: unknown for now
+                continue
+            if high >= 0:
+                key = (tp.topic, tp.partition)
+                out[key] = max(0, high - starts[key])
+        return out
+
+    def _committed(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        request = ConsumerGroupTopicPartitions(self.group_id,
+                                               [TopicPartition(t, p) for t, p in tps])
+        try:
+            fut = self.admin.list_consumer_group_offsets(
+                [request], request_timeout=self.timeout_s)[self.group_id]
+            got = fut.result(timeout=self.timeout_s + 1.0).topic_partitions or []
+        except Exception:
+            return {}
+        return {(tp.topic, tp.partition): int(tp.offset) for tp in got if tp.offset >= 0}

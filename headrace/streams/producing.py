@@ -12,6 +12,7 @@ caller can dead-letter their cause instead of producing them again forever.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,12 +23,13 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from headrace.contracts import Contract
 from headrace.core.errors import FatalError, HeadraceError, RecordRef, RetriableError
 from headrace.streams import headers as hdr
+from headrace.streams.client_errors import MESSAGE_REFUSED, Kind, classify, fatal_in, kind_of
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.dlq import DeadLetter
 
-# Errors that are the message's own fault: producing it again fails the same way.
-MESSAGE_REFUSED = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
-                             KafkaError.INVALID_RECORD})
+log = logging.getLogger(__name__)
+
+__all__ = ["MESSAGE_REFUSED"]  # re-exported; the classification is ``client_errors``'
 
 
 @dataclass(frozen=True)
@@ -43,7 +45,7 @@ class Refused:
 
 def refused(topic: str, value: bytes | None, key: bytes | None, err: KafkaError) -> Refused:
     return Refused(topic, value, key, f"{err.name()}: {err.str()}",
-                   err.code() in MESSAGE_REFUSED)
+                   kind_of(err, producing=True) is Kind.PERMANENT)
 
 
 class DeliveryFailed(RetriableError):
@@ -55,6 +57,11 @@ class DeliveryFailed(RetriableError):
         self.refused = list(refused)
 
 
+class ProducerRenewed(DeliveryFailed):
+    """The producer failed fatally (fenced, out-of-order sequence) and was replaced: what it
+    still held is lost, so everything since the last flush must be produced again."""
+
+
 class FlushTimedOut(RetriableError):
     """Messages still unacknowledged after the flush timeout."""
 
@@ -62,9 +69,10 @@ class FlushTimedOut(RetriableError):
 def delivery_failure(errors: Sequence[KafkaError], refusals: Sequence[Refused] = ()
                      ) -> HeadraceError:
     """The one classification of failed deliveries (see the module doc)."""
+    first = fatal_in(errors)
+    if first is not None:
+        return FatalError(f"delivery failed: {first.str()} ({first.name()})")
     first = errors[0]
-    if first.fatal():
-        return FatalError(f"delivery failed: {first.str()}")
     return DeliveryFailed(f"{len(errors)} deliveries failed: {first.str()}", refusals)
 
 
@@ -125,6 +133,8 @@ def produce(producer: Producer, topic: str, value: bytes | None, key: bytes | st
             return
         except BufferError:
             producer.poll(0.05)
+        except KafkaException as exc:  # fatal -> FatalError, else retriable (client_errors)
+            raise classify(exc, f"produce to {topic}") from None
 
 
 def publish(producer: Producer, topic: str, event: Contract, *, key: str | None = None,
@@ -162,12 +172,16 @@ class BatchProducer:
             conf["transaction.timeout.ms"] = 60_000
         self._conf = conf
         self.producer = Producer(conf)
+        # Set when a fatal error replaced the producer between flushes: the next flush raises
+        # ``ProducerRenewed`` so the caller produces everything since the last one again.
+        self._lost: str | None = None
 
     def produce_many(self, topic: str, values: Sequence[bytes], keys: Sequence[bytes | None],
                      headers: list[tuple[str, bytes]]) -> list[Refused]:
         """One message per value (partitioned by key), waiting when the queue is full. The
-        messages the client refused at once (too large, unknown partition...); a fatal error
-        is ``FatalError``."""
+        messages the client refused at once (too large, unknown partition...). A fatal error
+        renews a non-transactional producer (the next ``flush`` raises ``ProducerRenewed``);
+        a transactional one's is ``FatalError``."""
         call: Any = self.producer.produce
         failed: list[Refused] = []
         for v, k in zip(values, keys, strict=True):
@@ -180,8 +194,10 @@ class BatchProducer:
                     self.producer.poll(0.05)
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else KafkaError(KafkaError._FAIL)
-                    if err.fatal():
-                        raise FatalError(f"produce failed: {err.str()}") from None
+                    if kind_of(err, producing=True) is Kind.FATAL:
+                        self._renew_after(err)  # FatalError when transactional
+                        call = self.producer.produce
+                        continue
                     failed.append(refused(topic, v, k, err))
                     break
         self.producer.poll(0)
@@ -190,8 +206,19 @@ class BatchProducer:
     def produce(self, topic: str, value: bytes | None, key: bytes | str | None = None,
                 headers: hdr.Headers | None = None, *, partition: int = -1,
                 timestamp_ms: int = 0) -> None:
-        produce(self.producer, topic, value, key, headers, partition=partition,
-                timestamp_ms=timestamp_ms)
+        """One message; a fatal error renews a non-transactional producer, which takes the
+        message (the next ``flush`` raises ``ProducerRenewed``: what the old one held is lost)."""
+        try:
+            produce(self.producer, topic, value, key, headers, partition=partition,
+                    timestamp_ms=timestamp_ms)
+        except FatalError as exc:
+            if self.transactional:
+                raise
+            log.warning("%s; starting a new producer", exc)
+            self._lost = str(exc)
+            self.renew()
+            produce(self.producer, topic, value, key, headers, partition=partition,
+                    timestamp_ms=timestamp_ms)
 
     def poll(self) -> None:
         self.producer.poll(0)
@@ -209,7 +236,20 @@ class BatchProducer:
             if self.transactional:
                 raise
             self.renew()
-            raise DeliveryFailed(f"producer fenced ({exc}); renewed it") from None
+            raise ProducerRenewed(f"producer failed fatally ({exc}); renewed it") from None
+        if self._lost is not None:
+            lost, self._lost = self._lost, None
+            raise ProducerRenewed(f"producer failed fatally ({lost}); renewed it")
+
+    def _renew_after(self, err: KafkaError) -> None:
+        """A fatal error from ``produce``: a new producer (librdkafka's rule for idempotent
+        ones), or ``FatalError`` for a transactional one (its fencing is the point)."""
+        if self.transactional:
+            raise FatalError(f"produce failed: {err.str()} ({err.name()})")
+        log.warning("producer failed fatally (%s: %s); starting a new one", err.name(),
+                    err.str())
+        self._lost = f"{err.name()}: {err.str()}"
+        self.renew()
 
     def renew(self) -> None:
         """Replace the producer, dropping what it still holds (the caller publishes again)."""
@@ -254,11 +294,24 @@ class EventSink:
 
     def send(self, topic: str, event: Contract, *, key: str | None = None,
              wait: bool = True) -> None:
-        publish(self._producer.producer, topic, event, key=key)
-        if wait:
-            self.flush()
-        else:
-            self._producer.poll()
+        """A fatal producer error (fenced, out-of-order sequence) renews the producer and
+        sends again, once; a second one is ``FatalError`` (the process exits)."""
+        for attempt in (1, 2):
+            try:
+                try:
+                    publish(self._producer.producer, topic, event, key=key)
+                except FatalError as exc:
+                    self._producer.renew()
+                    raise ProducerRenewed(str(exc)) from None
+                if wait:
+                    self.flush()
+                else:
+                    self._producer.poll()
+                return
+            except ProducerRenewed as exc:
+                if attempt == 2:
+                    raise FatalError(f"event producer failed fatally twice: {exc}") from None
+                log.warning("%s; sending %s again", exc, type(event).__name__)
 
     def dead_letter(self, topic: str, record: RecordRef, exc: BaseException, *,
                     stage: str) -> None:

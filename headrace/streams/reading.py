@@ -33,6 +33,7 @@ from confluent_kafka import (
 
 from headrace.contracts import Contract, parse
 from headrace.core.errors import BrokerUnavailable, FatalError, RecordRef, RetriableError
+from headrace.streams.client_errors import check_event, good_messages
 from headrace.streams.clients import KafkaConnection, make_consumer, partition_count, partitions_of
 
 C = TypeVar("C", bound=Contract)
@@ -101,6 +102,8 @@ def probe_ends(
                     elif err.code() == _EOF:
                         ends[m.partition()] = max(ends[m.partition()], m.offset())
                         pending.discard(m.partition())
+                    else:
+                        check_event(err, what=f"reading {topic}")  # fatal raises
             # A partition that never reported EOF is still bounded by what was read (a busy
             # topic): the end is a snapshot, never a moving target.
         return {p: (marks[p][0], ends[p]) for p in parts}
@@ -162,6 +165,8 @@ def first_offsets_at(
                 if err is not None:
                     if err.code() == _EOF:
                         pending.discard(p)
+                    else:
+                        check_event(err, what=f"reading {topic}")  # fatal raises
                     continue
                 if m.offset() >= end:
                     pending.discard(p)
@@ -277,9 +282,8 @@ class RangeReader:
                         else:  # fewer records than the captured end: confirm it stays so
                             self._eof_at.setdefault(p, time.monotonic())
                     continue
-                if err.retriable() or err.code() == KafkaError._TRANSPORT:
-                    continue
-                raise FatalError(f"reading {self.topic}[{p}]: {err.str()}")
+                check_event(err, what=f"reading {self.topic}[{p}]")  # fatal raises
+                continue
             o = m.offset()
             end = ranges[p][1]
             if o >= end or p not in self._pending:
@@ -380,7 +384,8 @@ class Follower:
             msgs = _consume(self._consumer, max_messages, timeout_s)
         except KafkaException:
             return []
-        out = [record_of(m) for m in msgs if m.error() is None]
+        out = [record_of(m) for m in good_messages(msgs, what="following " + ",".join(
+            sorted(self._assigned)))]
         for r in out:
             tp = (r.topic, r.partition)
             self.positions[tp] = max(self.positions.get(tp, 0), r.offset + 1)
@@ -430,9 +435,7 @@ def iter_records(
             if stop is not None and stop():
                 return
             msgs = consumer.consume(500, timeout=0.1)
-            for m in msgs:
-                if m.error() is not None:
-                    continue  # partition EOF and transient fetch errors
+            for m in good_messages(msgs, what=f"reading {topic}"):  # fatal raises
                 last = time.monotonic()
                 yield record_of(m)
             if not follow and not msgs and time.monotonic() - last > idle_s:

@@ -15,6 +15,7 @@ from headrace.core import bounded_json
 from headrace.core.errors import ValidationFailed
 from headrace.core.limits import MAX_RECORD_BYTES
 from headrace.streams import headers as hdr
+from headrace.streams.client_errors import good_messages
 from headrace.streams.clients import KafkaConnection, make_consumer, partitions_of
 from headrace.streams.codecs import decode_arrow
 from headrace.streams.summaries import image_type
@@ -84,9 +85,7 @@ def tail(
                     return
                 continue
             last = time.monotonic()
-            for m in msgs:
-                if m.error():
-                    continue
+            for m in good_messages(msgs, what=f"tail {topic}"):  # fatal raises
                 h = hdr.to_dict(m.headers())
                 key = m.key()
                 yield TailedMessage(

@@ -490,3 +490,21 @@ def test_a_live_gate_is_a_cronjob_promoting_the_streams_candidate_once(rendered:
     assert dfs and not dfs[0].get("readOnly", False)  # the promotion moves the alias
     env = {e["name"] for e in c["env"]}
     assert "HEADRACE_BOOTSTRAP" in env and "HEADRACE_DFS_ROOT" in env
+
+
+def test_scorer_and_control_plane_probes_use_the_endpoints_that_tell_the_truth(
+        rendered: Any) -> None:
+    """Liveness and readiness on /livez and /readyz (which fail on a stall, a dead agent, no
+    model), a startup probe that lets the first model load, and the stall setting."""
+    docs = rendered["cpu-only"]
+    [sts] = kinds(docs, "StatefulSet")
+    c = sts["spec"]["template"]["spec"]["containers"][0]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    start = c["startupProbe"]
+    assert start["httpGet"]["path"] == "/livez"
+    assert start["periodSeconds"] * start["failureThreshold"] >= 300
+    assert {"name": "HEADRACE_SCORER_STALL_S", "value": "120"} in c["env"]
+    ctl = kinds(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]
+    assert ctl["livenessProbe"]["httpGet"]["path"] == "/livez"
+    assert ctl["readinessProbe"]["httpGet"]["path"] == "/readyz"

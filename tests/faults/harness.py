@@ -241,6 +241,52 @@ class ScorerProcess:
             return ""
 
 
+class ControlProcess:
+    """A control plane subprocess (``tests.trainers.control_proc``, local executor) with its
+    probes on a known port; its output goes to a log file."""
+
+    def __init__(self, *, bootstrap: str, dfs: Path, log_dir: Path, prefix: str) -> None:
+        self.port = free_port()
+        self.log_path = log_dir / f"control-{uuid.uuid4().hex[:6]}.log"
+        conf = {"root": str(dfs), "bootstrap": bootstrap, "prefix": prefix,
+                "http_port": self.port}
+        env = {**os.environ, "HEADRACE_BOOTSTRAP": bootstrap, "HEADRACE_DFS_ROOT": str(dfs),
+               "PYTHONUNBUFFERED": "1"}
+        env.pop("HEADRACE_TEST_BOOTSTRAP", None)
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.trainers.control_proc", json.dumps(conf)],
+            cwd=Path(__file__).resolve().parents[2], env=env, stdout=self._log,
+            stderr=subprocess.STDOUT)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def probe(self, path: str) -> tuple[int, dict[str, Any]] | None:
+        """(status, JSON body), or None when nothing answers."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+                return int(r.status), json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), json.loads(exc.read() or b"{}")
+        except (OSError, ValueError):
+            return None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+    def stop(self, timeout_s: float = 20.0) -> int | None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
+
+
 class Scorers:
     """Every scorer a test starts, so a failing test never leaves one behind."""
 

@@ -1,9 +1,14 @@
-"""The broker stopped for 10 s and restarted: producers and scorers reconnect by themselves.
+"""The broker stopped for 10 s and restarted: producers and scorers reconnect by themselves,
+and a control plane through the same restart carries on or says it is unhealthy.
 
 The test owns its broker (an embedded Tansu on a fixed port), so it skips against an external
 Kafka (``HEADRACE_TEST_BOOTSTRAP``): a test cannot restart a shared cluster. The embedded broker
 keeps nothing in memory across a restart, so topics are recreated and the check is on every
 record acknowledged after the restart (a real Kafka would also keep the ones before).
+
+The data topic comes back a few seconds after the broker (``TOPIC_GAP_S``): meanwhile the
+scorer's consumer gets error events (unknown topic or partition, a partition count that
+changed), which killed it with ``SystemError`` before ``client_errors`` classified them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection
 from tests.faults.conftest import needs_scorer
 from tests.faults.harness import (
+    ControlProcess,
     LoadGenerator,
     ScorerProcess,
     Stream,
@@ -31,6 +37,7 @@ from tests.faults.harness import (
     publish_tiny_model,
     wait_covered,
 )
+from tests.fixtures import eventually
 
 pytestmark = [
     pytest.mark.slow, needs_scorer,
@@ -38,6 +45,7 @@ pytestmark = [
                        reason="an external Kafka cannot be restarted from a test"),
 ]
 DOWN_S = 10.0
+TOPIC_GAP_S = 4.0
 
 
 @pytest.fixture
@@ -60,8 +68,12 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
     load = LoadGenerator(conn, stream, rate=100, total=100_000, idempotent=False).start()
     s = ScorerProcess(stream=stream, model="mrestart", bootstrap=own_broker.bootstrap, dfs=dfs,
                       log_dir=tmp_path)
+    control = ControlProcess(bootstrap=own_broker.bootstrap, dfs=dfs, log_dir=tmp_path,
+                             prefix="brk")
     try:
         s.wait_ready()
+        eventually(lambda: (control.probe("/readyz") or (0, {}))[0] == 200, timeout_s=60,
+                   what="the control plane ready")
         time.sleep(3.0)
         before = len(load.all_acked())
         own_broker.stop()
@@ -69,6 +81,7 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
         time.sleep(DOWN_S)
         load.epoch = 1  # records produced from now on belong to the restarted broker
         own_broker.start()
+        time.sleep(TOPIC_GAP_S)  # the scorer meets a broker without its topic
         ensure_stream_topics(conn, stream)
         up_at = time.monotonic()
         # Recovery: the first prediction of a record acknowledged by the restarted broker.
@@ -103,7 +116,24 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
         assert not c.non_identical
         rc, _ = s.terminate()
         assert rc == 0
+        # The control plane carries on (ready), or says it is not (503 with a reason), or
+        # exited non-zero to be restarted: never green while it cannot work.
+        seen = control.probe("/readyz")
+        state = ("exited" if not control.alive() else "silent" if seen is None
+                 else "ready" if seen[0] == 200 else "unready")
+        figures("broker_restart_control", state=state, exit=control.proc.returncode,
+                body=None if seen is None else seen[1])
+        if state == "exited":
+            assert control.proc.returncode not in (0, None), control.log_tail()
+        else:
+            assert seen is not None, f"the control plane's probes did not answer:\n" \
+                                     f"{control.log_tail()}"
+            code, body = seen
+            assert code == 200 or (code == 503 and body.get("reason")), body
+            live = control.probe("/livez")
+            assert live is not None and (live[0] == 200 or live[1].get("problems")), live
     finally:
+        control.stop()
         load.stop()
         if s.alive():
             s.proc.kill()

@@ -26,7 +26,7 @@ import logging
 import os
 import signal
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,14 @@ from typing import Any
 import faust
 from mode import Worker
 
-from headrace.core.errors import ConfigError, HeadraceError, PermanentError, RecordRef
+from headrace.core.errors import (
+    ConfigError,
+    FatalError,
+    HeadraceError,
+    PermanentError,
+    RecordRef,
+)
+from headrace.streams.client_errors import as_headrace
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics, TopicSpec
@@ -154,22 +161,31 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
 
     @app.agent(requests)
     async def route(stream: Any) -> None:
-        async for event in stream.events():
-            record = _record(event.message)
-            health.busy_since = health.clock()
-            try:
-                await _route_one(record)
-            finally:
-                health.busy_since = None
+        with _crash_guard(health, "route"):
+            async for event in stream.events():
+                record = _record(event.message)
+                health.busy_since = health.clock()
+                try:
+                    await _route_one(record)
+                finally:
+                    health.busy_since = None
 
     async def _route_one(record: RecordRef) -> None:
         # Permanent: dead-letter at once. Retriable (a DFS or broker hiccup): retry with
         # backoff, then dead-letter with the reason -- a request is never dropped silently.
         for attempt in range(1, cfg.route_attempts + 1):
             try:
-                hooks.on_request(record, jobs)
-                return
+                try:
+                    hooks.on_request(record, jobs)
+                    return
+                except Exception as raw:  # a client's or a bug's: classified, never a crash
+                    raise as_headrace(raw, "routing a train request") from raw
+            except FatalError:
+                raise  # not this request's fault: the agent stops, the process exits
             except PermanentError as exc:
+                if exc.__cause__ is not None and not isinstance(exc.__cause__, HeadraceError):
+                    log.error("train request at offset %s: %s", record.offset, exc,
+                              exc_info=exc.__cause__)
                 failed: HeadraceError = exc
                 break
             except HeadraceError as exc:
@@ -202,6 +218,8 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
             hooks.on_tick(jobs)
             if hooks.on_schedules is not None and app.is_leader():
                 hooks.on_schedules(schedules)
+        except FatalError as exc:  # e.g. a producer that failed fatally twice
+            _stop_failed(health, f"control-plane tick: {exc}")
         except HeadraceError as exc:  # one bad tick must not stop the control plane
             log.error("control-plane tick: %s", exc)
 
@@ -213,8 +231,9 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
 
             def make_counter(name: str) -> Callable[[Any], Any]:
                 async def count(stream: Any) -> None:
-                    async for batch in stream.take(10_000, within=cfg.tick_s):
-                        on_data(name, len(batch), counters)
+                    with _crash_guard(health, f"count-{name}"):
+                        async for batch in stream.take(10_000, within=cfg.tick_s):
+                            on_data(name, len(batch), counters)
                 count.__name__ = f"count_{name.replace('-', '_')}"
                 return count
 
@@ -227,8 +246,9 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
 
         @app.agent(drift, name="drift-episodes")
         async def follow_drift(stream: Any) -> None:
-            async for event in stream.events():
-                await _drift_one(_record(event.message))
+            with _crash_guard(health, "drift-episodes"):
+                async for event in stream.events():
+                    await _drift_one(_record(event.message))
 
         async def _drift_one(record: RecordRef) -> None:
             # A request that could not be sent leaves the rule's row unchanged, so a retry
@@ -237,6 +257,8 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
                 try:
                     on_drift(record, episodes)
                     return
+                except FatalError:
+                    raise
                 except HeadraceError as exc:
                     if isinstance(exc, PermanentError) or attempt == cfg.route_attempts:
                         log.error("drift record at offset %s not acted on: %s", record.offset,
@@ -254,6 +276,35 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
             sink["s"].close()
 
     return app
+
+
+@contextlib.contextmanager
+def _crash_guard(health: ControlHealth, agent: str) -> Iterator[None]:
+    """An exception out of an agent (not a cancellation: faust cancels on a rebalance): the
+    process exits at once, non-zero. A crashed faust agent reads its topic no more while the
+    process looks healthy (requests were consumed, committed and never run), and a graceful
+    stop would commit the record it was on (faust acks it as the agent's loop unwinds); exiting
+    here, before that, the restarted process reads it again. Jobs still running are adopted
+    or resumed by the next start, as after any kill."""
+    try:
+        yield
+    except Exception as exc:
+        reason = f"agent {agent} crashed: {type(exc).__name__}: {exc}"
+        health.fail(reason)
+        log.critical("%s; exiting (code %d) so the control plane is restarted and reads the "
+                     "record again", reason, FatalError.exit_code)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(FatalError.exit_code)
+
+
+def _stop_failed(health: ControlHealth, reason: str) -> None:
+    """A producer failed fatally outside an agent: the probes fail at once (with the reason)
+    and the process stops, then exits non-zero (``run_control_app``)."""
+    if health.fail(reason):
+        log.critical("%s; stopping the control plane (it exits non-zero to be restarted)",
+                     reason)
+        request_stop()
 
 
 def _record(msg: Any) -> RecordRef:
@@ -295,6 +346,8 @@ def run_control_app(cfg: ControlAppConfig, hooks: ControlHooks) -> None:
             server.stop()
     if watch.stuck_line is not None:
         raise recovery.RecoveryStuck(watch.stuck_line)
+    if health.fatal is not None:
+        raise FatalError(f"the control plane stopped: {health.fatal}")
 
 
 def changelogs(cfg: ControlAppConfig) -> list[str]:

@@ -7,6 +7,10 @@ Liveness fails (503) when, for longer than ``liveness_s``:
 * the Kafka consumer has had no group session (no coordinator or no member id: the session
   was lost and has not come back).
 
+Both fail at once, for good, when the process cannot go on (``fail``): a faust agent crashed
+(its topic is no longer read, yet the process looked healthy) or a producer failed fatally; the
+app then stops and exits non-zero so it is restarted.
+
 Readiness: the tables are recovered and the consumer has a group session. The app updates the
 state from its event loop; the server thread only reads floats and booleans.
 """
@@ -30,6 +34,7 @@ class ControlHealth:
     busy_since: float | None = None
     recovered: bool = False
     session: bool = False
+    fatal: str | None = None  # why the process cannot go on (an agent crashed...)
 
     def __post_init__(self) -> None:
         self.started_at = self.clock()
@@ -41,9 +46,14 @@ class ControlHealth:
         if session:
             self.last_session = now
 
+    def fail(self, reason: str) -> bool:
+        """The process cannot go on: both probes fail from now on. True the first time."""
+        first, self.fatal = self.fatal is None, self.fatal or reason
+        return first
+
     def live(self) -> tuple[bool, dict[str, object]]:
         now = self.clock()
-        problems: list[str] = []
+        problems: list[str] = [self.fatal] if self.fatal else []
         # Before the first tick or session, the start time stands in: a slow start is not dead.
         since_tick = now - (self.last_tick or self.started_at)
         since_session = now - (self.last_session or self.started_at)
@@ -57,8 +67,13 @@ class ControlHealth:
                               "since_session_s": round(since_session, 3)}
 
     def ready(self) -> tuple[bool, dict[str, object]]:
-        ok = self.recovered and self.session
-        return ok, {"tables_recovered": self.recovered, "kafka_session": self.session}
+        ok = self.recovered and self.session and self.fatal is None
+        info: dict[str, object] = {"tables_recovered": self.recovered,
+                                   "kafka_session": self.session}
+        if not ok:  # the first problem, in words
+            info["reason"] = self.fatal or ("no Kafka group session" if not self.session
+                                            else "tables not recovered yet")
+        return ok, info
 
 
 class HealthServer(ProbeHTTPServer):

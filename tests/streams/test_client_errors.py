@@ -1,0 +1,181 @@
+"""Kafka client errors classified in one place (``streams.client_errors``), with real
+``confluent_kafka.KafkaError`` and ``Message`` objects; and the readers and producers that use it.
+
+The defect: ``_columns`` did ``errors.count(None)`` and ``KafkaError.__eq__(None)`` raises, so any
+error event in a consumed batch ("partition count changed", UNKNOWN_TOPIC_OR_PART) killed the
+scorer with ``SystemError``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, Message
+
+from headrace.contracts import JobEvent, JobEventKind
+from headrace.core.errors import FatalError, PermanentError, RetriableError
+from headrace.streams import client_errors
+from headrace.streams.client_errors import Kind, RateLimitedLog, good_messages, kind_of
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.consuming import from_messages
+from headrace.streams.producing import BatchProducer, EventSink, ProducerRenewed, delivery_failure
+from tests.fixtures import read_topic
+
+
+def msg(offset: int, value: bytes | None = b"v", error: KafkaError | None = None) -> Any:
+    return Message(topic="t", partition=0, offset=offset, key=b"k", value=value, error=error,
+                   timestamp=(1, 1000 + offset))
+
+
+def test_the_old_count_of_none_over_an_error_list_is_a_system_error() -> None:
+    # What _columns did: documents why nothing may compare a KafkaError to None.
+    with pytest.raises(SystemError):
+        [KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), None].count(None)
+
+
+@pytest.mark.parametrize(("err", "producing", "kind"), [
+    (None, False, Kind.IGNORE),
+    (KafkaError(KafkaError._PARTITION_EOF), False, Kind.IGNORE),
+    (KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART), False, Kind.RETRIABLE),
+    (KafkaError(KafkaError._UNKNOWN_PARTITION, "Partition count changed from 3 to 0"), False,
+     Kind.RETRIABLE),
+    (KafkaError(KafkaError._TRANSPORT), False, Kind.RETRIABLE),
+    (KafkaError(KafkaError._ALL_BROKERS_DOWN), False, Kind.RETRIABLE),
+    (KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION), True, Kind.RETRIABLE),
+    (KafkaError(KafkaError.MSG_SIZE_TOO_LARGE), True, Kind.PERMANENT),
+    (KafkaError(KafkaError.INVALID_RECORD), True, Kind.PERMANENT),
+    (KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "oos", fatal=True), True, Kind.FATAL),
+    (KafkaError(KafkaError._FENCED, "fenced", fatal=True), True, Kind.FATAL),
+    (KafkaError(KafkaError.FENCED_INSTANCE_ID, "static member fenced", fatal=True), False,
+     Kind.FATAL),
+    # Fatal wins over a code that would otherwise be permanent or informational.
+    (KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "x", fatal=True), True, Kind.FATAL),
+])
+def test_every_error_has_one_kind(err: KafkaError | None, producing: bool, kind: Kind) -> None:
+    assert kind_of(err, producing=producing) is kind
+
+
+def test_a_batch_with_an_error_event_keeps_its_records_instead_of_raising(
+        caplog: pytest.LogCaptureFixture) -> None:
+    bad = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+    msgs = [msg(0), msg(-1, None, bad), msg(1), msg(2, None, KafkaError(KafkaError._PARTITION_EOF))]
+    with caplog.at_level(logging.WARNING, "headrace.streams.client_errors"):
+        batch = from_messages(msgs)  # was: SystemError from errors.count(None)
+    assert batch.offsets.tolist() == [0, 1]
+    assert batch.values == [b"v", b"v"]
+    assert "Unknown topic or partition" in caplog.text
+
+
+def test_a_fatal_consumer_event_is_fatal() -> None:
+    fenced = KafkaError(KafkaError.FENCED_INSTANCE_ID, "fenced by a newer member", fatal=True)
+    with pytest.raises(FatalError, match="fenced by a newer member"):
+        from_messages([msg(0), msg(-1, None, fenced)])
+
+
+def test_retriable_events_are_logged_once_a_while_not_per_poll(
+        caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    limited = RateLimitedLog(logging.getLogger("t.rl"), every_s=30.0, clock=lambda: now[0])
+    down = KafkaError(KafkaError._ALL_BROKERS_DOWN)
+    with caplog.at_level(logging.WARNING, "t.rl"):
+        said = [limited("consumer", down) for _ in range(100)]
+        now[0] = 31.0
+        said.append(limited("consumer", down))
+    assert said.count(True) == 2
+    assert len(caplog.records) == 2
+
+
+def test_good_messages_counts_each_failure() -> None:
+    seen: list[str] = []
+    errs = [KafkaError(KafkaError._TRANSPORT), KafkaError(KafkaError._PARTITION_EOF)]
+    out = good_messages([msg(0), msg(-1, None, errs[0]), msg(-1, None, errs[1])],
+                        on_error=lambda e: seen.append(e.name()))
+    assert [m.offset() for m in out] == [0]
+    assert seen == ["_TRANSPORT"]  # EOF is no failure
+
+
+def test_delivery_failures_are_fatal_if_any_is() -> None:
+    errors = [KafkaError(KafkaError._MSG_TIMED_OUT),
+              KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "oos", fatal=True)]
+    assert isinstance(delivery_failure(errors), FatalError)  # not only when it comes first
+    assert isinstance(delivery_failure(errors[:1]), RetriableError)
+
+
+def test_classify_a_failed_call() -> None:
+    fatal = KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+    assert isinstance(client_errors.classify(fatal, "commit"), FatalError)
+    assert isinstance(client_errors.classify(KafkaException(KafkaError(KafkaError._TRANSPORT)),
+                                             "commit"), RetriableError)
+
+
+def test_any_exception_becomes_one_of_the_three() -> None:
+    fatal = KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "oos", fatal=True))
+    assert isinstance(client_errors.as_headrace(fatal, "route"), FatalError)
+    transient = KafkaException(KafkaError(KafkaError._TRANSPORT))
+    assert isinstance(client_errors.as_headrace(transient, "route"), RetriableError)
+    bug = client_errors.as_headrace(KeyError("x"), "route")
+    assert isinstance(bug, PermanentError) and "unexpected KeyError" in str(bug)
+    mine = RetriableError("dfs hiccup")
+    assert client_errors.as_headrace(mine, "route") is mine
+
+
+class _FencedProducer:
+    """A producer whose instance failed fatally: every produce raises, as librdkafka's does."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def produce(self, *args: Any, **kw: Any) -> None:
+        self.calls += 1
+        raise KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                        "Broker: Out of order sequence number", fatal=True))
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: 0  # purge, poll, flush: nothing held
+
+
+def test_a_fatal_produce_renews_the_producer_and_the_flush_says_so(conn: KafkaConnection,
+                                                                   topic_factory: Any) -> None:
+    topic = topic_factory()
+    p = BatchProducer(conn)
+    fenced = p.producer = _FencedProducer()
+    refused = p.produce_many(topic, [b"a", b"b"], [None, None], [])
+    assert refused == [] and fenced.calls == 1
+    assert p.producer is not fenced  # a new producer took the rest
+    with pytest.raises(ProducerRenewed, match="OUT_OF_ORDER_SEQUENCE_NUMBER"):
+        p.flush(10.0)  # the caller must produce everything since the last flush again
+    p.produce_many(topic, [b"a", b"b"], [None, None], [])
+    p.flush(10.0)  # the new producer works, and the flag is cleared
+    assert {m.value() for m in read_topic(conn, topic, expect=2)} == {b"a", b"b"}
+
+
+def test_a_fatal_single_produce_renews_too(conn: KafkaConnection, topic_factory: Any) -> None:
+    topic = topic_factory()
+    p = BatchProducer(conn)
+    p.producer = _FencedProducer()
+    p.produce(topic, b"one")  # replay, redrive, send: was a raw KafkaException
+    with pytest.raises(ProducerRenewed):
+        p.flush(10.0)
+    assert [m.value() for m in read_topic(conn, topic, expect=1)] == [b"one"]
+
+
+def test_a_fatal_transactional_produce_is_fatal(conn: KafkaConnection) -> None:
+    p = BatchProducer(conn)
+    p.transactional = True
+    p.producer = _FencedProducer()
+    with pytest.raises(FatalError, match="Out of order"):
+        p.produce_many("t", [b"a"], [None], [])
+
+
+def test_an_event_sink_whose_producer_is_fenced_sends_with_a_new_one(
+        conn: KafkaConnection, topic_factory: Any) -> None:
+    topic = topic_factory()
+    sink = EventSink(conn)
+    sink._producer.producer = _FencedProducer()  # the control plane's QUEUED event, say
+    event = JobEvent(job_id="j1", kind=JobEventKind.QUEUED, model_name="m")
+    sink.send(topic, event, key="j1")  # was: KafkaException out of the routing agent
+    [rec] = read_topic(conn, topic, expect=1)
+    assert JobEvent.model_validate_json(rec.value()).job_id == "j1"
+    sink.close()
