@@ -47,8 +47,8 @@ def _tap(dfs: Path, stream: str) -> Any:
     from headrace.core.settings import load_settings
     from headrace.scorers.metrics import ScorerMetrics
     from headrace.scorers.models import Sizing, load_ref
+    from headrace.scorers.rollout.shadow_tap import ShadowTap
     from headrace.scorers.settings import load_scorer_settings
-    from headrace.scorers.shadow_tap import ShadowTap
     from headrace.scorers.taps import TapContext
 
     settings = load_settings(bootstrap="unused:9092", dfs_root=str(dfs), streams=[stream],
@@ -68,9 +68,9 @@ def _tap(dfs: Path, stream: str) -> Any:
 def _split(core: Any, tap: Any, cand: Any, model: Any, batch: Any, times: dict[str, list[float]]
            ) -> None:
     """The tap's steps one by one, on this thread (what the tap runs, in its order)."""
-    from headrace.scorers.candidate import inputs_for
-    from headrace.scorers.shadow_rows import Production, pair_rows
-    from headrace.scorers.shadow_tap import _Handoff, _Started
+    from headrace.scorers.rollout.candidate import inputs_for
+    from headrace.scorers.rollout.shadow_rows import Production, pair_rows
+    from headrace.scorers.rollout.shadow_tap import _Handoff, _Started
     from headrace.scorers.taps import Scored
 
     def lap(name: str, t: float) -> float:

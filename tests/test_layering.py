@@ -29,6 +29,8 @@ PLANTS = [
     ("headrace/ops/demo.py", "kubernetes"),
     ("headrace/scorers/worker.py", "kubernetes"),
     ("headrace/topology/commands.py", "helm_python"),
+    ("headrace/scorers/worker.py", "headrace.scorers.rollout.canary"),
+    ("headrace/scorers/core.py", "headrace.rollout.routing"),
 ]
 
 

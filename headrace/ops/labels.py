@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace.core.errors import ValidationFailed
-from headrace.scorers.label_join import parse_label
+from headrace.scorers.rollout.label_join import parse_label
 from headrace.streams.clients import KafkaConnection, ensure_topics, partition_count
 from headrace.streams.producing import BatchProducer
 from headrace.streams.topics import TopicSpec, data_topic, labels_topic

@@ -29,7 +29,7 @@ from headrace.drift.tracking import VersionTracker
 from headrace.scorers.decoding import Features
 from headrace.scorers.models import LoadedModel
 from headrace.scorers.outputs import SideOutput
-from headrace.scorers.taps import Scored, TapContext, register
+from headrace.scorers.taps import Scored, TapContext
 from headrace.store import tokens
 from headrace.store.dfs import model_dir
 from headrace.streams.reading import iter_records
@@ -218,6 +218,3 @@ def factory(ctx: TapContext) -> DriftTap | None:
     if not ctx.scorer.drift.enabled:
         return None
     return DriftTap(ctx)
-
-
-register(NAME, factory)

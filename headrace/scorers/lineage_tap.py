@@ -23,7 +23,7 @@ import numpy as np
 
 from headrace.contracts import LineageRange, RolloutRole
 from headrace.scorers import taps
-from headrace.scorers.rollout_state import RolloutWatch
+from headrace.scorers.rollout.state import RolloutWatch, watch_of
 from headrace.streams.topics import ControlTopics
 
 
@@ -118,7 +118,4 @@ class LineageTap:
 
 def make(context: taps.TapContext) -> LineageTap:
     return LineageTap(context.scorer.stream, ControlTopics.of(context.settings).lineage,
-                      context.rollout)
-
-
-taps.register("lineage", make)
+                      watch_of(context))

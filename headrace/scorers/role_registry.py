@@ -1,3 +1,12 @@
-"""Importing this registers every routing role (``roles``): one import line per role."""
+"""The scorer's routing roles (``roles``), one entry per role: an explicit list (no module
+registers itself when imported)."""
 
-from headrace.scorers import canary  # noqa: F401
+from __future__ import annotations
+
+from headrace.contracts import RolloutRole
+from headrace.scorers.roles import RoutingFactory
+from headrace.scorers.rollout import canary
+
+ROLES: tuple[tuple[str, RoutingFactory], ...] = (
+    (RolloutRole.CANARY.value, canary.make_role),
+)

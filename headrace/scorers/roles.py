@@ -5,15 +5,15 @@ batch to production; the worker asks its roles once per batch and has no branch 
 A shadow is not a routing role: it scores every record a second time without changing what
 production publishes, so it is a tap (``taps``).
 
-Roles are made by factories registered by role (``register``); the scorer builds every
-registered role for its stream (``role_registry`` imports the modules that register), a
-factory returning None when it has nothing to do on this scorer.
+Roles are made by factories, listed by role in ``role_registry`` (no module registers itself
+when imported); the scorer builds every listed role for its stream, a factory returning None
+when it has nothing to do on this scorer.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -60,21 +60,9 @@ class Routing(Protocol):
 
 RoutingFactory = Callable[["TapContext"], "Routing | None"]
 
-_FACTORIES: dict[str, RoutingFactory] = {}
-
-
-def register(role: RolloutRole, factory: RoutingFactory) -> None:
-    """Make every scorer build ``factory``'s role (a later registration replaces it)."""
-    _FACTORIES[role.value] = factory
-
-
-def registered() -> tuple[str, ...]:
-    return tuple(_FACTORIES)
-
-
-def build(context: TapContext) -> list[Routing]:
+def build(context: TapContext, listed: Sequence[tuple[str, RoutingFactory]]) -> list[Routing]:
     roles: list[Routing] = []
-    for name, factory in _FACTORIES.items():
+    for name, factory in listed:
         role = factory(context)
         if role is not None:
             log.info("scorer routing role on: %s", name)

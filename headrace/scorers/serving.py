@@ -20,22 +20,19 @@ from types import FrameType
 from headrace.core import heap
 from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings
-from headrace.scorers import (
-    role_registry,  # noqa: F401  (registers the routing roles)
-    tap_registry,  # noqa: F401  (each tap registers itself)
-)
 from headrace.scorers.budget import MessageCaps
 from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.inputs import InputLimits
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import ModelHolder, Sizing
 from headrace.scorers.probing import ProbeServer, ProbeState
+from headrace.scorers.role_registry import ROLES
 from headrace.scorers.roles import build as build_roles
-from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.settings import ScorerSettings
 from headrace.scorers.stall import LagWatch
 from headrace.scorers.stream_io import ModelEventsListener, StreamIO
 from headrace.scorers.swapping import ModelWatcher
+from headrace.scorers.tap_registry import TAPS
 from headrace.scorers.taps import TapContext
 from headrace.scorers.taps import build as build_taps
 from headrace.scorers.worker import Worker
@@ -107,11 +104,6 @@ class Scorer:
                 return
             self.state.phase = "starting the consumer (rollout state, candidates, group)"
             watcher.start(stop)
-            control = topics.ControlTopics.of(self.settings)
-            rollout = RolloutWatch(self.conn, control.rollout, s.stream).start(stop)
-            if not rollout.wait_caught_up(timeout_s=10.0):
-                log.warning("%s not read to its end in 10s; scoring without waiting for it",
-                            control.rollout)
             worker_box: list[Worker] = []
 
             def assignment_changed(_: list[tuple[str, int]]) -> None:
@@ -122,8 +114,9 @@ class Scorer:
                 if worker_box:
                     worker_box[0].on_revoked()
 
-            context = TapContext(self.settings, s, self.conn, self.metrics, rollout)
-            routes = build_roles(context)  # a canary's candidate is loaded before the first batch
+            context = TapContext(self.settings, s, self.conn, self.metrics, stop)
+            # A canary's candidate is loaded before the first batch.
+            routes = build_roles(context, ROLES)
             heap.rarer_young_collections(s.batch_size)
             if s.decode_processes:
                 try:
@@ -150,7 +143,7 @@ class Scorer:
                                    message=MessageCaps(max_rows=s.max_message_rows,
                                                        max_bytes=s.max_message_bytes)),
                 top_k=s.top_k, max_batch_bytes=s.max_batch_bytes,
-                taps=build_taps(context), rollout=rollout, routes=routes)
+                taps=build_taps(context, TAPS), routes=routes)
             worker_box.append(worker)
             self.worker = worker
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0

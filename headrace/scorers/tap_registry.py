@@ -1,8 +1,14 @@
-"""Imports every scorer tap module, so each registers its factory (``taps.register``).
-One line per tap (kept apart, so each helper's line merges on its own)."""
+"""The scorer's taps, in the order they see each batch: an explicit list (no module registers
+itself when imported). An embedder adds one with ``taps.register``."""
 
-# isort: off
-from headrace.scorers import drift_tap  # noqa: F401
-from headrace.scorers import shadow_tap  # noqa: F401  (shadow scoring, live comparison)
-from headrace.scorers import lineage_tap  # noqa: F401
-# isort: on
+from __future__ import annotations
+
+from headrace.scorers import drift_tap, lineage_tap
+from headrace.scorers.rollout import shadow_tap
+from headrace.scorers.taps import TapFactory
+
+TAPS: tuple[tuple[str, TapFactory], ...] = (
+    (drift_tap.NAME, drift_tap.factory),
+    ("shadow", shadow_tap.make_shadow_tap),  # shadow scoring, the live comparison
+    ("lineage", lineage_tap.make),
+)

@@ -25,9 +25,10 @@ registered tap for its stream and a factory returns None when its feature is off
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from headrace.scorers.inputs import Decoded
     from headrace.scorers.metrics import ScorerMetrics
     from headrace.scorers.models import LoadedModel
-    from headrace.scorers.rollout_state import RolloutWatch
     from headrace.scorers.settings import ScorerSettings
     from headrace.streams.clients import KafkaConnection
     from headrace.streams.consuming import RawBatch
@@ -108,15 +108,17 @@ class DeliveringTap(Tap, Protocol):
 
 @dataclass(frozen=True)
 class TapContext:
-    """What a tap factory may use: the settings, the stream's scorer settings, the Kafka
-    connection (to read its state back at start), the scorer's metrics registry and the
-    stream's rollout state (shadow, canary)."""
+    """What a tap or role factory may use: the settings, the stream's scorer settings, the
+    Kafka connection (to read its state back at start), the scorer's metrics registry, its stop
+    event, and ``shared``: what the taps and roles of one scorer share (e.g. the rollout
+    package's one follower of the stream's rollout state), made by the first that needs it."""
 
     settings: Settings
     scorer: ScorerSettings
     conn: KafkaConnection | None
     metrics: ScorerMetrics
-    rollout: RolloutWatch | None = None
+    stop: threading.Event = field(default_factory=threading.Event)
+    shared: dict[str, Any] = field(default_factory=dict)
 
 
 TapFactory = Callable[[TapContext], "Tap | None"]
@@ -125,7 +127,8 @@ _FACTORIES: dict[str, TapFactory] = {}
 
 
 def register(name: str, factory: TapFactory) -> None:
-    """Make every scorer build ``factory``'s tap (a later registration of a name replaces it)."""
+    """Make every scorer build ``factory``'s tap besides the listed ones (``tap_registry``); a
+    name already listed is replaced."""
     _FACTORIES[name] = factory
 
 
@@ -137,10 +140,12 @@ def registered() -> tuple[str, ...]:
     return tuple(_FACTORIES)
 
 
-def build(context: TapContext) -> list[Tap]:
-    """The taps that are on for this scorer, in registration order."""
+def build(context: TapContext, listed: Sequence[tuple[str, TapFactory]] = ()) -> list[Tap]:
+    """The taps that are on for this scorer: the ``listed`` ones in order, then any
+    registered."""
+    factories = {**dict(listed), **_FACTORIES}
     taps: list[Tap] = []
-    for name, factory in _FACTORIES.items():
+    for name, factory in factories.items():
         tap = factory(context)
         if tap is not None:
             log.info("scorer tap on: %s", name)

@@ -56,7 +56,6 @@ from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder
 from headrace.scorers.outputs import Outputs
 from headrace.scorers.roles import Routing, close_roles
-from headrace.scorers.rollout_state import RolloutWatch
 from headrace.scorers.stream_io import (
     CommitAbandoned,
     DeliveryFailed,
@@ -132,12 +131,10 @@ class Worker:
         top_k: int | None = None,
         max_batch_bytes: int | None = None,
         taps: list[Tap] | None = None,
-        rollout: RolloutWatch | None = None,
         routes: list[Routing] | None = None,
     ) -> None:
         self.io = io
         self.taps = list(taps or [])
-        self.rollout = rollout  # the stream's shadow or canary candidate, if any
         self.routes = list(routes or [])  # roles that split a batch between models (canary)
         self.holder = holder
         self.metrics = metrics

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from headrace.cli import main
-from headrace.scorers.label_join import LabelJoin, follow_labels, parse_label
-from headrace.scorers.live_counts import BatchRows, LiveComparison, Pair
+from headrace.scorers.rollout.label_join import LabelJoin, follow_labels, parse_label
+from headrace.scorers.rollout.live_counts import BatchRows, LiveComparison, Pair
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import BatchProducer
 from headrace.streams.reading import iter_records

@@ -13,7 +13,7 @@ from headrace.contracts import LiveCounts, RolloutRole
 from headrace.core.errors import ValidationFailed
 from headrace.rollout.evidence import LiveEvidence
 from headrace.rollout.tally import LiveTally
-from headrace.scorers.live_counts import LiveComparison, Pair, PartitionCounts
+from headrace.scorers.rollout.live_counts import LiveComparison, Pair, PartitionCounts
 
 IDENTITY = {"stream", "model_name", "production_version", "candidate_version", "role",
             "partition", "next_offset", "classes", "ts", "schema_version"}

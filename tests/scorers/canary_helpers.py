@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from headrace.contracts import JobEvent, RolloutRole
-from headrace.scorers.canary import ROLE_HEADER
+from headrace.scorers.rollout.canary import ROLE_HEADER
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics, predictions_topic

@@ -25,7 +25,7 @@ from headrace.ops.rollout.canary import start_canary
 from headrace.ops.rollout.control import current_rollout, publish_rollout
 from headrace.rollout import routing
 from headrace.scorers import taps
-from headrace.scorers.canary_outcomes import audit_id
+from headrace.scorers.rollout.canary_outcomes import audit_id
 from headrace.scorers.taps import Scored
 from headrace.store.manifest import Manifest
 from headrace.store.versions import ModelVersion, publish, read_alias

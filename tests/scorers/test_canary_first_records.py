@@ -12,7 +12,7 @@ from typing import Any
 from headrace.core.settings import Settings
 from headrace.ops.rollout.canary import start_canary
 from headrace.rollout import routing
-from headrace.scorers.canary import CanaryRole
+from headrace.scorers.rollout.canary import CanaryRole
 from headrace.streams.clients import KafkaConnection
 from tests.fixtures import ready_scorer
 from tests.scorers.canary_helpers import CONTROL, is_canary, wait_predictions

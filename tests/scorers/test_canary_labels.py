@@ -24,7 +24,7 @@ from headrace.core.settings import Settings
 from headrace.ops.rollout.canary import start_canary
 from headrace.ops.rollout.control import current_rollout
 from headrace.rollout import routing
-from headrace.scorers.canary_outcomes import audit_id
+from headrace.scorers.rollout.canary_outcomes import audit_id
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.reading import read_events
 from headrace.streams.topics import TopicSpec, dlq_topic, labels_topic

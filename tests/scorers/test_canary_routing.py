@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from headrace.rollout import routing
-from headrace.scorers.canary import route
+from headrace.scorers.rollout.canary import route
 from headrace.streams.consuming import RawBatch
 
 

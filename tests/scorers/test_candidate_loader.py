@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from headrace.core.errors import PermanentError
-from headrace.scorers.candidates import CandidateLoader
 from headrace.scorers.models import Sizing
+from headrace.scorers.rollout.candidates import CandidateLoader
 from tests.scorers.conftest import publish_tf
 
 

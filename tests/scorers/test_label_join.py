@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from headrace.core.errors import ValidationFailed
-from headrace.scorers.label_join import LabelJoin, parse_label
-from headrace.scorers.live_counts import BatchRows, LiveComparison, Pair
+from headrace.scorers.rollout.label_join import LabelJoin, parse_label
+from headrace.scorers.rollout.live_counts import BatchRows, LiveComparison, Pair
 
 CLASSES = ("no", "yes")
 

@@ -7,7 +7,7 @@ import threading
 import uuid
 
 from headrace.contracts import RolloutRole, RolloutState
-from headrace.scorers.rollout_state import RolloutWatch
+from headrace.scorers.rollout.state import RolloutWatch
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import send_events
 from headrace.streams.topics import ControlTopics

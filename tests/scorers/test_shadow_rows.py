@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headrace.scorers.shadow_rows import Production, pair_rows, top_class
+from headrace.scorers.rollout.shadow_rows import Production, pair_rows, top_class
 from headrace.streams.consuming import RawBatch
 
 

@@ -15,6 +15,7 @@ import pytest
 from headrace.core.settings import Settings
 from headrace.scorers import taps
 from headrace.scorers.outputs import SendSide, SideOutput
+from headrace.scorers.rollout.state import watch_of
 from headrace.scorers.taps import Scored, TapContext
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.topics import TopicSpec, catalog, predictions_topic
@@ -59,7 +60,8 @@ def _registered(name: str, cls: Any, conn: KafkaConnection, settings: Settings,
     opts: dict[str, Any] = getattr(request, "param", {})
 
     def factory(ctx: TapContext) -> Any:
-        assert ctx.rollout is not None and ctx.conn is not None
+        # The rollout's taps made the scorer's one rollout-state follower; a later tap shares it.
+        assert ctx.conn is not None and watch_of(ctx) is ctx.shared["rollout"]
         made.append(cls(topic, **opts))
         return made[-1]
 

@@ -44,7 +44,7 @@ def test_tail_prints_the_records_after_a_poison_one_and_exits_0(
 
 def test_the_label_join_keeps_joining_valid_labels_after_a_poison_one(
         conn: KafkaConnection, topic_factory: Callable[..., str]) -> None:
-    from headrace.scorers.label_join import LabelJoin, follow_labels
+    from headrace.scorers.rollout.label_join import LabelJoin, follow_labels
     from tests.scorers.test_label_join import _comparison, _predict
 
     topic = topic_factory(prefix="labels")

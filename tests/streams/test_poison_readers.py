@@ -133,7 +133,7 @@ def test_bad_records_are_counted_and_logged_once_a_minute(
 
 
 def test_label_join_skips_every_poison_and_then_joins_a_valid_label() -> None:
-    from headrace.scorers.label_join import LabelJoin, parse_label, take_label
+    from headrace.scorers.rollout.label_join import LabelJoin, parse_label, take_label
     from tests.scorers.test_label_join import _comparison, _predict
 
     # The finding: [ x 100,000 raised RecursionError here and killed the labels thread.
@@ -198,8 +198,8 @@ def _counts() -> LiveCounts:
 
 
 def test_live_counts_and_rollout_followers_skip_poison_and_keep_reading() -> None:
-    from headrace.scorers.live_counts import LiveCountsFollower, Pair
-    from headrace.scorers.rollout_state import RolloutWatch
+    from headrace.scorers.rollout.live_counts import LiveCountsFollower, Pair
+    from headrace.scorers.rollout.state import RolloutWatch
 
     follower = LiveCountsFollower(None, TOPIC, "s")  # type: ignore[arg-type]
     watch = RolloutWatch(None, TOPIC, "s")  # type: ignore[arg-type]

@@ -17,7 +17,7 @@ from headrace.contracts import Canary, JobEventKind, RolloutRole, RolloutState
 from headrace.core.errors import ValidationFailed
 from headrace.core.naming import check_name
 from headrace.ops.rollout.control import current_rollout, publish_rollout
-from headrace.scorers.canary_outcomes import audit_event
+from headrace.scorers.rollout.canary_outcomes import audit_event
 from headrace.store.versions import PRODUCTION, read_alias, resolve
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import send_events

@@ -27,17 +27,17 @@ import numpy as np
 
 from headrace.contracts import RolloutRole
 from headrace.rollout.canary_steps import Labelled
-from headrace.scorers.candidate import classes_of
-from headrace.scorers.label_join import LabelJoin, follow_labels
-from headrace.scorers.live_counts import (
+from headrace.scorers.models import LoadedModel
+from headrace.scorers.outputs import Outputs
+from headrace.scorers.rollout.candidate import classes_of
+from headrace.scorers.rollout.label_join import LabelJoin, follow_labels
+from headrace.scorers.rollout.live_counts import (
     LiveComparison,
     LiveCountsFollower,
     Pair,
     changed_counts,
     persist_last,
 )
-from headrace.scorers.models import LoadedModel
-from headrace.scorers.outputs import Outputs
 from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.consuming import RawBatch
 

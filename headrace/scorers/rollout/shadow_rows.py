@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headrace.scorers.live_counts import BatchRows
+from headrace.scorers.rollout.live_counts import BatchRows
 from headrace.streams.consuming import RawBatch
 
 # Up to this many classes the top class is found column by column (a few vector operations);

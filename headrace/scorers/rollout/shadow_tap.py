@@ -38,25 +38,25 @@ import numpy as np
 
 from headrace.contracts import RolloutRole
 from headrace.scorers.budget import MessageCaps
-from headrace.scorers.candidate import CandidateRun, classes_of, run_candidate
-from headrace.scorers.candidates import CandidateLoader
 from headrace.scorers.core import ScoringCore
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.inputs import InputLimits
-from headrace.scorers.label_join import LabelJoin, follow_labels
-from headrace.scorers.live_counts import (
+from headrace.scorers.models import LoadedModel, Sizing
+from headrace.scorers.outputs import Outputs, SendSide, SideOutput
+from headrace.scorers.rollout.candidate import CandidateRun, classes_of, run_candidate
+from headrace.scorers.rollout.candidates import CandidateLoader
+from headrace.scorers.rollout.label_join import LabelJoin, follow_labels
+from headrace.scorers.rollout.live_counts import (
     LiveComparison,
     LiveCountsFollower,
     Pair,
     changed_counts,
     persist_last,
 )
-from headrace.scorers.models import LoadedModel, Sizing
-from headrace.scorers.outputs import Outputs, SendSide, SideOutput
-from headrace.scorers.rollout_state import RolloutWatch
-from headrace.scorers.shadow_metrics import ShadowMetrics
-from headrace.scorers.shadow_rows import PartitionRows, Production, pair_rows
-from headrace.scorers.taps import Scored, Tap, TapContext, register
+from headrace.scorers.rollout.shadow_metrics import ShadowMetrics
+from headrace.scorers.rollout.shadow_rows import PartitionRows, Production, pair_rows
+from headrace.scorers.rollout.state import RolloutWatch, watch_of
+from headrace.scorers.taps import Scored, Tap, TapContext
 from headrace.streams.clients import KafkaConnection, ensure_topics, partition_count
 from headrace.streams.consuming import RawBatch
 from headrace.streams.topics import (
@@ -369,14 +369,12 @@ def make_shadow_tap(ctx: TapContext) -> Tap | None:
     """On for every scorer that follows a rollout; idle until a shadow is set. A scorer that
     starts during a shadow loads the candidate before it scores (a restart compares every
     record it scores)."""
-    if ctx.rollout is None or ctx.conn is None:
+    watch = watch_of(ctx)
+    if watch is None or ctx.conn is None:
         return None
-    tap = ShadowTap(ctx, ctx.conn, ctx.rollout)
+    tap = ShadowTap(ctx, ctx.conn, watch)
     version = tap.wanted()
     if version is not None:
         tap.loader.want(tap.model_name, version, wait=True)
     threading.Thread(target=tap.watch, name="shadow-watch", daemon=True).start()
     return tap
-
-
-register("shadow", make_shadow_tap)

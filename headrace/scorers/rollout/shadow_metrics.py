@@ -9,9 +9,9 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from headrace.scorers.label_join import JoinStats
-from headrace.scorers.live_counts import LiveComparison
 from headrace.scorers.metrics import LATENCY_BUCKETS, ScorerMetrics
+from headrace.scorers.rollout.label_join import JoinStats
+from headrace.scorers.rollout.live_counts import LiveComparison
 
 
 class ShadowMetrics:

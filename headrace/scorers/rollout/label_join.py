@@ -31,7 +31,7 @@ from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.reading import Record, iter_records
 
 if TYPE_CHECKING:
-    from headrace.scorers.live_counts import LiveComparison
+    from headrace.scorers.rollout.live_counts import LiveComparison
 
 log = logging.getLogger(__name__)
 

@@ -36,18 +36,18 @@ import numpy as np
 from headrace.contracts import RolloutRole, RolloutState
 from headrace.rollout import routing
 from headrace.rollout.canary_steps import Decision, Labelled, Ledger, Verdict, judge
-from headrace.scorers.canary_labels import Arm, CanaryLabels, arm
-from headrace.scorers.canary_metrics import CanaryMetrics
-from headrace.scorers.canary_outcomes import CanaryOutcomes
-from headrace.scorers.candidates import CandidateLoader
 from headrace.scorers.core import ScoringCore
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
-from headrace.scorers.label_join import LabelJoin
-from headrace.scorers.live_counts import LiveComparison
 from headrace.scorers.models import LoadedModel, Sizing
 from headrace.scorers.outputs import Outputs
-from headrace.scorers.roles import Parts, register
-from headrace.scorers.rollout_state import RolloutWatch
+from headrace.scorers.roles import Parts
+from headrace.scorers.rollout.canary_labels import Arm, CanaryLabels, arm
+from headrace.scorers.rollout.canary_metrics import CanaryMetrics
+from headrace.scorers.rollout.canary_outcomes import CanaryOutcomes
+from headrace.scorers.rollout.candidates import CandidateLoader
+from headrace.scorers.rollout.label_join import LabelJoin
+from headrace.scorers.rollout.live_counts import LiveComparison
+from headrace.scorers.rollout.state import RolloutWatch, watch_of
 from headrace.scorers.splitting import Part
 from headrace.scorers.taps import TapContext
 from headrace.streams.consuming import RawBatch
@@ -282,8 +282,9 @@ class CanaryRole:
             self.labels.close()
 
 
-def _factory(ctx: TapContext) -> CanaryRole | None:
-    if ctx.rollout is None or ctx.conn is None:
+def make_role(ctx: TapContext) -> CanaryRole | None:
+    watch = watch_of(ctx)
+    if watch is None or ctx.conn is None:
         return None
     s = ctx.scorer
     labels = CanaryLabels(conn=ctx.conn, live_topic=ControlTopics.of(ctx.settings).rollout_live,
@@ -292,7 +293,7 @@ def _factory(ctx: TapContext) -> CanaryRole | None:
                           join=LabelJoin(max_records=s.label_window_records,
                                          max_age_s=s.label_window_s))
     role = CanaryRole(
-        model_name=s.model_name, watch=ctx.rollout,
+        model_name=s.model_name, watch=watch,
         # The label counts are read back while the candidate loads (not after: routing would
         # wait for them with the candidate ready, and production score the first records).
         loader=CandidateLoader(root=ctx.settings.dfs_root, device=s.device,
@@ -312,6 +313,3 @@ def _factory(ctx: TapContext) -> CanaryRole | None:
         if role.labels.follower is not None:
             role.labels.follower.wait_caught_up(timeout_s=10.0)
     return role
-
-
-register(RolloutRole.CANARY, _factory)

@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 from headrace.contracts import RolloutState, parse
 from headrace.core.bad_records import BadRecords
 from headrace.streams.clients import KafkaConnection, partitions_of
 from headrace.streams.reading import Follower, Record, probe_ends
+from headrace.streams.topics import ControlTopics
+
+if TYPE_CHECKING:
+    from headrace.scorers.taps import TapContext
 
 log = logging.getLogger(__name__)
 
@@ -98,3 +103,19 @@ class RolloutWatch:
             self.bad.skip(f"{rec.topic}/{rec.partition}@{rec.offset}", exc)
             return
         self.apply(state)
+
+
+def watch_of(ctx: TapContext) -> RolloutWatch | None:
+    """The scorer's one follower of the stream's rollout state, shared by its taps and roles
+    (started by the first that asks, read to its end before it answers); None without Kafka."""
+    if ctx.conn is None:
+        return None
+    watch = ctx.shared.get("rollout")
+    if watch is None:
+        topic = ControlTopics.of(ctx.settings).rollout
+        watch = RolloutWatch(ctx.conn, topic, ctx.scorer.stream).start(ctx.stop)
+        if not watch.wait_caught_up(timeout_s=10.0):
+            log.warning("%s not read to its end in 10s; scoring without waiting for it", topic)
+        ctx.shared["rollout"] = watch
+    assert isinstance(watch, RolloutWatch)
+    return watch
