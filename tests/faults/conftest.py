@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection
-from tests.faults.harness import Scorers, Stream, new_stream, publish_tiny_model, scorer_entry_point
+from tests.faults.harness import (
+    Scorers,
+    Stream,
+    free_port,
+    new_stream,
+    publish_tiny_model,
+    scorer_entry_point,
+)
 
 needs_scorer = pytest.mark.skipif(
     scorer_entry_point() is None,
@@ -35,3 +43,14 @@ def scorers(broker: str, dfs: Path, stream: Stream, model: str,
         yield s
     finally:
         s.cleanup()
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    """An embedded broker of the test's own, on a fixed port, so it can be stopped and
+    started again at the same address."""
+    b = EmbeddedBroker(port=free_port(), log_path=tmp_path / "tansu.log").start()
+    try:
+        yield b
+    finally:
+        b.stop()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,7 +32,6 @@ from tests.faults.harness import (
     check,
     ensure_stream_topics,
     figures,
-    free_port,
     publish_tiny_model,
     wait_covered,
 )
@@ -46,15 +44,6 @@ pytestmark = [
 ]
 DOWN_S = 10.0
 TOPIC_GAP_S = 4.0
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker(port=free_port(), log_path=tmp_path / "tansu.log").start()
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_nothing(

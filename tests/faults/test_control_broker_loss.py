@@ -14,7 +14,6 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ from headrace.streams.clients import KafkaConnection, ensure_topics, make_produc
 from headrace.streams.reading import iter_records, read_events
 from headrace.streams.topics import ControlTopics, TopicSpec
 from headrace.trainers import api, jobs
-from tests.faults.harness import free_port
 from tests.fixtures import eventually, http_get
 from tests.trainers.conftest import REPO, job_env, stop
 
@@ -37,15 +35,6 @@ pytestmark = [
                        reason="an external Kafka cannot be restarted from a test"),
 ]
 APP = "lossy"
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
-    b = EmbeddedBroker(port=free_port(), log_path=tmp_path / "tansu.log").start()
-    try:
-        yield b
-    finally:
-        b.stop()
 
 
 class Controls:

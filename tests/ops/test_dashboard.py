@@ -29,6 +29,7 @@ from headrace.streams.topics import JOB_EVENTS, TopicSpec, catalog, data_topic, 
 from tests.browser import chromium, needs_chromium
 from tests.fixtures import eventually
 from tests.ops.dashboard_data import HISTORY, KEPT_WHY, MATRIX, REFUSED_WHY, write_dfs
+from tests.ops.http_json import get
 
 
 def _free_port() -> int:
@@ -122,14 +123,6 @@ def bare_dash(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
 
 def _wait(cond: Any, what: str, timeout_s: float = 20) -> None:
     eventually(cond, timeout_s=timeout_s, interval_s=0.1, what=what)
-
-
-def get(url: str) -> tuple[int, Any]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def test_api_serves_jobs_models_scorers_and_dead_letters(dash: Dashboard,

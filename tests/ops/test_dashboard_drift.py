@@ -4,14 +4,10 @@ scorers publish them), with since when it is in that state; the page renders it.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,6 +19,7 @@ from headrace.streams.producing import send_events
 from headrace.streams.topics import ControlTopics
 from tests.browser import chromium, needs_chromium
 from tests.fixtures import eventually
+from tests.ops.http_json import get
 
 T0 = datetime(2026, 11, 24, 20, 0, tzinfo=UTC)
 
@@ -65,14 +62,6 @@ def dash(conn: KafkaConnection, drift_settings: Settings) -> Iterator[Dashboard]
                what="the drift records read")
     yield d
     d.stop()
-
-
-def get(url: str) -> tuple[int, Any]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
 
 
 def test_api_shows_the_latest_state_of_each_feature_per_stream(dash: Dashboard) -> None:

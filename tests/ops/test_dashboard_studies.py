@@ -3,11 +3,8 @@ journal on the DFS, and the page renders it in Chromium."""
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from optuna.trial import TrialState
@@ -16,6 +13,7 @@ from headrace.core.settings import Settings
 from headrace.ops.dashboard import Dashboard
 from headrace.trainers.tuning import StudyConfig, parse_space, storage
 from tests.browser import chromium, needs_chromium
+from tests.ops.http_json import get_ok
 
 
 def _study(root: Path) -> None:
@@ -46,13 +44,8 @@ def dash(settings: Settings) -> Iterator[Dashboard]:
     d.stop()
 
 
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
-
-
 def test_api_lists_each_study_with_its_trials_and_best(dash: Dashboard) -> None:
-    body = _get(dash.url + "api/studies")
+    body = get_ok(dash.url + "api/studies")
     broken, wine = body["studies"]
     assert broken["name"] == "broken" and "study.json unreadable" in broken["error"]
     assert (wine["name"], wine["metric"], wine["direction"]) == ("wine", "loss", "minimize")
@@ -69,7 +62,7 @@ def test_api_without_studies_says_so(settings: Settings) -> None:
     d = Dashboard(settings=settings, conn=None)
     d.start()
     try:
-        assert _get(d.url + "api/studies") == {"studies": []}
+        assert get_ok(d.url + "api/studies") == {"studies": []}
     finally:
         d.stop()
 

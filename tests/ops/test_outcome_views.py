@@ -5,12 +5,9 @@ and the job's SUCCEEDED event (headrace/store/outcomes.py computes them all)."""
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,6 +21,7 @@ from headrace.store.outcomes import Outcome, Result, Via
 from headrace.streams.reading import Record
 from headrace.trainers.api import build_request
 from tests.ops.dashboard_data import REFUSED_WHY, job, publish
+from tests.ops.http_json import get_ok
 
 WHY = "; ".join(REFUSED_WHY)
 PASSED = {"passed": True, "reasons": [], "promote": True, "held_by": []}
@@ -53,11 +51,6 @@ def dash(dfs: Path) -> Iterator[Dashboard]:
     d.stop()
 
 
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=10) as r:
-        return json.loads(r.read())
-
-
 def _views(dfs: Path, dash: Dashboard, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
     """What each view says of job-b / iris:2."""
     out: dict[str, str] = {}
@@ -76,13 +69,13 @@ def _views(dfs: Path, dash: Dashboard, capsys: pytest.CaptureFixture[str]) -> di
     done = JobEvent(job_id="job-b", kind=JobEventKind.SUCCEEDED, model_name="iris",
                     message="iris:2 " + Outcome(Result.REFUSED, WHY).line())
     out["train --wait"] = trainers_cmd._final_line(dfs, "job-b", done).removeprefix("iris:2 ")
-    jobs = {j["job_id"]: j for j in _get(dash.url + "api/jobs")["jobs"]}
+    jobs = {j["job_id"]: j for j in get_ok(dash.url + "api/jobs")["jobs"]}
     out["dashboard jobs"] = jobs["job-b"]["outcome"]["line"]
-    out["dashboard job"] = _get(dash.url + "api/jobs/job-b?logs=0")["outcome"]["line"]
-    [iris] = _get(dash.url + "api/models")["models"]
+    out["dashboard job"] = get_ok(dash.url + "api/jobs/job-b?logs=0")["outcome"]["line"]
+    [iris] = get_ok(dash.url + "api/models")["models"]
     out["dashboard models"] = next(v for v in iris["versions"]
                                    if v["version"] == 2)["outcome"]["line"]
-    out["dashboard version"] = _get(dash.url + "api/models/iris/2")["outcome"]["line"]
+    out["dashboard version"] = get_ok(dash.url + "api/models/iris/2")["outcome"]["line"]
     return out
 
 
@@ -104,7 +97,7 @@ def test_every_view_says_the_same_through_refusal_live_promotion_and_rollback(
     said = _views(dfs, dash, capsys)
     assert set(said.values()) == {"rolled back: production rolled back to v1"}, said
     # ... and the version rolled back to is production again, by the rollback.
-    [iris] = _get(dash.url + "api/models")["models"]
+    [iris] = get_ok(dash.url + "api/models")["models"]
     assert iris["versions"][0]["outcome"]["line"] == "promoted (rollback)"
 
 

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,10 @@ from headrace.streams.reading import iter_records, read_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import checkpoints, jobs
 from headrace.trainers.control.plane import ControlPlane
-from headrace.trainers.executors.base import JobOutcome, JobSpec
+from headrace.trainers.executors.base import JobOutcome
 from tests.fixtures import eventually
 from tests.trainers.conftest import request, wait_events
+from tests.trainers.recording_executor import RecordingAdopter
 
 
 def gang_pids(job_id: str) -> set[int]:
@@ -103,41 +104,9 @@ def test_a_control_plane_killed_mid_gang_ends_the_job_once_with_no_gang_left(
     assert "resumed from checkpoint" in log.split("--- attempt")[-1], log[-3000:]
 
 
-class _Recording:
-    """An adopting executor that records the order of what the control plane asks."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-
-    def submit(self, job: JobSpec) -> None:
-        self.calls.append(("submit", job.job_id))
-
-    def poll(self) -> list[JobOutcome]:
-        return []
-
-    def cancel(self, job_id: str) -> bool:
-        return False
-
-    def active(self) -> list[str]:
-        return []
-
-    def close(self) -> None:
-        pass
-
-    def handle(self, job_id: str) -> dict[str, Any] | None:
-        return None
-
-    def adopt(self, job: JobSpec, handle: Mapping[str, Any]) -> bool:
-        self.calls.append(("adopt", job.job_id))
-        return handle.get("kind") == "kubernetes"
-
-    def reap(self, job_id: str, handle: Mapping[str, Any]) -> None:
-        self.calls.append(("reap", job_id))
-
-
 def test_after_a_restart_what_cannot_be_adopted_is_reaped_before_anything_starts(
         conn: KafkaConnection, dfs: Path, demo: str) -> None:
-    ex = _Recording()
+    ex = RecordingAdopter()
     plane = ControlPlane(root=dfs, conn=conn, executor=ex)
     table: dict[str, Any] = {}
     ids = []

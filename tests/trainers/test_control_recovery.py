@@ -28,29 +28,7 @@ from headrace.trainers.control.recovery import (
     reset_changelogs,
     verdict,
 )
-from headrace.trainers.executors.base import JobOutcome, JobSpec
-
-
-class Recording:
-    """An executor that records what it is asked to run (the executor is not the point)."""
-
-    def __init__(self) -> None:
-        self.submitted: list[str] = []
-
-    def submit(self, job: JobSpec) -> None:
-        self.submitted.append(job.job_id)
-
-    def poll(self) -> list[JobOutcome]:
-        return []
-
-    def cancel(self, job_id: str) -> bool:
-        return False
-
-    def active(self) -> list[str]:
-        return []
-
-    def close(self) -> None:
-        pass
+from tests.trainers.recording_executor import RecordingExecutor
 
 
 def request(key: str, demo: str) -> TrainRequested:
@@ -83,8 +61,8 @@ def dfs_jobs(dfs: Path, demo: str) -> dict[str, str]:
 
 
 def plane(dfs: Path, conn: KafkaConnection, topics: ControlTopics) -> tuple[ControlPlane,
-                                                                             Recording]:
-    ex = Recording()
+                                                                             RecordingExecutor]:
+    ex = RecordingExecutor()
     return ControlPlane(root=dfs, conn=conn, executor=ex, topics=topics), ex
 
 
