@@ -1,0 +1,82 @@
+"""Which broker the suite runs on (``HEADRACE_TEST_BROKER=tansu|kafka``) and the one Apache
+Kafka cluster a run starts when it needs it (3 nodes, replication 3, min.insync.replicas 2).
+
+Tests never attach to a broker they did not start: the cluster is ours, on free loopback ports.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from headrace.streams.clients import KafkaConnection
+from tools.kafka_cluster import KafkaCluster, KafkaUnavailable, java_and_maven_missing
+
+BROKERS = 3
+REPLICATION = 3
+MIN_INSYNC = 2
+# Settings every process a test starts reads, so its topics are as durable as the fixtures'.
+DURABILITY_ENV = {"HEADRACE_REPLICATION_FACTOR": str(REPLICATION),
+                  "HEADRACE_MIN_INSYNC_REPLICAS": str(MIN_INSYNC)}
+
+_cluster: KafkaCluster | None = None
+
+
+def test_broker() -> str:
+    """The broker the switch picks: ``tansu`` (the default, embedded) or ``kafka``."""
+    choice = os.environ.get("HEADRACE_TEST_BROKER", "tansu").strip().lower() or "tansu"
+    if choice not in ("tansu", "kafka"):
+        raise pytest.UsageError(f"HEADRACE_TEST_BROKER={choice!r}: use tansu or kafka")
+    return choice
+
+
+def cluster() -> KafkaCluster:
+    """The run's cluster, started on first use; skips (saying why) without Java or Maven."""
+    global _cluster
+    if _cluster is None:
+        why = java_and_maven_missing()
+        if why:
+            pytest.skip(f"Apache Kafka tests need Java 17+ and Maven: {why}")
+        try:
+            _cluster = KafkaCluster(brokers=BROKERS).start()
+        except KafkaUnavailable as exc:
+            pytest.fail(f"cannot start Apache Kafka: {exc}")
+    for n in _cluster.nodes:  # a test that stopped a node and failed must not break the next
+        if not n.alive():
+            n.start()
+    if any(n.starts > 1 for n in _cluster.nodes):
+        _cluster.wait_ready(timeout_s=60)
+    return _cluster
+
+
+def started() -> KafkaCluster | None:
+    return _cluster
+
+
+def stop() -> None:
+    global _cluster
+    if _cluster is not None:
+        _cluster.stop()
+        _cluster = None
+
+
+def connection(bootstrap: str) -> KafkaConnection:
+    """A test's connection; on the Apache Kafka cluster its topics are replicated like
+    production's (3 replicas, min.insync.replicas 2)."""
+    if _cluster is not None and bootstrap == _cluster.bootstrap:
+        return KafkaConnection(bootstrap=bootstrap, timeout_s=15.0, replication_factor=REPLICATION,
+                               topic_config={"min.insync.replicas": str(MIN_INSYNC)})
+    return KafkaConnection(bootstrap=bootstrap, timeout_s=15.0)
+
+
+def keep_logs(nodeid: str) -> Path | None:
+    """Copy the cluster's logs for a failed test; where they are."""
+    if _cluster is None:
+        return None
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid)[-120:]
+    dest = Path(tempfile.gettempdir()) / f"headrace-kafka-logs-{os.getpid()}" / name
+    return _cluster.keep_logs(dest)
