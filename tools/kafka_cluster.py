@@ -72,6 +72,15 @@ def resolve_jars(version: str | None = None) -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
+def _cluster_id() -> str:
+    """A random cluster id as Kafka writes them; never starting with '-', which the storage
+    tool's argument parser would take for an option (as Kafka's own Uuid.randomUuid avoids)."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -231,7 +240,7 @@ class KafkaCluster:
             self._own_root = True
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "log4j2.properties").write_text(_LOG4J2)
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.cluster_id = _cluster_id()
         self.nodes = [KafkaNode(i, free_port(), free_port(), self.root / f"node{i}", lib)
                       for i in range(1, self.brokers + 1)]
         voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in self.nodes)
