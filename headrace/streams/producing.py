@@ -159,7 +159,7 @@ class BatchProducer:
         conf = conn.producer_config(on_delivery=self.deliveries, **overrides)
         if transactional_id is not None:
             conf["transactional.id"] = transactional_id
-            conf["transaction.timeout.ms"] = 60_000
+            conf.setdefault("transaction.timeout.ms", 60_000)  # an operator's value wins
         self._conf = conf
         self.producer = Producer(conf)
 
