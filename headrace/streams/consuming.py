@@ -7,6 +7,7 @@ commits synchronously, and rewinds to the committed offsets when a batch must be
 
 from __future__ import annotations
 
+import functools
 import logging
 import operator
 import threading
@@ -104,6 +105,9 @@ class RawBatch:
 
 
 _second = operator.itemgetter(1)
+# By identity: ``KafkaError.__eq__(None)`` raises, so ``errors.count(None)`` over a batch holding
+# an error event raised SystemError and crashed the consumer (a zombie scorer on Apache Kafka).
+_is_error = functools.partial(operator.is_not, None)
 
 
 def from_messages(msgs: list[Any]) -> RawBatch:
@@ -114,7 +118,7 @@ def from_messages(msgs: list[Any]) -> RawBatch:
 def _columns(msgs: list[Any]) -> RawBatch:  # Message objects, typed loosely for speed
     """The good messages as columns; partition EOFs skipped, fatal errors raised."""
     errors = list(map(Message.error, msgs))
-    if errors.count(None) != len(errors):
+    if any(map(_is_error, errors)):
         for err in errors:
             if err is None or err.code() == KafkaError._PARTITION_EOF:
                 continue
