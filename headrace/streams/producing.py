@@ -12,6 +12,7 @@ caller can dead-letter their cause instead of producing them again forever.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from headrace.contracts import Contract
 from headrace.core.errors import FatalError, HeadraceError, RecordRef, RetriableError
 from headrace.streams import headers as hdr
-from headrace.streams.clients import KafkaConnection
+from headrace.streams.clients import KafkaConnection, reason
 from headrace.streams.dlq import DeadLetter
+
+log = logging.getLogger(__name__)
 
 # Errors that are the message's own fault: producing it again fails the same way.
 MESSAGE_REFUSED = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
@@ -229,7 +232,13 @@ class BatchProducer:
         return int(self._conf.get("message.max.bytes", 1_000_000))
 
     def close(self, timeout_s: float) -> None:
-        self.producer.flush(max(0.0, timeout_s))
+        try:
+            self.producer.flush(max(0.0, timeout_s))
+        except KafkaException as exc:
+            # A fenced (or fatally failed) producer refuses to flush: nothing more can be
+            # delivered, and whatever it held was never committed. Raising here would hide the
+            # error the process is exiting for behind a traceback.
+            log.warning("producer closed with undelivered messages: %s", reason(exc))
 
 
 def send_events(conn: KafkaConnection, topic: str, events: Iterable[Contract], *,
