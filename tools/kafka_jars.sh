@@ -40,8 +40,13 @@ cat > "$WORK/pom.xml" <<POM
   </dependencies>
 </project>
 POM
-(cd "$WORK" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
-  -DoutputDirectory="$WORK/lib" >&2)
+# Maven's output is shown only when it fails.
+if ! (cd "$WORK" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies \
+      -DincludeScope=runtime -DoutputDirectory="$WORK/lib" >"$WORK/mvn.log" 2>&1); then
+  cat "$WORK/mvn.log" >&2
+  echo "kafka_jars: Maven could not resolve Apache Kafka $VERSION" >&2
+  exit 1
+fi
 rm -rf "$LIB"
 mv "$WORK/lib" "$LIB"
 touch "$DEST/.complete"
