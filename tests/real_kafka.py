@@ -45,12 +45,16 @@ def cluster() -> KafkaCluster:
             _cluster = KafkaCluster(brokers=BROKERS).start()
         except KafkaUnavailable as exc:
             pytest.fail(f"cannot start Apache Kafka: {exc}")
-    for n in _cluster.nodes:  # a test that stopped a node and failed must not break the next
-        if not n.alive():
-            n.start()
-    if any(n.starts > 1 for n in _cluster.nodes):
-        _cluster.wait_ready(timeout_s=60)
     return _cluster
+
+
+def make_whole(cluster: KafkaCluster) -> None:
+    """Restart the nodes a test left stopped (one that failed midway) and wait for them."""
+    down = [n for n in cluster.nodes if not n.alive()]
+    for n in down:
+        n.start()
+    if down:
+        cluster.wait_ready(nodes=[n.node_id for n in down], timeout_s=60)
 
 
 def started() -> KafkaCluster | None:

@@ -29,6 +29,4 @@ def replicated(monkeypatch: pytest.MonkeyPatch, kafka_cluster: KafkaCluster) -> 
     for k, v in real_kafka.DURABILITY_ENV.items():
         monkeypatch.setenv(k, v)
     yield
-    for n in kafka_cluster.nodes:
-        if not n.alive():
-            n.start()
+    real_kafka.make_whole(kafka_cluster)
