@@ -362,8 +362,9 @@ class KafkaCluster:
             topic, timeout=10)
         return int(md.topics[topic].partitions[partition].leader)
 
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """SIGTERM every node at once, wait, SIGKILL the rest; remove our temp dir."""
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM every node at once, wait, SIGKILL the rest; remove our temp dir. (Nodes
+        stopping together can wait out their quorum's graceful-shutdown timeouts: not for long.)"""
         for n in self.nodes:
             n.signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
