@@ -22,7 +22,7 @@ trap 'rm -rf "$WORK"' EXIT
 # clients; log4j-core and the slf4j 1.x binding (Kafka logs through slf4j 1.7) let the broker log
 # through log4j2 with the config the launcher writes.
 cat > "$WORK/pom.xml" <<POM
-<project xmlns="http://maven.apache.org/POM/4.0.0">
+<project>
   <modelVersion>4.0.0</modelVersion>
   <groupId>headrace.tools</groupId>
   <artifactId>kafka-classpath</artifactId>
