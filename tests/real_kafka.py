@@ -77,6 +77,32 @@ def connection(bootstrap: str) -> KafkaConnection:
     return KafkaConnection(bootstrap=bootstrap, timeout_s=15.0)
 
 
+def is_cluster(bootstrap: str) -> bool:
+    """Whether ``bootstrap`` is the run's Apache Kafka cluster (not the embedded Tansu)."""
+    return _cluster is not None and bootstrap == _cluster.bootstrap
+
+
+def allow_records_up_to(bootstrap: str, topic: str, max_bytes: int) -> None:
+    """Raise ``topic``'s max.message.bytes on Apache Kafka (default 1 MiB) for a test that
+    needs larger records on the broker; Tansu enforces no such limit."""
+    if not is_cluster(bootstrap):
+        return
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    res = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[
+        ConfigEntry("max.message.bytes", str(max_bytes),
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # alive until the answer
+    for f in admin.incremental_alter_configs([res]).values():
+        f.result(30)
+
+
 def keep_logs(nodeid: str) -> Path | None:
     """Copy the cluster's logs for a failed test; where they are."""
     if _cluster is None:
