@@ -260,10 +260,10 @@ class KafkaCluster:
 
     def start(self, *, timeout_s: float = 90.0) -> KafkaCluster:
         t0 = time.monotonic()
-        self._prepare()
-        for n in self.nodes:
-            n.start()
         try:
+            self._prepare()
+            for n in self.nodes:
+                n.start()
             self.wait_ready(timeout_s=timeout_s)
         except BaseException:
             self.stop()
