@@ -76,7 +76,9 @@ PRODUCER_DEFAULTS: dict[str, Any] = {
     # Throughput: fill large batches, wait a little for them.
     "linger.ms": 5,
     "batch.num.messages": 10_000,
-    "batch.size": 4 * 1024 * 1024,
+    # Under Kafka's default max.message.bytes (1,048,588), which a broker checks per batch:
+    # a larger batch of small records is refused whole (MSG_SIZE_TOO_LARGE; Tansu never checks).
+    "batch.size": 1_000_000,
     "queue.buffering.max.messages": 1_000_000,
     "queue.buffering.max.kbytes": 1_048_576,
     "message.max.bytes": 8 * 1024 * 1024,

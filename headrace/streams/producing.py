@@ -23,7 +23,14 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from headrace.contracts import Contract
 from headrace.core.errors import FatalError, HeadraceError, RecordRef, RetriableError
 from headrace.streams import headers as hdr
-from headrace.streams.client_errors import MESSAGE_REFUSED, Kind, classify, fatal_in, kind_of
+from headrace.streams.client_errors import (
+    MESSAGE_REFUSED,
+    Kind,
+    classify,
+    fatal_in,
+    kind_of,
+    reason,
+)
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.dlq import DeadLetter
 
@@ -169,7 +176,7 @@ class BatchProducer:
         conf = conn.producer_config(on_delivery=self.deliveries, **overrides)
         if transactional_id is not None:
             conf["transactional.id"] = transactional_id
-            conf["transaction.timeout.ms"] = 60_000
+            conf.setdefault("transaction.timeout.ms", 60_000)  # an operator's value wins
         self._conf = conf
         self.producer = Producer(conf)
         # Set when a fatal error replaced the producer between flushes: the next flush raises
@@ -269,7 +276,13 @@ class BatchProducer:
         return int(self._conf.get("message.max.bytes", 1_000_000))
 
     def close(self, timeout_s: float) -> None:
-        self.producer.flush(max(0.0, timeout_s))
+        try:
+            self.producer.flush(max(0.0, timeout_s))
+        except KafkaException as exc:
+            # A fenced (or fatally failed) producer refuses to flush: nothing more can be
+            # delivered, and whatever it held was never committed. Raising here would hide the
+            # error the process is exiting for behind a traceback.
+            log.warning("producer closed with undelivered messages: %s", reason(exc))
 
 
 def send_events(conn: KafkaConnection, topic: str, events: Iterable[Contract], *,

@@ -14,6 +14,7 @@ import pytest
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.codecs import MAX_RECORD_BYTES, encode_arrow
+from tests import real_kafka
 from tests.faults.conftest import needs_scorer
 from tests.faults.harness import (
     FEATURES,
@@ -102,6 +103,7 @@ def test_ten_thousand_poison_inputs_each_dead_lettered_once_and_good_ones_scored
     items += [("good", good_record(i), JSON_HEADERS) for i in range(GOOD)]
     rnd.shuffle(items)
     oversized = b'{"f0": "' + b"x" * (MAX_RECORD_BYTES + 1024) + b'"}'
+    real_kafka.allow_records_up_to(conn.bootstrap, stream.data, 16 * 1024 * 1024)
     for _ in range(OVERSIZED):  # over the scorer's record limit, under the broker's
         items.insert(rnd.randint(0, len(items)), ("oversized", oversized, JSON_HEADERS))
     acked = produce_all(conn, stream.data, [(v, h) for _, v, h in items],

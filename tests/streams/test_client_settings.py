@@ -108,3 +108,14 @@ def test_the_scorers_predictions_are_lz4_unless_the_operator_says_otherwise() ->
     assert mine._conf["compression.type"] == "lz4"
     assert theirs._conf["compression.type"] == "zstd"
     assert theirs._conf["delivery.report.only.error"] is True  # the rest of the profile kept
+
+
+def test_an_operators_transaction_timeout_is_the_one_a_transactional_producer_uses() -> None:
+    # A shorter timeout bounds how long a killed transactional scorer's open transaction holds
+    # back read_committed readers (found with the zombie test on Apache Kafka).
+    theirs = BatchProducer(KafkaConnection("127.0.0.1:1",
+                                           extra={"transaction.timeout.ms": "15000"}),
+                           transactional_id="t-1")
+    mine = BatchProducer(KafkaConnection("127.0.0.1:1"), transactional_id="t-2")
+    assert theirs._conf["transaction.timeout.ms"] == "15000"
+    assert mine._conf["transaction.timeout.ms"] == 60_000

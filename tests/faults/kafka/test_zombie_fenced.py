@@ -1,0 +1,108 @@
+"""A zombie transactional scorer: SIGSTOPped mid-stream until its group gives its partitions to
+another scorer, then SIGCONTed. Apache Kafka fences it (its open transaction is aborted when it
+times out, its offsets' generation is stale), so its late transaction never becomes visible: a
+fresh read_committed reader sees exactly one prediction of every acknowledged record; the zombie
+exits with the fatal code and one line, not a traceback."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from headrace.core.errors import FatalError
+from headrace.streams.clients import KafkaConnection
+from tests.faults.conftest import needs_scorer
+from tests.faults.harness import (
+    LoadGenerator,
+    Scorers,
+    Stream,
+    TopicReader,
+    check,
+    committed,
+    figures,
+    wait_covered,
+)
+from tests.fixtures import eventually
+from tools.kafka_cluster import KafkaCluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.kafka, needs_scorer]
+TXN_TIMEOUT_MS = 10_000  # how long the zombie's open transaction can hold read_committed back
+TOTAL = 5000
+
+
+def test_a_zombie_transactional_scorer_is_fenced_and_its_late_transaction_never_visible(
+        kafka_cluster: KafkaCluster, conn: KafkaConnection, stream: Stream, scorers: Scorers,
+        tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    # Each process its own transactional.id (the default, GROUP.HOST.PID): only the group's
+    # generation and the transaction timeout fence the zombie, nothing it shares with the new one.
+    env = {"HEADRACE_SCORER_TRANSACTIONAL": "true",
+           "HEADRACE_KAFKA_CONFIG": json.dumps({"transaction.timeout.ms": str(TXN_TIMEOUT_MS)})}
+    load = LoadGenerator(conn, stream, rate=250, total=TOTAL).start()
+    preds = TopicReader(conn, stream.predictions)
+    zombie = scorers.start(extra_env=env)
+    try:
+        zombie.wait_ready(timeout_s=90)
+        eventually(lambda: preds.poll(0.2) >= 0 and len(preds.records) >= 400, timeout_s=60,
+                   what="committed predictions before the stop")
+        zombie.signal(signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        seen = len(preds.records)
+        heir = scorers.start(extra_env=env)
+        heir.wait_ready(timeout_s=90)
+        # The heir's predictions become visible once the zombie's transaction is aborted.
+        eventually(lambda: preds.poll(0.2) >= 0 and len(preds.records) >= seen + 400,
+                   timeout_s=90, what="the heir's committed predictions")
+        taken_over_s = time.monotonic() - stopped_at
+        # Woken only after the coordinator aborted its transaction (bumping its producer epoch).
+        eventually(lambda: time.monotonic() - stopped_at > TXN_TIMEOUT_MS / 1000 + 5,
+                   timeout_s=60, interval_s=0.2, what="the zombie's transaction timeout")
+        zombie.signal(signal.SIGCONT)
+        # Fenced (its epoch bumped) it exits: a fatal error, one line, the fatal exit code. Had
+        # it no transaction open when stopped, its next one is refused for its stale group
+        # generation, aborted, and it rejoins the group: a member again, it stops cleanly later.
+        try:
+            zombie_rc: int | None = zombie.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            zombie_rc = None
+        load.join(120)
+        acked = load.all_acked()
+        dlq = TopicReader(conn, stream.dlq)
+        wait_covered(preds, lambda: acked, data_topic=stream.data, timeout_s=90, dlq=dlq,
+                     alive=heir.alive)
+        preds.drain(idle_s=2.0)
+        c = check(acked, preds.records, dlq.records, data_topic=stream.data)
+        heir_alive = heir.alive()
+        heir_rc, _ = heir.terminate()
+        rejoined = zombie_rc is None
+        if rejoined:
+            zombie_rc, _ = zombie.terminate()
+        zombie_log = zombie.log_path.read_text(errors="replace")
+        ends: dict[int, int] = {}
+        for p, o in acked:
+            ends[p] = max(ends.get(p, 0), o + 1)
+        commits = committed(conn, stream.group, stream.data)
+        figures("kafka_zombie_fenced", **c.summary(), taken_over_s=round(taken_over_s, 1),
+                zombie_exit=zombie_rc, zombie_rejoined=rejoined,
+                test_s=round(time.monotonic() - t0, 1))
+        assert len(acked) == TOTAL and not load.failed, load.failed[:3]
+        assert heir_alive, heir.log_tail()
+        assert not c.missing, f"{len(c.missing)} acknowledged records unscored: {c.missing[:10]}"
+        assert c.duplicates == 0, (f"{c.duplicates} duplicate predictions visible to "
+                                   f"read_committed: {c.duplicated_offsets[:10]}\n"
+                                   f"{zombie.log_tail()}")
+        assert not c.dead_letters
+        assert commits == ends, (commits, ends)
+        assert heir_rc == 0, heir.log_tail()
+        want = 0 if rejoined else FatalError.exit_code
+        assert zombie_rc == want and "Traceback" not in zombie_log, (
+            f"the fenced zombie exited {zombie_rc}:\n{zombie_log[-12000:]}")
+    finally:
+        load.stop()
+        preds.close()
+        zombie.signal(signal.SIGCONT)
