@@ -159,7 +159,13 @@ def write_dead_letter(producer: Producer, dlq_topic: str, letter: DeadLetter, *,
 
 def flush(producer: Producer, deliveries: Deliveries, *, timeout_s: float) -> None:
     """Wait for every outstanding message; raise if any failed or is still queued."""
-    remaining = producer.flush(timeout_s)
+    try:
+        remaining = producer.flush(timeout_s)
+    except SystemError as exc:
+        # Seen when the instance failed fatally during the flush (out-of-order sequence after a
+        # broker restart under two scorers): the client returns no exception of its own. The
+        # instance cannot go on; the caller renews it (or exits, if transactional).
+        raise FatalError(f"producer failed inside the client during flush ({exc})") from None
     deliveries.raise_if_failed()
     if remaining:
         raise FlushTimedOut(f"{remaining} messages not acknowledged within {timeout_s:.1f}s")
@@ -263,8 +269,11 @@ class BatchProducer:
         if self.transactional:
             return
         old, self.producer = self.producer, Producer(self._conf)
-        old.purge()
-        old.poll(0)  # run the purged messages' callbacks now, into the failures we drop
+        try:
+            old.purge()
+            old.poll(0)  # run the purged messages' callbacks now, into the failures we drop
+        except (KafkaException, SystemError) as exc:  # a failed instance may refuse even that
+            log.warning("the replaced producer could not be purged: %s", exc)
         self.deliveries.take()
 
     def outstanding(self) -> int:

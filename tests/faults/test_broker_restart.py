@@ -85,7 +85,7 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
         time.sleep(3.0)
         load.stop()
         dlq = TopicReader(conn, stream.dlq)
-        wait_covered(preds, lambda: load.acked[1], data_topic=stream.data, timeout_s=15,
+        wait_covered(preds, lambda: load.acked[1], data_topic=stream.data, timeout_s=60,
                      dlq=dlq, alive=lambda: s.alive() and s2.alive())
         preds.drain(idle_s=1.0)
         # The memory broker reuses offsets after a restart: predictions of records acknowledged
