@@ -55,6 +55,16 @@ def _worker(conn: KafkaConnection, dfs: Path, topic: str, out: str) -> Worker:
                   max_wait_s=2.0, grace_s=5.0, transactional=False, stop=threading.Event())
 
 
+def _digits_worker(conn: KafkaConnection, dfs: Path, topic_factory: Callable[..., str]
+                   ) -> tuple[Worker, str, str]:
+    """A worker of the digits model over a fresh topic holding the N records (and BAD ones);
+    the worker, its input topic and its output topic."""
+    sm.tf_digits(dfs, "m")
+    topic, out = topic_factory(), topic_factory()
+    _send(conn, topic)
+    return _worker(conn, dfs, topic, out), topic, out
+
+
 def _whole_batch(w: Worker) -> RawBatch:
     """All N records in one batch (the first fetch takes a moment)."""
     for _ in range(100):
@@ -70,10 +80,7 @@ def _reasons(msgs: list[Any]) -> dict[str, str]:
 
 def test_an_image_batch_decoded_ahead_gives_the_inline_predictions_and_dead_letters(
         conn: KafkaConnection, dfs: Path, topic_factory: Callable[..., str]) -> None:
-    sm.tf_digits(dfs, "m")
-    topic, out = topic_factory(), topic_factory()
-    _send(conn, topic)
-    w = _worker(conn, dfs, topic, out)
+    w, _topic, out = _digits_worker(conn, dfs, topic_factory)
     try:
         batch = _whole_batch(w)
         model = w.holder.current
@@ -100,10 +107,7 @@ def test_an_image_batch_decoded_ahead_gives_the_inline_predictions_and_dead_lett
 
 def test_an_image_batch_decoded_ahead_is_dropped_when_the_consumer_rewinds(
         conn: KafkaConnection, dfs: Path, topic_factory: Callable[..., str]) -> None:
-    sm.tf_digits(dfs, "m")
-    topic, out = topic_factory(), topic_factory()
-    _send(conn, topic)
-    w = _worker(conn, dfs, topic, out)
+    w, topic, out = _digits_worker(conn, dfs, topic_factory)
     try:
         w.io.commit({(topic, 0): 0})
         first = _whole_batch(w)
@@ -124,10 +128,7 @@ def test_an_image_batch_decoded_ahead_is_dropped_when_the_consumer_rewinds(
 
 def test_an_image_batch_decoded_ahead_is_decoded_again_after_a_swap_to_other_inputs(
         conn: KafkaConnection, dfs: Path, topic_factory: Callable[..., str]) -> None:
-    sm.tf_digits(dfs, "m")
-    topic, out = topic_factory(), topic_factory()
-    _send(conn, topic)
-    w = _worker(conn, dfs, topic, out)
+    w, _topic, out = _digits_worker(conn, dfs, topic_factory)
     try:
         batch = _whole_batch(w)
         assert w._decode_ahead(batch)  # decoded for the image alone
