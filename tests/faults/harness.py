@@ -524,6 +524,19 @@ def check(inputs: set[tuple[int, int]], predictions: Sequence[Out], dlq: Sequenc
     return c
 
 
+def wait_dead_letters(scorer: ScorerProcess, dlq: TopicReader, n: int) -> None:
+    """Until ``dlq`` holds ``n`` dead letters, the scorer alive all along; then drained."""
+
+    def arrived() -> bool:
+        assert scorer.alive(), (f"the scorer exited {scorer.proc.returncode}:\n"
+                                f"{scorer.log_tail()}")
+        dlq.poll(0.2)
+        return len(dlq.records) >= n
+
+    eventually(arrived, timeout_s=60, interval_s=0.1, what=f"{n} dead letters")
+    dlq.drain(idle_s=1.0, timeout_s=5)
+
+
 def wait_covered(reader: TopicReader, inputs: Callable[[], set[tuple[int, int]]], *,
                  data_topic: str, timeout_s: float, dlq: TopicReader | None = None,
                  alive: Callable[[], bool] | None = None) -> float:

@@ -41,6 +41,7 @@ from tests.faults.harness import (
     figures,
     good_record,
     produce_all,
+    wait_dead_letters,
     write_keras_mlp,
 )
 from tests.fixtures import eventually
@@ -248,13 +249,7 @@ def test_a_prediction_no_split_can_fit_dead_letters_its_input_and_the_loop_goes_
                                               (one_row, ARROW_HEADERS)])
     preds, dlq = TopicReader(conn, stream.predictions), TopicReader(conn, stream.dlq)
 
-    def two_letters() -> bool:
-        assert s.alive(), f"the scorer exited {s.proc.returncode}:\n{s.log_tail()}"
-        dlq.poll(0.2)
-        return len(dlq.records) >= 2
-
-    eventually(two_letters, timeout_s=60, interval_s=0.1, what="two dead letters")
-    dlq.drain(idle_s=1.0, timeout_s=5)
+    wait_dead_letters(s, dlq, 2)
     _, letters = json_outcomes(preds.records, dlq.records)
     figures("prediction_refused", dead_letters=len(dlq.records), alive=s.alive())
     assert s.alive(), s.log_tail()

@@ -27,6 +27,7 @@ from tests.faults.harness import (
     figures,
     good_record,
     produce_all,
+    wait_dead_letters,
 )
 from tests.faults.test_scorer_memory import ARROW_HEADERS, _many_class_model, json_outcomes
 from tests.fixtures import eventually
@@ -55,13 +56,7 @@ def test_a_topic_max_message_bytes_under_the_producers_dead_letters_through_the_
                                                   (good_record(2), JSON_HEADERS)])
         preds, dlq = TopicReader(conn, stream.predictions), TopicReader(conn, stream.dlq)
 
-        def three_letters() -> bool:
-            assert s.alive(), f"the scorer exited {s.proc.returncode}:\n{s.log_tail()}"
-            dlq.poll(0.2)
-            return len(dlq.records) >= 3
-
-        eventually(three_letters, timeout_s=60, interval_s=0.1, what="three dead letters")
-        dlq.drain(idle_s=1.0, timeout_s=5)
+        wait_dead_letters(s, dlq, 3)
         _, letters = json_outcomes(preds.records, dlq.records)
         figures("kafka_topic_refuses_size", dead_letters=len(dlq.records), alive=s.alive(),
                 reasons=sorted({dlq_reason(ls[0])[2][:80] for ls in letters.values()}))
