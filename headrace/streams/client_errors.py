@@ -45,15 +45,6 @@ MESSAGE_REFUSED = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LI
                              KafkaError.INVALID_RECORD})
 
 
-# Delivery errors saying the broker no longer knows this producer's id or epoch (a broker that
-# lost its producer state on a restart answers so, without librdkafka marking them fatal): the
-# instance never recovers and retries them for ever, so it is renewed like a fatal one.
-PRODUCER_STATE_LOST = frozenset({
-    KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.UNKNOWN_PRODUCER_ID,
-    KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, KafkaError.INVALID_PRODUCER_ID_MAPPING,
-    KafkaError._FENCED})
-
-
 def kind_of(err: KafkaError | None, *, producing: bool = False) -> Kind:
     """How to treat ``err`` (a consumer error event, or a delivery error with ``producing``)."""
     if err is None:
@@ -65,8 +56,6 @@ def kind_of(err: KafkaError | None, *, producing: bool = False) -> Kind:
         return Kind.IGNORE
     if producing and code in MESSAGE_REFUSED:
         return Kind.PERMANENT
-    if producing and code in PRODUCER_STATE_LOST:
-        return Kind.FATAL
     # Everything else a consumer reports (unknown topic or partition, a partition count that
     # changed, transport, all brokers down, leader moved) is retried by librdkafka itself.
     return Kind.RETRIABLE
@@ -161,6 +150,6 @@ def check_event(err: KafkaError, *, what: str = "consumer",
 def fatal_in(errors: Sequence[KafkaError | None]) -> KafkaError | None:
     """The first fatal error among ``errors`` (delivery reports), if any."""
     for err in errors:
-        if err is not None and kind_of(err, producing=True) is Kind.FATAL:
+        if err is not None and err.fatal():
             return err
     return None

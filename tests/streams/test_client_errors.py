@@ -103,25 +103,6 @@ def test_delivery_failures_are_fatal_if_any_is() -> None:
     assert isinstance(delivery_failure(errors[:1]), RetriableError)
 
 
-@pytest.mark.parametrize("code", sorted(client_errors.PRODUCER_STATE_LOST))
-def test_a_delivery_error_of_a_producer_the_broker_forgot_renews_it(
-        conn: KafkaConnection, code: int) -> None:
-    """Found with two scorers through a broker restart: the restarted broker answered an
-    idempotent producer's batches with PRODUCER_FENCED (not flagged fatal), which the scorer
-    retried for ever on the same producer. Now it is fatal for that instance: renewed."""
-    err = KafkaError(code)  # as the delivery report gives it: err.fatal() is False
-    assert not err.fatal() and kind_of(err, producing=True) is Kind.FATAL
-    assert kind_of(err) is Kind.RETRIABLE  # a consumer event of that code is not ours
-    assert isinstance(delivery_failure([KafkaError(KafkaError._MSG_TIMED_OUT), err]), FatalError)
-    p = BatchProducer(conn)
-    old = p.producer
-    p.deliveries.errors.append(err)  # what the delivery callback records
-    with pytest.raises(ProducerRenewed):
-        p.flush(5.0)
-    assert p.producer is not old
-    p.flush(5.0)  # the new producer holds no failure
-
-
 class _CrashingFlush:
     """A producer whose flush fails inside the client, as a fatal error met during a flush did
     after a broker restart: ``SystemError: ... returned NULL without setting an exception``."""
