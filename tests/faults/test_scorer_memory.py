@@ -95,6 +95,23 @@ def json_outcomes(preds: list[Out], dlq: list[Out]) -> tuple[set[tuple[int, int]
     return scored, letters
 
 
+def assert_refused_outputs_dead_lettered(
+        conn: KafkaConnection, stream: Stream, s: ScorerProcess, offsets: list[tuple[int, int]],
+        letters: dict[tuple[int, int], list[Out]], preds: TopicReader) -> None:
+    """Each input whose prediction the producer (or the broker) refused as too large is
+    dead-lettered once at the produce stage, its offset committed, nothing predicted; the
+    scorer is alive."""
+    assert s.alive(), s.log_tail()
+    assert set(letters) == set(offsets) and all(len(v) == 1 for v in letters.values())
+    for ls in letters.values():
+        stage, cls, msg = dlq_reason(ls[0])
+        assert (stage, cls) == ("produce", "OutputRefused") and "MSG_SIZE_TOO_LARGE" in msg
+    want = {p: o + 1 for p, o in offsets}
+    eventually(lambda: all(committed(conn, stream.group, stream.data).get(p, -1) >= o
+                           for p, o in want.items()), timeout_s=20, what="commits")
+    assert not preds.drain(idle_s=0.5, timeout_s=3)
+
+
 def wait_outcomes(conn: KafkaConnection, stream: Stream, s: ScorerProcess,
                   good: set[tuple[int, int]], bad: set[tuple[int, int]], *,
                   preds: TopicReader, dlq: TopicReader, timeout_s: float = 60.0) -> None:
@@ -252,13 +269,5 @@ def test_a_prediction_no_split_can_fit_dead_letters_its_input_and_the_loop_goes_
     wait_dead_letters(s, dlq, 2)
     _, letters = json_outcomes(preds.records, dlq.records)
     figures("prediction_refused", dead_letters=len(dlq.records), alive=s.alive())
-    assert s.alive(), s.log_tail()
-    assert set(letters) == set(offsets) and all(len(v) == 1 for v in letters.values())
-    for ls in letters.values():
-        stage, cls, msg = dlq_reason(ls[0])
-        assert (stage, cls) == ("produce", "OutputRefused") and "MSG_SIZE_TOO_LARGE" in msg
-    want = {p: o + 1 for p, o in offsets}
-    eventually(lambda: all(committed(conn, stream.group, stream.data).get(p, -1) >= o
-                           for p, o in want.items()), timeout_s=20, what="commits")
-    assert not preds.drain(idle_s=0.5, timeout_s=3)
+    assert_refused_outputs_dead_lettered(conn, stream, s, offsets, letters, preds)
 

@@ -21,7 +21,6 @@ from tests.faults.harness import (
     Scorers,
     Stream,
     TopicReader,
-    committed,
     dlq_reason,
     ensure_stream_topics,
     figures,
@@ -29,8 +28,12 @@ from tests.faults.harness import (
     produce_all,
     wait_dead_letters,
 )
-from tests.faults.test_scorer_memory import ARROW_HEADERS, _many_class_model, json_outcomes
-from tests.fixtures import eventually
+from tests.faults.test_scorer_memory import (
+    ARROW_HEADERS,
+    _many_class_model,
+    assert_refused_outputs_dead_lettered,
+    json_outcomes,
+)
 from tools.kafka_cluster import KafkaCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka, needs_scorer]
@@ -60,15 +63,7 @@ def test_a_topic_max_message_bytes_under_the_producers_dead_letters_through_the_
         _, letters = json_outcomes(preds.records, dlq.records)
         figures("kafka_topic_refuses_size", dead_letters=len(dlq.records), alive=s.alive(),
                 reasons=sorted({dlq_reason(ls[0])[2][:80] for ls in letters.values()}))
-        assert s.alive(), s.log_tail()
-        assert set(letters) == set(offsets) and all(len(v) == 1 for v in letters.values())
-        for ls in letters.values():
-            stage, cls, msg = dlq_reason(ls[0])
-            assert (stage, cls) == ("produce", "OutputRefused") and "MSG_SIZE_TOO_LARGE" in msg
-        want = {p: o + 1 for p, o in offsets}
-        eventually(lambda: all(committed(conn, stream.group, stream.data).get(p, -1) >= o
-                               for p, o in want.items()), timeout_s=20, what="commits")
-        assert not preds.drain(idle_s=0.5, timeout_s=3)
+        assert_refused_outputs_dead_lettered(conn, stream, s, offsets, letters, preds)
         rc, _ = s.terminate()
         assert rc == 0, s.log_tail()
     finally:
