@@ -5,7 +5,7 @@ MobileNetV2 ~11x slower than torchvision eager, ResNet-50 out of memory at batch
 call runs in inference mode. Keras's torch backend places what it makes on its current device
 (``keras.device``): the model is loaded and called inside that scope. On a GPU each call is
 padded to a power-of-two bucket (the caching allocator then reuses a few block sizes) and the
-input is copied from pinned memory without blocking.
+input is copied through a reused pinned buffer without blocking (``Staging``).
 """
 
 from __future__ import annotations
@@ -47,11 +47,28 @@ def torch_device(device: str) -> str:
     return f"cuda:{index}"
 
 
-def to_device(x: np.ndarray, dev: str) -> torch.Tensor:
-    t = torch.from_numpy(np.ascontiguousarray(x))
-    if dev == "cpu":
-        return t
-    return t.to(dev, non_blocking=t.is_pinned())
+class Staging:
+    """Reused page-locked host buffers, one per input (grown to the biggest batch seen), that
+    each batch is copied through to a GPU: a copy from pinned memory runs ~4x a pageable one
+    (54.6 vs 12.4 GB/s on an H200) and does not block. A buffer is reused only after the
+    call before it read its outputs back, which waits for every copy queued before."""
+
+    def __init__(self, dev: str) -> None:
+        self.dev = dev
+        self._bufs: dict[str, torch.Tensor] = {}
+
+    def to_device(self, name: str, x: np.ndarray) -> torch.Tensor:
+        x = np.ascontiguousarray(x)
+        if self.dev == "cpu":
+            return torch.from_numpy(x)
+        buf = self._bufs.get(name)
+        want = torch.from_numpy(x[:0]).dtype
+        if (buf is None or buf.dtype != want or tuple(buf.shape[1:]) != x.shape[1:]
+                or len(buf) < len(x)):
+            buf = self._bufs[name] = torch.empty(x.shape, dtype=want, pin_memory=True)
+        host = buf[:len(x)]
+        host.numpy()[...] = x
+        return host.to(self.dev, non_blocking=True)
 
 
 def _load(version_path: Path, manifest: Manifest, dev: str) -> Any:
@@ -75,9 +92,10 @@ def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int)
     model = _load(version_path, manifest, dev)
     fn = forward(model, dev, ["output"])
     outputs = manifest.num_outputs
+    staging = Staging(dev)
 
     def call(x: np.ndarray) -> np.ndarray:
-        (y,) = fn(to_device(np.asarray(x, np.float32), dev))
+        (y,) = fn(staging.to_device("x", np.asarray(x, np.float32)))
         return y.reshape(len(x), outputs)
 
     return bucketed(call, max_batch) if dev != "cpu" else chunked(call, max_batch)
@@ -90,10 +108,11 @@ def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
     outputs = manifest.output_signature()
     fn = forward(model, dev, [o.name for o in outputs])
     dtypes = keras_backend.feed_dtypes(manifest)
+    staging = Staging(dev)
 
     def call(inputs: Inputs) -> list[np.ndarray]:
         n = rows_of(inputs)
-        x = {k: to_device(np.asarray(inputs[k], dtypes[k]), dev) for k in dtypes}
+        x = {k: staging.to_device(k, np.asarray(inputs[k], dtypes[k])) for k in dtypes}
         ys = fn(keras_backend.feed(model, x))
         return [y.reshape(n, o.width) for y, o in zip(ys, outputs, strict=True)]
 
