@@ -387,6 +387,7 @@ def parent(a: argparse.Namespace) -> dict[str, Any]:
                 report["runs"].append({"what": "torchvision", **kw, **got.get("torchvision", {})})
                 fmts = streams if device == "gpu" else {f: streams[f] for f in
                                                         a.cpu_formats.split(",") if f in streams}
+                fmts = fmts or {first: streams[first]}  # none of --cpu-formats was loaded
                 for fmt, stream in fmts.items():
                     report["runs"].append({"what": "scorer", "format": fmt, **kw, **_child(
                         a, "scorer", stream=stream, records=records, format=fmt, **kw)})
