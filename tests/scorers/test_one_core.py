@@ -1,5 +1,5 @@
-"""One scoring core, three callers: for every input kind (image, tensor, text, tabular) and both
-frameworks, the live scorer's predictions of JSON, raw-image and Arrow records, a ``replay
+"""One scoring core, three callers: for every input kind (image, tensor, text, tabular) and every
+framework, the live scorer's predictions of JSON, raw-image and Arrow records, a ``replay
 --model`` re-score of the same range, and ``headrace.models.load(...).predict`` of the same
 records are the same predictions (same scores, labels, top-k, version), record by record."""
 
@@ -25,6 +25,7 @@ from headrace.streams.codecs import decode_arrow, encode_arrow
 from headrace.streams.topics import data_topic
 from tests.fixtures import read_all
 from tests.scorers import signature_models as sm
+from tests.scorers import torch_models as tm
 from tests.scorers.conftest import publish_mx, publish_tf, rows, score
 from tests.scorers.test_scoring_signatures import produce
 
@@ -61,6 +62,10 @@ CASES: dict[str, tuple[Publish, Callable[[int], list[dict[str, Any]]]]] = {
     "mx-text": (lambda d, n: sm.mx_text_and_meta(d, n)[0], _reviews),
     "tf-tabular": (lambda d, n: publish_tf(d, n), lambda k: rows(k)),
     "mx-tabular": (lambda d, n: publish_mx(d, n), lambda k: rows(k)),
+    "pt-image": (tm.pt_digits, _images),
+    "pt-tensor": (tm.pt_tensor, _grids),
+    "pt-text": (tm.pt_text, _texts),
+    "pt-tabular": (tm.pt_tabular, lambda k: rows(k)),
 }
 
 

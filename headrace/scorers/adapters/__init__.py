@@ -20,6 +20,7 @@ import numpy as np
 
 from headrace.core import heap
 from headrace.core.errors import ConfigError
+from headrace.core.llvm_guard import before_torch
 from headrace.store.manifest import Manifest
 
 ModelFn = Callable[[np.ndarray], np.ndarray]
@@ -27,7 +28,8 @@ Inputs = dict[str, np.ndarray]
 InputsFn = Callable[[Inputs], list[np.ndarray]]
 
 MIN_BUCKET = 64
-ADAPTERS = {"tensorflow": "tensorflow", "mxnet": "mxnet"}  # framework -> module
+ADAPTERS = {"tensorflow": "tensorflow", "mxnet": "mxnet",
+            "torch": "pytorch"}  # framework -> module
 
 
 class Adapter(Protocol):
@@ -45,6 +47,7 @@ def adapter_for(framework: str) -> Adapter:
     # Only the first framework's import is frozen (~300k objects every collection then skips):
     # a later one may come with a swap, and freezing then would pin the serving model for good.
     first = not any(f"{__name__}.{m}" in sys.modules for m in ADAPTERS.values())
+    before_torch()  # torch may come after TensorFlow (a swap): see core.llvm_guard
     mod: Adapter = importlib.import_module(f"{__name__}.{module}")
     if first:
         heap.freeze_imports()

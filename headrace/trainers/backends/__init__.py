@@ -6,10 +6,12 @@ import importlib
 
 from headrace.contracts import Framework
 from headrace.core.errors import ValidationFailed
+from headrace.core.llvm_guard import before_torch
 from headrace.trainers.backends.base import Backend, DistributedRuntime
 from headrace.trainers.distributed.peers import GangMember
 
-_MODULES = {Framework.TENSORFLOW: "tensorflow_keras", Framework.MXNET: "mxnet_gluon"}
+_MODULES = {Framework.TENSORFLOW: "tensorflow_keras", Framework.MXNET: "mxnet_gluon",
+            Framework.TORCH: "torch_nn"}
 
 
 def get_backend(framework: Framework | str) -> Backend:
@@ -19,6 +21,8 @@ def get_backend(framework: Framework | str) -> Backend:
     except ValueError:
         raise ValidationFailed(f"unknown framework {framework!r}: use "
                                f"{' or '.join(f.value for f in Framework)}") from None
+    if fw == Framework.TORCH:
+        before_torch()
     module = importlib.import_module(f"headrace.trainers.backends.{_MODULES[fw]}")
     backend: Backend = module.BACKEND
     return backend

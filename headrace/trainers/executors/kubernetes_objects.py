@@ -100,7 +100,7 @@ class TrainingJobSpec(ClusterPlacement):
 
     job_id: str
     model_name: str
-    framework: Literal["tensorflow", "mxnet"]
+    framework: Literal["tensorflow", "mxnet", "torch"]
     workers: int = 1
     servers: int = 0
     strategy: Literal["auto", "allreduce", "parameter_server"] = "auto"
