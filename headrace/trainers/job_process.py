@@ -234,7 +234,7 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
         raise PermanentError(f"job {ctx.job_id} needs {plan.workers} worker(s) "
                              f"({plan.strategy}) but was started as worker {m.index} of "
                              f"{m.workers} ({m.strategy}): its executor does not run this gang")
-    runtime = distributed_runtime(ctx.member)  # before the framework runs any op
+    runtime = distributed_runtime(ctx.member, req.framework)  # before the framework runs
     ctx.status(state=JobState.RUNNING, attempts=ctx.attempt, reason=None, exit_code=None,
                started_at=jobs.now_iso())
     log.info("attempt %d running (pid %d)%s", ctx.attempt, os.getpid(),

@@ -28,15 +28,23 @@ def get_backend(framework: Framework | str) -> Backend:
     return backend
 
 
-def distributed_runtime(member: GangMember) -> DistributedRuntime | None:
+def distributed_runtime(member: GangMember, framework: Framework | str = Framework.TENSORFLOW
+                        ) -> DistributedRuntime | None:
     """The worker's distributed runtime (all-reduce or parameter servers), or None for a
     single-process job; the framework is imported only now."""
     if not member.distributed:
         return None
+    runtime: DistributedRuntime
+    if Framework(framework) == Framework.TORCH:
+        before_torch()
+        from headrace.trainers.backends import torch_ddp
+
+        runtime = torch_ddp.DataParallelRuntime(member)
+        return runtime
     name = "tf_allreduce" if member.strategy == "allreduce" else "mxnet_ps"
     module = importlib.import_module(f"headrace.trainers.backends.{name}")
-    runtime: DistributedRuntime = (module.AllReduceRuntime(member) if name == "tf_allreduce"
-                                   else module.ParameterServerRuntime(member))
+    runtime = (module.AllReduceRuntime(member) if name == "tf_allreduce"
+               else module.ParameterServerRuntime(member))
     return runtime
 
 

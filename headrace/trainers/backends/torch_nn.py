@@ -148,9 +148,13 @@ class TorchModel:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
 
     def save_checkpoint(self, path: Path) -> None:
+        self.save_state(path / CHECKPOINT_FILE, self.state())
+
+    @staticmethod
+    def save_state(file: Path, state: dict[str, Any]) -> None:
         buf = io.BytesIO()  # written by Python: a full disk is an OSError with its errno
-        torch.save(self.state(), buf)
-        _write(path / CHECKPOINT_FILE, buf.getvalue())
+        torch.save(state, buf)
+        _write(file, buf.getvalue())
 
     def load_checkpoint(self, path: Path) -> None:
         self.load_state(torch.load(path / CHECKPOINT_FILE, map_location=self.dev,
