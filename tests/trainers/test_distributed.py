@@ -1,8 +1,8 @@
 """Distributed training with real processes on loopback: a TensorFlow all-reduce gang, a PyTorch
-DDP gang and an MXNet parameter-server gang end with identical weights on every worker, publish the chief's
-model, average the gradient (a 2-worker run's loss equals a 1-worker run's at the same global
-batch), and survive a worker killed with SIGKILL by restarting the whole gang from the last
-complete checkpoint."""
+DDP gang and an MXNet parameter-server gang end with identical weights on every worker, publish
+the chief's model, average the gradient (a 2-worker run's loss equals a 1-worker run's at the
+same global batch), and survive a worker killed with SIGKILL by restarting the whole gang from
+the last complete checkpoint (torch: to the weights of a gang never interrupted)."""
 
 from __future__ import annotations
 
