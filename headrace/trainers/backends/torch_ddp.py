@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,15 +29,9 @@ from torch.nn.parallel import DistributedDataParallel
 
 from headrace.contracts import Task
 from headrace.trainers.backends.torch_nn import CHECKPOINT_FILE, MODEL_FILE, TorchModel
-from headrace.trainers.distributed.peers import GangMember
+from headrace.trainers.distributed.peers import GangMember, rendezvous
 from headrace.trainers.distributed.weights import checksum
 from headrace.trainers.inputs import Inputs, as_inputs
-
-
-def rendezvous(env: dict[str, str] | os._Environ[str]) -> tuple[str, int]:
-    """Worker 0's ``host:port`` from ``TF_CONFIG`` (the gang's all-reduce peers)."""
-    host, _, port = json.loads(env["TF_CONFIG"])["cluster"]["worker"][0].rpartition(":")
-    return host, int(port)
 
 
 def exported_checksum(path: Path) -> str:
