@@ -105,7 +105,8 @@ def _same_table(a: pa.Table, b: pa.Table) -> None:
 @pytest.mark.parametrize("case", list(CASES))
 def test_stream_replay_and_offline_predict_agree_on_every_record(
         case: str, settings: Settings, conn: KafkaConnection, dfs: Path, data: str,
-        stream: str, topic_factory: Callable[..., str]) -> None:
+        stream: str, topic_factory: Callable[..., str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     publish, make = CASES[case]
     mv = publish(dfs, stream)
     table_rows = make(9)
@@ -154,6 +155,19 @@ def test_stream_replay_and_offline_predict_agree_on_every_record(
             _same(out, live[key])
             _same(replayed[key], live[key])
             assert live[key]["model_version"] == mv.version
+    if case.startswith("pt-"):  # and `headrace predict` itself, on the JSON records
+        from headrace.cli import main
+
+        path = tmp_path / "records.jsonl"
+        path.write_text("".join(json.dumps({"key": k, **r}) + "\n"
+                                for k, r in zip(keys[:6], records[:6], strict=True)))
+        capsys.readouterr()  # only what predict prints
+        assert main(["--dfs-root", str(dfs), "predict", f"{stream}:{mv.version}", str(path),
+                     "--json"]) == 0
+        printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [p["key"] for p in printed] == keys[:6]
+        for p in printed:
+            _same(p, live[p["key"]])
 
 
 def test_headrace_predict_prints_the_streams_predictions_for_a_folder_and_a_file(
