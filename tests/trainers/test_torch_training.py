@@ -100,3 +100,40 @@ def test_code_that_builds_no_nn_module_fails_the_job_permanently(dfs: Path, demo
     assert st is not None and st.reason is not None
     assert "returned str, not a torch.nn.Module" in st.reason
     assert versions.list_versions(dfs, "bad") == []
+
+
+RAISES_IN_FORWARD = """
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.out = torch.nn.Linear(3, 2)  # the dataset has more features: forward raises
+
+    def forward(self, x):
+        return self.out(x)
+
+
+def build(spec, inputs):
+    return Net()
+"""
+
+
+def test_code_whose_forward_raises_fails_permanently_naming_its_line(
+        dfs: Path, demo: str, tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg" / "shape_net"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "net.py").write_text(RAISES_IN_FORWARD)
+    cv = code.push(dfs, tmp_path / "pkg", "shape-net")
+    req = TrainRequested(idempotency_key=uuid.uuid4().hex, model_name="shape",
+                         framework="torch", dataset_uri=demo,
+                         spec=ModelSpec(model=CodeRef(code=cv.ref,
+                                                      entrypoint="shape_net.net:build")))
+    jid, _ = jobs.create_request(dfs, req)
+    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.PERMANENT
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.reason is not None
+    assert st.reason.startswith(f"code {cv.ref}: forward() raised RuntimeError"), st.reason
+    assert "shape_net/net.py:11" in st.reason and st.attempts == 1
