@@ -26,6 +26,7 @@ import numpy as np
 
 from headrace.core import heap
 from headrace.core.errors import ConfigError, PermanentError
+from headrace.core.llvm_guard import before_torch
 from headrace.store.manifest import Manifest
 
 ModelFn = Callable[[np.ndarray], np.ndarray]
@@ -40,6 +41,8 @@ ADAPTERS = {  # (framework, runtime) -> module
     ("mxnet", "tensorflow"): "mxnet",
     ("tensorflow", "jax"): "keras_jax",
     ("tensorflow", "torch"): "keras_torch",
+    ("torch", "tensorflow"): "pytorch",  # the default runtime: each model on its own framework
+    ("torch", "torch"): "pytorch",
 }
 _chosen: list[str] = []  # the process's runtime, once chosen
 
@@ -86,6 +89,7 @@ def adapter_for(framework: str, runtime_name: str | None = None) -> Adapter:
     # Only the first framework's import is frozen (~300k objects every collection then skips):
     # a later one may come with a swap, and freezing then would pin the serving model for good.
     first = not any(f"{__name__}.{m}" in sys.modules for m in ADAPTERS.values())
+    before_torch()  # torch may come after TensorFlow (a swap): see core.llvm_guard
     mod: Adapter = importlib.import_module(f"{__name__}.{module}")
     if first:
         heap.freeze_imports()
