@@ -147,3 +147,57 @@ def test_the_chart_is_admitted_placed_idempotent_and_pruned(
         left = member_paths(api, namespace)
         assert not [p for p in left if f"-{gone}-" in p], left
         assert [p for p in left if "statefulsets" in p or "deployments" in p]
+
+
+def test_a_plan_the_live_cluster_cannot_hold_leaves_pods_pending_and_explain_says_why(
+        tmp_path: Path, api: Api, api_client: Any, namespace: str, kubeconfig: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cluster file says gpu-t3 has four A100s; the live node has two T4s. The planner
+    places a rack-r3 A100 group there, the scheduler binds none of its pods, and
+    ``topology explain --live`` prints the scheduler's reason."""
+    from typer.testing import CliRunner
+
+    from headrace.cli.topology_cmd import app
+
+    data = inventory.cluster_file(streams=[
+        {"name": "clicks", "partitions": 3, "rackCycle": ["r1", "r2", "r3"],
+         "replicationFactor": 1, "gpuType": "a100"}])
+    stale = next(n for n in data["nodes"] if n["name"] == "gpu-t3")
+    stale.update(gpus=4, gpuType="a100")
+    path = write(tmp_path, data)
+    plan, _ = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
+    [r3] = [g for g in plan.groups if g.rack == "r3"]
+
+    def r3_pending() -> list[dict[str, Any]] | None:
+        pods = api.items(f"/api/v1/namespaces/{namespace}/pods",
+                         labelSelector=f"headrace.io/group={r3.name}")
+        told = [p for p in pods if any(c["type"] == "PodScheduled" and c["status"] == "False"
+                                       for c in p["status"].get("conditions", []))]
+        return told if told and len(told) == len(pods) else None
+
+    pending = wait_for(r3_pending, timeout_s=60, what="the scheduler to refuse the r3 pods")
+    assert all(not p["spec"].get("nodeName") for p in pending)
+    # The other racks' groups are placed: only the stale node's group is stuck.
+    others = wait_for(lambda: all_pods_bound_except(api, namespace, r3.name), timeout_s=60,
+                      what="the other groups bound")
+    assert others
+
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    res = CliRunner().invoke(app, ["explain", "--cluster", str(path), "--live",
+                                   "--namespace", namespace])
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.output.splitlines() if line.startswith("[unscheduled]")]
+    assert len(lines) == len(pending), res.output
+    for line in lines:
+        assert f"(group {r3.name})" in line and "Unschedulable" in line
+        assert "node affinity/selector" in line or "nvidia.com/gpu" in line, line
+
+
+def all_pods_bound_except(api: Api, ns: str, group: str) -> bool:
+    for w in workloads(api, ns):
+        if w["metadata"]["labels"]["headrace.io/group"] == group:
+            continue
+        if len([p for p in pods_of(api, ns, w) if p["spec"].get("nodeName")]) \
+                != w["spec"]["replicas"]:
+            return False
+    return True
