@@ -36,7 +36,7 @@ def unscheduled(api_client: Any, namespace: str) -> list[Unscheduled]:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        pods = client.CoreV1Api(api_client).list_namespaced_pod(
+        pods: list[Any] = client.CoreV1Api(api_client).list_namespaced_pod(
             namespace, label_selector=SELECTOR, _request_timeout=15).items or []
     except ApiException as exc:
         if not exc.status:
@@ -45,7 +45,7 @@ def unscheduled(api_client: Any, namespace: str) -> list[Unscheduled]:
                           f"({exc.status}): {exc.reason}") from None
     except Exception as exc:  # urllib3/socket: the server is not there
         raise RetriableError(f"Kubernetes API server unreachable: {exc}") from None
-    out = []
+    out: list[Unscheduled] = []
     for p in pods:
         if p.spec.node_name or (p.status and p.status.phase not in (None, "Pending")):
             continue
@@ -53,9 +53,10 @@ def unscheduled(api_client: Any, namespace: str) -> list[Unscheduled]:
                      and c.status == "False"), None) if p.status else None
         if cond is None:
             continue  # not yet seen by the scheduler
-        labels = p.metadata.labels or {}
-        out.append(Unscheduled(p.metadata.name,
+        labels: dict[str, str] = p.metadata.labels or {}
+        out.append(Unscheduled(str(p.metadata.name),
                                labels.get("app.kubernetes.io/component", "?"),
-                               labels.get("headrace.io/group"), cond.reason or "Unschedulable",
-                               " ".join((cond.message or "").split())))
+                               labels.get("headrace.io/group"),
+                               str(cond.reason or "Unschedulable"),
+                               " ".join(str(cond.message or "").split())))
     return sorted(out, key=lambda u: u.pod)
