@@ -321,6 +321,15 @@ class KubeCluster:
                 shutil.copy(c.log_path, dest / c.log_path.name)
         return dest
 
+    def restart_apiserver(self, *, sig: int = signal.SIGKILL, timeout_s: float = 120.0) -> None:
+        """Kill the API server (SIGKILL: no graceful shutdown) and start it again on the same
+        port and etcd; returns once it is ready. Its watch cache starts anew from etcd."""
+        api = self.components["kube-apiserver"]
+        api.stop(sig)
+        api.start()
+        self._wait(lambda: self._http(f"{self.server}/readyz"), time.monotonic() + timeout_s,
+                   "kube-apiserver ready after a restart")
+
     def compact_etcd(self) -> int:
         """Compact etcd's history up to its current revision (what the API server does every
         five minutes); returns that revision."""
