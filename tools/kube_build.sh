@@ -6,7 +6,8 @@
 #     k8s.io/kubernetes at the tag and pins each k8s.io/* staging module (v0.0.0 plus a replace to
 #     ./staging in kubernetes' own go.mod) to the matching v0.x.y;
 #   kwok: sigs.k8s.io/kwok (simulated nodes and pod lifecycles);
-#   etcd: go.etcd.io/etcd/server/v3 (Kubernetes 1.34+ wants etcd 3.5+; Debian ships 3.4).
+#   etcd: Debian's etcd-server 3.4 (accepted by Kubernetes 1.36), else go.etcd.io/etcd/server/v3
+#     from the module proxy (KUBE_ETCD_FROM_PROXY=1 forces that).
 #   tools/kube_build.sh                          build (if needed) and print the bin folder
 #   KUBE_VERSION=v1.35.4 tools/kube_build.sh     another release (its v0.x.y staging modules must be served)
 #   KUBE_CHECK_ONLY=1 tools/kube_build.sh        print the folder only if already built
@@ -75,6 +76,16 @@ if [ ! -x "$BIN/kwok" ]; then
   log "building kwok $KWOK_VERSION"
   GOBIN=$BIN go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" \
     || { log "go install sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION failed ($(go version))"; exit 1; }
+fi
+# etcd: Debian's etcd-server (3.4; Kubernetes 1.36 runs on it without RequestWatchProgress),
+# installed when root and apt-get allow; else built from the module proxy.
+if [ ! -x "$BIN/etcd" ] && [ -z "${KUBE_ETCD_FROM_PROXY:-}" ]; then
+  if ! [ -x /usr/bin/etcd ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing Debian's etcd-server"
+    (apt-get install -y -qq etcd-server >/dev/null 2>&1 \
+      || (apt-get update -qq && apt-get install -y -qq etcd-server >/dev/null)) || true
+  fi
+  [ -x /usr/bin/etcd ] && ln -sf /usr/bin/etcd "$BIN/etcd"
 fi
 if [ ! -x "$BIN/etcd" ]; then
   log "building etcd $ETCD_VERSION"

@@ -91,6 +91,15 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def _etcd_minor(etcd: Path) -> int:
+    """etcd's minor version (3.4 -> 4): 3.5 added --unsafe-no-fsync."""
+    out = subprocess.run([str(etcd), "--version"], capture_output=True, text=True, timeout=30)
+    for word in out.stdout.split():
+        if word.startswith("3."):
+            return int(word.split(".")[1])
+    return 0
+
+
 def _openssl(*args: str) -> None:
     out = subprocess.run(["openssl", *args], capture_output=True, text=True, timeout=60)
     if out.returncode != 0:
@@ -213,7 +222,8 @@ class KubeCluster:
             "--listen-peer-urls", f"http://127.0.0.1:{peer}",
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
             "--initial-cluster", f"test=http://127.0.0.1:{peer}",
-            "--unsafe-no-fsync", "--log-level", "warn", "--quota-backend-bytes", str(2 << 30)],
+            *(["--unsafe-no-fsync"] if _etcd_minor(b / "etcd") >= 5 else []),
+            "--log-level", "warn", "--quota-backend-bytes", str(2 << 30)],
             r / "etcd.log")
         c["kube-apiserver"] = Component("kube-apiserver", [
             str(b / "kube-apiserver"), "--etcd-servers", self.etcd_url,
@@ -242,8 +252,6 @@ class KubeCluster:
             "--leader-elect=false", "--use-service-account-credentials=false",
             "--service-account-private-key-file", str(pki / "sa.key"),
             "--root-ca-file", str(pki / "ca.crt"),
-            "--controllers", "*,-nodeipam,-cloud-node-lifecycle,-persistentvolume-binder,"
-            "-attachdetach,-persistentvolume-expander,-ephemeral-volume,-service-lb",
             "--concurrent-job-syncs", "5", "--v", "1"],
             r / "kube-controller-manager.log")
         c["kube-scheduler"] = Component("kube-scheduler", [
