@@ -88,11 +88,18 @@ if [ ! -x "$BIN/etcd" ] && [ -z "${KUBE_ETCD_FROM_PROXY:-}" ]; then
   [ -x /usr/bin/etcd ] && ln -sf /usr/bin/etcd "$BIN/etcd"
 fi
 if [ ! -x "$BIN/etcd" ]; then
+  # `go install mod@version` refuses etcd's server module (its go.mod has replace directives):
+  # a wrapper module requires it instead.
   log "building etcd $ETCD_VERSION"
-  GOBIN=$BIN go install -trimpath -ldflags "-s -w" "go.etcd.io/etcd/server/v3@$ETCD_VERSION" \
-    || { log "go install go.etcd.io/etcd/server/v3@$ETCD_VERSION failed ($(go version))"; exit 1; }
-  [ -x "$BIN/v3" ] && mv "$BIN/v3" "$BIN/etcd"
-  [ -x "$BIN/server" ] && mv "$BIN/server" "$BIN/etcd"
+  EWORK=$DEST/.etcd-work
+  mkdir -p "$EWORK"
+  printf 'module headrace.tools/etcd\n\ngo 1.25\n\nrequire go.etcd.io/etcd/server/v3 %s\n' \
+    "$ETCD_VERSION" > "$EWORK/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' \
+    > "$EWORK/tools.go"
+  (cd "$EWORK" && go mod tidy -e >/dev/null 2>&1 || true
+   go build -mod=mod -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3) \
+    || { log "go build of go.etcd.io/etcd/server/v3@$ETCD_VERSION failed ($(go version))"; exit 1; }
 fi
 # kwok's pod stages that make pods Running and deletable (nodes keep kwok's defaults); pods then
 # stay Running until a test sets their outcome (no automatic completion).

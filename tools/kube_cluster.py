@@ -209,7 +209,8 @@ class KubeCluster:
         (self.root / "tokens.csv").write_text(
             f'{tokens["admin"]},headrace-admin,uid-admin,"system:masters"\n'
             f'{tokens["scheduler"]},system:kube-scheduler,uid-scheduler\n'
-            f'{tokens["cm"]},system:kube-controller-manager,uid-cm\n'
+            # Its controllers act under its own name (no per-controller accounts): all rights.
+            f'{tokens["cm"]},system:kube-controller-manager,uid-cm,"system:masters"\n'
             f'{tokens["kwok"]},kwok,uid-kwok,"system:masters"\n')
         self._write_kubeconfig(self.kubeconfig, tokens["admin"])
         for who in ("scheduler", "cm", "kwok"):
