@@ -267,3 +267,46 @@ def test_a_job_waiting_for_gpus_is_not_started(kube: KubeCluster, api: Api, appl
         ex.poll()
     assert [e[0] for e in events] == ["queued"], events
     assert ex.cancel("big-1")
+
+
+def test_a_restarted_control_plane_adopts_the_running_job_and_sees_it_end(
+        kube: KubeCluster, api: Api, applied: str) -> None:
+    """The control plane dies (its executor is gone) while the Job runs; the next one adopts the
+    recorded attempt instead of creating another, and reports the Job's end."""
+    ns = applied
+    control = as_account(kube, ns, "headrace-control")
+    from kubernetes import client
+
+    def executor(events: list[tuple[str, str, dict[str, Any]]]) -> KubernetesExecutor:
+        return KubernetesExecutor(
+            config=KubernetesExecutorConfig(image=IMAGE, gpu_image=f"{IMAGE}-gpu", namespace=ns,
+                                            gang="none", gpu_type="a100"),
+            batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
+            custom_api=client.CustomObjectsApi(control),
+            networking_api=client.NetworkingV1Api(control),
+            on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
+
+    job = JobSpec(job_id="adopt-1", model_name="churn", framework=Framework.TENSORFLOW,
+                  resources=Resources(gpus=1, workers=1, cpu=1, memory_gib=2))
+    first: list[tuple[str, str, dict[str, Any]]] = []
+    dead = executor(first)
+    dead.submit(job)
+    handle = dead.handle("adopt-1")
+    assert handle is not None
+    pod = running_pod(api, ns)
+    del dead  # the control plane is gone; the Job runs on
+
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    ex = executor(events)
+    assert ex.adopt(job, handle)
+    end_pod(api, ns, pod, exit_code=0)
+    outcomes: list[JobOutcome] = []
+
+    def ended() -> list[JobOutcome]:
+        outcomes.extend(ex.poll())
+        return outcomes
+
+    wait_for(ended, timeout_s=60, what="the adopted Job to complete")
+    assert [(o.job_id, o.succeeded) for o in outcomes] == [("adopt-1", True)]
+    assert len(api.items(f"/apis/batch/v1/namespaces/{ns}/jobs")) == 1  # no second attempt
+    assert "queued" not in [e[0] for e in events]
