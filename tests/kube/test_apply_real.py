@@ -118,6 +118,9 @@ def test_the_chart_is_admitted_placed_idempotent_and_pruned(
         for p in bound[g.name]:
             node = nodes[p["spec"]["nodeName"]]
             assert node["rack"] == g.rack, (g.name, node["name"])
+            env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0].get("env", [])}
+            # Kafka fetches from the replica in the pod's own rack (client.rack).
+            assert env.get("HEADRACE_CLIENT_RACK") == g.client_rack == node["rack"]
             if g.gpus:
                 assert node.get("gpus"), (g.name, node["name"])
                 if g.gpu_type:
