@@ -23,17 +23,22 @@ _failed: str | None = None
 
 def cluster() -> KubeCluster:
     """The run's control plane, started on first use. Skips, saying why, when the binaries are
-    not built and cannot be (no Go); builds them otherwise (``./dev test`` builds them first)."""
+    not built and cannot be (no Go, or HEADRACE_KUBE_BUILD=0); fails when they could be but are
+    not: the build takes far longer than a test may (``./dev test`` builds them first)."""
     global _cluster, _failed
     if _failed is not None:
         pytest.fail(_failed)
     if _cluster is None:
-        if cached_bin() is None and go_missing():
-            pytest.skip(f"Kubernetes tests need tools/kube_build.sh's binaries: {go_missing()}")
-        if cached_bin() is None and os.environ.get("HEADRACE_KUBE_BUILD", "1") == "0":
-            pytest.skip("Kubernetes binaries not built and HEADRACE_KUBE_BUILD=0")
+        if cached_bin() is None:
+            if go_missing():
+                pytest.skip(f"Kubernetes tests need tools/kube_build.sh's binaries: "
+                            f"{go_missing()}")
+            if os.environ.get("HEADRACE_KUBE_BUILD", "1") == "0":
+                pytest.skip("Kubernetes binaries not built and HEADRACE_KUBE_BUILD=0")
+            pytest.fail("Kubernetes binaries not built: run tools/kube_build.sh (./dev test "
+                        "runs it; its note says why it failed)")
         try:
-            _cluster = KubeCluster().start()
+            _cluster = KubeCluster(bin_dir=cached_bin()).start()
         except KubeUnavailable as exc:
             _failed = f"cannot start the Kubernetes control plane: {exc}"
             pytest.fail(_failed)
