@@ -30,7 +30,9 @@ def write(tmp_path: Path, data: dict[str, Any]) -> Path:
 
 
 def member_paths(api: Api, ns: str) -> dict[str, str]:
-    """Every object of the namespace labelled as the ApplySet's member: path -> resourceVersion."""
+    """Every object of the namespace labelled as the ApplySet's member: path -> its
+    ``generation`` where it has one (the controllers' status writes move its resourceVersion,
+    not its generation), else its resourceVersion."""
     aset = ApplySet(namespace=ns)
     out = {}
     for (group, _kind), (version, plural) in KINDS.items():
@@ -39,8 +41,10 @@ def member_paths(api: Api, ns: str) -> dict[str, str]:
         root = f"/apis/{group}/{version}" if group else f"/api/{version}"
         for o in api.items(f"{root}/namespaces/{ns}/{plural}",
                            labelSelector=f"{PART_OF}={aset.id}"):
-            out[f"{root}/namespaces/{ns}/{plural}/{o['metadata']['name']}"] = \
-                o["metadata"]["resourceVersion"]
+            meta = o["metadata"]
+            out[f"{root}/namespaces/{ns}/{plural}/{meta['name']}"] = \
+                f"generation {meta['generation']}" if meta.get("generation") \
+                else f"rv {meta['resourceVersion']}"
     parent = api.get(f"/api/v1/namespaces/{ns}/configmaps/{aset.name}")
     out[f"configmap/{aset.name}"] = parent["metadata"]["resourceVersion"]
     return out
