@@ -310,3 +310,34 @@ def test_a_restarted_control_plane_adopts_the_running_job_and_sees_it_end(
     assert [(o.job_id, o.succeeded) for o in outcomes] == [("adopt-1", True)]
     assert len(api.items(f"/apis/batch/v1/namespaces/{ns}/jobs")) == 1  # no second attempt
     assert "queued" not in [e[0] for e in events]
+
+
+def test_a_job_past_its_deadline_is_failed_by_the_job_controller(
+        kube: KubeCluster, api: Api, applied: str) -> None:
+    """``active_deadline_s`` becomes the Job's activeDeadlineSeconds: the Job controller kills
+    the running pod and fails the Job (DeadlineExceeded), and the executor reports that."""
+    ns = applied
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    control = as_account(kube, ns, "headrace-control")
+    from kubernetes import client
+
+    ex = KubernetesExecutor(
+        config=KubernetesExecutorConfig(image=IMAGE, gpu_image=f"{IMAGE}-gpu", namespace=ns,
+                                        gang="none", gpu_type="a100", active_deadline_s=3),
+        batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
+        custom_api=client.CustomObjectsApi(control),
+        networking_api=client.NetworkingV1Api(control),
+        on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
+    ex.submit(JobSpec(job_id="slow-1", model_name="churn", framework=Framework.TENSORFLOW,
+                      resources=Resources(gpus=1, workers=1, cpu=1, memory_gib=2)))
+    running_pod(api, ns)
+    outcomes: list[JobOutcome] = []
+
+    def ended() -> list[JobOutcome]:
+        outcomes.extend(ex.poll())
+        return outcomes
+
+    wait_for(ended, timeout_s=60, what="the Job controller to fail the Job at its deadline")
+    [outcome] = outcomes
+    assert not outcome.succeeded and "DeadlineExceeded" in (outcome.reason or ""), outcome
+    assert events[-1][0] == "failed"
