@@ -13,7 +13,7 @@ from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.topics import ControlTopics, TopicSpec
 from headrace.trainers.datasets import make_demo
-from tests import real_kafka
+from tests import real_kafka, real_kube
 from tools.kafka_cluster import KafkaCluster
 
 
@@ -25,6 +25,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:  # `-m kafka` selects every test that needs the real cluster
         if "kafka_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.kafka)
+        if "kube" in getattr(item, "fixturenames", ()):  # `-m kube`: the real control plane
+            item.add_marker(pytest.mark.kube)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -34,10 +36,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if report.failed and real_kafka.started() is not None:
         kept = real_kafka.keep_logs(item.nodeid)
         report.sections.append(("Apache Kafka", f"the cluster's logs are kept in {kept}"))
+    if report.failed and real_kube.started() is not None:
+        kept = real_kube.keep_logs(item.nodeid)
+        report.sections.append(("Kubernetes", f"the control plane's logs are kept in {kept}"))
 
 
 def pytest_sessionfinish() -> None:
     real_kafka.stop()
+    real_kube.stop()
 
 
 @pytest.fixture(scope="session")

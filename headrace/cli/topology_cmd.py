@@ -80,13 +80,29 @@ def _fail_if_nothing_placed(plan: Plan) -> None:
 
 
 @app.command("explain")
-def explain_cmd(cluster: ClusterOpt, previous: PreviousOpt = None) -> None:
-    """Say why each decision that is not rack-local was made."""
+def explain_cmd(
+    cluster: ClusterOpt,
+    previous: PreviousOpt = None,
+    live: Annotated[bool, typer.Option(
+        "--live", help="Also list Headrace's pods the scheduler left Pending, with its "
+        "reason (reads the cluster).")] = False,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
+    context: Annotated[str | None, typer.Option(
+        "--context", help="The kubeconfig context (default: its current one).")] = None,
+) -> None:
+    """Say why each decision that is not rack-local was made (and, with --live, why pods the
+    plan placed are not scheduled)."""
     from headrace.cli.topology_views import explain_lines
     from headrace.topology import commands
 
-    for line in explain_lines(commands.run_explain(cluster_path=cluster, previous_path=previous)):
+    plan = commands.run_explain(cluster_path=cluster, previous_path=previous)
+    for line in explain_lines(plan):
         typer.echo(line)
+    if live:
+        lines = commands.run_explain_live(cluster_path=cluster, namespace=namespace,
+                                          context=context)
+        for line in lines or ["every Headrace pod is scheduled"]:
+            typer.echo(line)
 
 
 @app.command("apply")

@@ -19,6 +19,7 @@ from headrace.topology.cluster import ClusterSpec, load_cluster
 from headrace.topology.kube_rest import Rest
 from headrace.topology.placement import Plan, load_plan, moved_partitions
 from headrace.topology.planning import plan_placement
+from headrace.topology.unscheduled import unscheduled
 from headrace.topology.validation import validate_all
 from headrace.topology.values import ScorerOptions, chart_values
 
@@ -91,6 +92,14 @@ def run_explain(*, cluster_path: Path, previous_path: Path | None = None) -> Pla
     cluster = load_cluster(cluster_path)
     previous = load_plan(previous_path) if previous_path else None
     return plan_placement(cluster=cluster, previous=previous)
+
+
+def run_explain_live(*, cluster_path: Path, namespace: str | None = None,
+                     context: str | None = None, api_client: Any = None) -> list[str]:
+    """One line per Headrace pod in the namespace the scheduler left Pending, with its
+    reason (the namespace defaults to the cluster file's)."""
+    ns = namespace or load_cluster(cluster_path).deploy.namespace
+    return [u.line() for u in unscheduled(api_client or kube_api_client(context), ns)]
 
 
 def kube_api_client(context: str | None = None) -> Any:

@@ -379,10 +379,10 @@ class KubernetesExecutor:
             self._emit("failed", spec, "kubernetes job disappeared", reason="deleted")
             return JobOutcome(spec.job_id, False, None, t.failed + 1, "kubernetes job deleted")
         failed = int(st.failed or 0) if st else 0
-        if st is not None and (st.active or 0) > 0 and t.state == "queued":
+        if st is not None and _running(st) > 0 and t.state == "queued":
             t.state = "running"
             t.running_since = time.time()
-            self._emit("started", spec, f"{st.active} of {spec.workers} worker(s) running",
+            self._emit("started", spec, f"{_running(st)} of {spec.workers} worker(s) running",
                        attempt=failed + 1)
         if failed > t.failed:
             t.failed = failed
@@ -443,8 +443,10 @@ class KubernetesExecutor:
             return statuses[0]
         done = [c for c in (statuses[0].conditions or []) if c.type == "Complete"]
         failed = [c for st in statuses for c in (st.conditions or []) if c.type == "Failed"]
+        readies = [getattr(st, "ready", None) for st in statuses]
         return _Status(sum(int(st.active or 0) for st in statuses),
-                       max(int(st.failed or 0) for st in statuses), done + failed)
+                       max(int(st.failed or 0) for st in statuses), done + failed,
+                       None if None in readies else sum(int(r) for r in readies if r))
 
     def logs(self, job_id: str) -> list[str]:
         """The job's pods' log lines now (``jobs logs``), tagged by gang member."""
@@ -611,6 +613,15 @@ class _Status:
     active: int
     failed: int
     conditions: list[_Cond]
+    ready: int | None = None  # None: not reported (JobSet), ``active`` stands in
+
+
+def _running(st: Any) -> int:
+    """Pods running: the Job's ``ready`` count. ``active`` also counts pods still Pending
+    (waiting for a GPU, unschedulable), so a job waiting for capacity is not "started" and its
+    startup watchdog does not run (D50)."""
+    ready = getattr(st, "ready", None)
+    return int(ready) if ready is not None else int(st.active or 0)
 
 
 _NOT_YET = object()  # a Job just created that the watch has not shown yet

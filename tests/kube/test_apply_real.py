@@ -1,0 +1,210 @@
+"""``headrace topology apply`` against a real kube-apiserver (tests/real_kube.py): the chart
+rendered for several value sets is admitted under the ``restricted`` Pod Security Standard, a
+second apply changes nothing, a removed stream's objects are pruned, and the scheduler binds the
+scorer pods where the placement plan says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from headrace.topology import commands
+from headrace.topology.applyset import PART_OF, ApplySet
+from headrace.topology.kube_rest import KINDS
+from headrace.topology.values import ScorerOptions
+from tests.kube import inventory
+from tests.kube.conftest import Api, wait_for
+
+pytestmark = pytest.mark.slow
+
+WORKLOADS = {"StatefulSet": "statefulsets", "Deployment": "deployments"}
+
+
+def write(tmp_path: Path, data: dict[str, Any]) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def member_paths(api: Api, ns: str) -> dict[str, str]:
+    """Every object of the namespace labelled as the ApplySet's member: path -> its
+    ``generation`` where it has one (the controllers' status writes move its resourceVersion,
+    not its generation), else its resourceVersion."""
+    aset = ApplySet(namespace=ns)
+    out = {}
+    for (group, _kind), (version, plural) in KINDS.items():
+        if group in ("keda.sh", "monitoring.coreos.com"):
+            continue  # no CRDs installed
+        root = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        for o in api.items(f"{root}/namespaces/{ns}/{plural}",
+                           labelSelector=f"{PART_OF}={aset.id}"):
+            meta = o["metadata"]
+            out[f"{root}/namespaces/{ns}/{plural}/{meta['name']}"] = \
+                f"generation {meta['generation']}" if meta.get("generation") \
+                else f"rv {meta['resourceVersion']}"
+    parent = api.get(f"/api/v1/namespaces/{ns}/configmaps/{aset.name}")
+    out[f"configmap/{aset.name}"] = parent["metadata"]["resourceVersion"]
+    return out
+
+
+def workloads(api: Api, ns: str) -> list[dict[str, Any]]:
+    return [o for kind, plural in WORKLOADS.items()
+            for o in api.items(f"/apis/apps/v1/namespaces/{ns}/{plural}")]
+
+
+def admitted_under_restricted(api: Api, ns: str, workload: dict[str, Any]) -> None:
+    """The workload's pod template, created as a Pod (server dry run) in the namespace: the
+    PodSecurity admission enforces ``restricted`` on it exactly as on the controller's pods."""
+    tmpl = workload["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"generateName": "psa-", "namespace": ns,
+                        "labels": tmpl["metadata"].get("labels", {})},
+           "spec": tmpl["spec"]}
+    status, data = api.request("POST", f"/api/v1/namespaces/{ns}/pods", pod,
+                               query=[("dryRun", "All")])
+    assert status == 201, f"{workload['kind']}/{workload['metadata']['name']}: " \
+                          f"{status} {data.get('message')}"
+
+
+def pods_of(api: Api, ns: str, workload: dict[str, Any]) -> list[dict[str, Any]]:
+    sel = ",".join(f"{k}={v}" for k, v in workload["spec"]["selector"]["matchLabels"].items())
+    return api.items(f"/api/v1/namespaces/{ns}/pods", labelSelector=sel)
+
+
+def all_pods_bound(api: Api, ns: str) -> dict[str, list[dict[str, Any]]] | None:
+    """group -> its pods, once every workload has all its pods bound to a node."""
+    out = {}
+    for w in workloads(api, ns):
+        pods = [p for p in pods_of(api, ns, w) if p["spec"].get("nodeName")]
+        if len(pods) != w["spec"]["replicas"]:
+            return None
+        out[w["metadata"]["labels"]["headrace.io/group"]] = pods
+    return out
+
+
+VALUE_SETS: dict[str, tuple[dict[str, Any], ScorerOptions]] = {
+    # A StatefulSet per locality group on GPU nodes, the views group beside its data volume.
+    "static-gpu": ({}, ScorerOptions()),
+    # Consumer-group Deployments instead.
+    "consumer-group": ({}, ScorerOptions(mode="consumer-group")),
+    # CPU scorers, one stream on two racks.
+    "cpu-only": ({"scorer": {"gpus": 0, "cpuMillis": 500, "memoryMiB": 512,
+                             "maxPartitionsPerPod": 2},
+                  "streams": [{"name": "clicks", "partitions": 4, "rackCycle": ["r2", "r3"],
+                               "replicationFactor": 1}]}, ScorerOptions()),
+}
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_the_chart_is_admitted_placed_idempotent_and_pruned(
+        value_set: str, tmp_path: Path, api: Api, api_client: Any, namespace: str) -> None:
+    extra, options = VALUE_SETS[value_set]
+    data = inventory.cluster_file(**extra)
+    path = write(tmp_path, data)
+    plan, first = commands.run_apply(cluster_path=path, namespace=namespace,
+                                     api_client=api_client, options=options)
+    assert first and all(line.startswith("created ") for line in first), first
+
+    # Every workload's pods pass restricted Pod Security, and the controllers made them.
+    ws = workloads(api, namespace)
+    assert len(ws) == len(plan.groups)
+    for w in ws:
+        admitted_under_restricted(api, namespace, w)
+    bound = wait_for(lambda: all_pods_bound(api, namespace), timeout_s=90,
+                     what="every scorer pod created and bound by the scheduler")
+
+    # The scheduler put each group in its rack, on its GPU type, beside its data volume.
+    nodes = {n["name"]: n for n in inventory.NODES}
+    for g in plan.groups:
+        for p in bound[g.name]:
+            node = nodes[p["spec"]["nodeName"]]
+            assert node["rack"] == g.rack, (g.name, node["name"])
+            env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0].get("env", [])}
+            # Kafka fetches from the replica in the pod's own rack (client.rack).
+            assert env.get("HEADRACE_CLIENT_RACK") == g.client_rack == node["rack"]
+            if g.gpus:
+                assert node.get("gpus"), (g.name, node["name"])
+                if g.gpu_type:
+                    assert node["gpuType"] == g.gpu_type
+            else:
+                assert not node.get("gpus"), (g.name, node["name"])
+            if g.volume:
+                assert node["name"] in next(v["nodes"] for v in inventory.VOLUMES
+                                            if v["name"] == g.volume)
+
+    # A second apply of the same file changes nothing on the server.
+    before = member_paths(api, namespace)
+    _, second = commands.run_apply(cluster_path=path, namespace=namespace,
+                                   api_client=api_client, options=options)
+    assert all(line.startswith("patched ") for line in second), second
+    assert member_paths(api, namespace) == before
+
+    # A stream removed from the file: its objects are deleted, the others stay.
+    gone = data["streams"][-1]["name"]
+    if len(data["streams"]) > 1:
+        data["streams"] = data["streams"][:-1]
+        write(tmp_path, data)
+        _, third = commands.run_apply(cluster_path=path, namespace=namespace,
+                                      api_client=api_client, options=options)
+        deleted = [line for line in third if line.startswith("deleted ")]
+        assert deleted and all(gone in line for line in deleted), third
+        left = member_paths(api, namespace)
+        assert not [p for p in left if f"-{gone}-" in p], left
+        assert [p for p in left if "statefulsets" in p or "deployments" in p]
+
+
+def test_a_plan_the_live_cluster_cannot_hold_leaves_pods_pending_and_explain_says_why(
+        tmp_path: Path, api: Api, api_client: Any, namespace: str, kubeconfig: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cluster file says gpu-t3 has four A100s; the live node has two T4s. The planner
+    places a rack-r3 A100 group there, the scheduler binds none of its pods, and
+    ``topology explain --live`` prints the scheduler's reason."""
+    from typer.testing import CliRunner
+
+    from headrace.cli.topology_cmd import app
+
+    data = inventory.cluster_file(streams=[
+        {"name": "clicks", "partitions": 3, "rackCycle": ["r1", "r2", "r3"],
+         "replicationFactor": 1, "gpuType": "a100"}])
+    stale = next(n for n in data["nodes"] if n["name"] == "gpu-t3")
+    stale.update(gpus=4, gpuType="a100")
+    path = write(tmp_path, data)
+    plan, _ = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
+    [r3] = [g for g in plan.groups if g.rack == "r3"]
+
+    def r3_pending() -> list[dict[str, Any]] | None:
+        pods = api.items(f"/api/v1/namespaces/{namespace}/pods",
+                         labelSelector=f"headrace.io/group={r3.name}")
+        told = [p for p in pods if any(c["type"] == "PodScheduled" and c["status"] == "False"
+                                       for c in p["status"].get("conditions", []))]
+        return told if told and len(told) == len(pods) else None
+
+    pending = wait_for(r3_pending, timeout_s=60, what="the scheduler to refuse the r3 pods")
+    assert all(not p["spec"].get("nodeName") for p in pending)
+    # The other racks' groups are placed: only the stale node's group is stuck.
+    others = wait_for(lambda: all_pods_bound_except(api, namespace, r3.name), timeout_s=60,
+                      what="the other groups bound")
+    assert others
+
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    res = CliRunner().invoke(app, ["explain", "--cluster", str(path), "--live",
+                                   "--namespace", namespace])
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.output.splitlines() if line.startswith("[unscheduled]")]
+    assert len(lines) == len(pending), res.output
+    for line in lines:
+        assert f"(group {r3.name})" in line and "Unschedulable" in line
+        assert "node affinity/selector" in line or "nvidia.com/gpu" in line, line
+
+
+def all_pods_bound_except(api: Api, ns: str, group: str) -> bool:
+    for w in workloads(api, ns):
+        if w["metadata"]["labels"]["headrace.io/group"] == group:
+            continue
+        if len([p for p in pods_of(api, ns, w) if p["spec"].get("nodeName")]) \
+                != w["spec"]["replicas"]:
+            return False
+    return True
