@@ -144,10 +144,11 @@ def plan_for(*, spec: ModelSpec, x_train: Inputs, classes: tuple[str, ...], root
 
 
 def export_signature(plan: ModelPlan, framework: Framework) -> tuple[ModelInput, ...]:
-    """The inputs as the manifest states them for ``framework``: an MXNet export as each kind's
-    codec says (the vocabulary file its adapter applies; images channels first inside)."""
+    """The inputs as the manifest states them for ``framework``, as each kind's codec says: the
+    vocabulary file its adapter applies (text in every framework, categories in MXNet), an
+    MXNet export's images channels first inside."""
     if framework != Framework.MXNET:
-        return plan.inputs
+        return tuple(codec(i.kind).keras_export(i) for i in plan.inputs)
     return tuple(codec(i.kind).mxnet_export(i) for i in plan.inputs)
 
 

@@ -159,6 +159,7 @@ TEXT = ModelInput(name="text", kind=InputKind.TEXT, dtype="string", max_length=8
 
 
 def tf_text(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVersion, Any]:
+    """A TensorFlow text model of the old layout: TextVectorization in its graph."""
     import keras
 
     keras.utils.set_random_seed(2)
@@ -171,8 +172,8 @@ def tf_text(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVersion,
     model = keras.Model(inp, out)
     outputs = (ModelOutput(name="sentiment", kind=OutputKind.CLASSES,
                            classes=("neg", "neutral", "pos")),)
-    m = _manifest(name, "tensorflow", (TEXT,), outputs, family="text",
-                  )
+    # As versions before host-side ids were written: format 1, no vocabulary file.
+    m = _manifest(name, "tensorflow", (TEXT,), outputs, family="text", format_version=1)
     return _publish(root, m, lambda d: model.save(d / "model.keras"), alias), model
 
 
