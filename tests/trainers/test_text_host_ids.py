@@ -95,6 +95,7 @@ def test_trainer_and_scorer_feed_the_same_ids_and_scores(tmp_path: Path) -> None
                                 max_batch=64)
     (got,) = fn({"review": texts})
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert np.isfinite(got).all()  # the empty text too (a masked mean of nothing was NaN)
     np.save(tmp_path / "ids.npy", train_ids)
     np.save(tmp_path / "tf_scores.npy", want)
 
