@@ -99,7 +99,7 @@ def _field(o: Any, key: str, field: str) -> Any:
 
 
 def _value(o: Any, key: str) -> float:
-    v = _field(o, key, "value")
+    v = _field(o, key, "scores")  # a regressor's prediction: its value(s) under scores
     while isinstance(v, list):
         v = v[0]
     return float(v) if v is not None else float("nan")
