@@ -22,6 +22,7 @@ from headrace.codecs.registry import (
     check_signature,
     codec,
     inferring,
+    keras_feeder,
     kind,
     register,
     vocabulary_file,
@@ -39,4 +40,5 @@ def kinds_listed() -> str:
     return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
 
 __all__ = ["BUILT_IN", "REGISTRY", "Codec", "InputStats", "UnknownKind", "check_signature",
-           "codec", "inferring", "kind", "kinds_listed", "register", "vocabulary_file"]
+           "codec", "inferring", "keras_feeder", "kind", "kinds_listed", "register",
+           "vocabulary_file"]

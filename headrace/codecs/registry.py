@@ -78,6 +78,12 @@ class Codec:
     raw_types: tuple[str, ...] = ()  # content types of a raw message that is this one input
     tabular: bool = False  # one input of this kind is the scorer's tabular fast path
     infer_rank: int = 0  # lower is asked first: a kind claiming a narrower column goes first
+    # A Keras model fed this kind's ids made on the host (text): whether a model takes them
+    # (``exported``: as its manifest states the input, else as the training plan does), the
+    # ids (int32, identical in training and scoring) and the input as a Keras manifest says.
+    keras_fed: Callable[[ModelInput, bool], bool] = lambda inp, exported: False
+    keras_ids: Callable[[ModelInput, np.ndarray, Sequence[str]], np.ndarray] | None = None
+    keras_export: Callable[[ModelInput], ModelInput] = lambda inp: inp
 
     def fields(self, inp: ModelInput) -> tuple[str, ...]:
         return tuple(inp.columns) if self.multi_field else (inp.name,)
@@ -139,6 +145,17 @@ def check_signature(signature: Sequence[ModelInput]) -> None:
             codec(inp.kind).check(inp)
         except ValueError as exc:
             raise PermanentError(str(exc)) from None
+
+
+def keras_feeder(inp: ModelInput, vocabulary: Sequence[str], *, exported: bool
+                 ) -> Callable[[np.ndarray], np.ndarray] | None:
+    """What turns the decoded rows into what a Keras model takes for ``inp`` (None: as they
+    are): the trainer and the scorer's adapters build it alike, so their ids cannot differ."""
+    c = codec(inp.kind)
+    if c.keras_ids is None or not c.keras_fed(inp, exported):
+        return None
+    ids, vocab = c.keras_ids, list(vocabulary)
+    return lambda values: ids(inp, values, vocab)
 
 
 def vocabulary_file(name: str) -> str:

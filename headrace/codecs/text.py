@@ -1,7 +1,16 @@
 """``text``: one free-text field a row, lowercased, stripped of punctuation and split into at
-most ``max_length`` tokens of the vocabulary learned on the training split: by Keras'
-``TextVectorization`` inside a TensorFlow export, by ``store.tokens`` (the same rule) in an
-MXNet export's feed, with the vocabulary file the version ships."""
+most ``max_length`` tokens of the vocabulary learned on the training split.
+
+The ids are made here, on the host, by ``store.tokens`` (:func:`token_ids`), for the trainer and
+for every scorer adapter alike, with the vocabulary file the version ships: the exported model
+takes integer ids, so it runs on any Keras backend (JAX and torch take no strings) and in
+MXNet. A built-in family's input also carries hashed bigram ids (``bigrams:N`` in its
+preprocessing): ``max_length`` token ids, then ``max_length`` ids of hashed bigrams, numbered
+after the vocabulary's (0 where the pair runs into padding), hashed from the two token ids, so
+no string is hashed twice and one embedding table can hold both (:func:`id_count`).
+
+TensorFlow versions written before (no vocabulary file in the manifest's input) hold Keras'
+``TextVectorization`` in their graph and take the strings: :func:`in_graph` says which."""
 
 from __future__ import annotations
 
@@ -31,13 +40,62 @@ from headrace.store.signature import InputKind, ModelInput
 
 TEXT_MIN_WORDS = 3.0  # a string column averaging this many words a row is text, else category
 DEFAULT_LENGTH = 64  # tokens fed when an input states no max_length
+BIGRAM_BUCKETS = 1 << 15  # hashed bigram ids of a new built-in family's input
+WIDE_SCALE = 16.0  # the text family's linear part: its mean of n-gram logits times this
+_BIGRAMS = "bigrams:"
+_MIX = 1_000_003  # odd multiplier of the pair hash (a prime: ids spread over the buckets)
+
+
+def bigram_buckets(inp: ModelInput) -> int:
+    """The hashed bigram buckets the input's ids carry (0: token ids alone)."""
+    for step in inp.preprocessing:
+        if step.startswith(_BIGRAMS):
+            return int(step[len(_BIGRAMS):])
+    return 0
+
+
+def in_graph(inp: ModelInput, *, exported: bool) -> bool:
+    """Whether a Keras model vectorises this input itself (takes strings): an export with no
+    vocabulary file (versions before host-side ids), or, in training, an input whose plan has
+    no vocabulary step (user code's raw input)."""
+    if exported:
+        return inp.vocabulary is None
+    return "vocabulary" not in inp.preprocessing
+
+
+def width(inp: ModelInput) -> int:
+    """Ids a row: the tokens, then as many bigrams when the input carries them."""
+    n = inp.max_length or DEFAULT_LENGTH
+    return 2 * n if bigram_buckets(inp) else n
+
+
+def token_ids(inp: ModelInput, values: np.ndarray, vocabulary: Sequence[str]) -> np.ndarray:
+    """``int32 (rows, width(inp))``: what the model takes, identical in training and scoring."""
+    ids = tokens.encode_text(values, list(vocabulary), max_length=inp.max_length or DEFAULT_LENGTH)
+    buckets = bigram_buckets(inp)
+    if not buckets:
+        return ids
+    ids[ids[:, 0] == tokens.PAD, 0] = tokens.OOV  # no token reads as one unknown token: a
+    # masked mean then always has something to average (else 0 / 0 on every backend)
+    a = ids.astype(np.int64)
+    b = np.zeros_like(a)
+    b[:, :-1] = a[:, 1:]
+    first = len(vocabulary) + 2  # after the token ids: one embedding table holds both
+    pairs = np.where((a > 0) & (b > 0), first + 1 + (a * _MIX + b) % (buckets - 1), 0)
+    return np.concatenate([ids, pairs.astype(np.int32)], axis=1)
+
+
+def id_count(inp: ModelInput, vocabulary_size: int) -> int:
+    """The ids' range (an embedding's rows): padding, unknown, the vocabulary, the bigrams."""
+    return vocabulary_size + 2 + bigram_buckets(inp)
 
 
 def _dataset_input(names: tuple[str, ...], table: pa.Table, spec: ModelSpec
                    ) -> tuple[ModelInput, np.ndarray]:
     (name,) = names
     return ModelInput(name=name, kind=InputKind.TEXT, dtype="string", max_length=spec.max_length,
-                      preprocessing=("lowercase", "strip_punctuation", "vocabulary")
+                      preprocessing=("lowercase", "strip_punctuation", "vocabulary",
+                                     f"{_BIGRAMS}{BIGRAM_BUCKETS}")
                       ), string_values(table.column(name))
 
 
@@ -45,7 +103,15 @@ def _learn(inp: ModelInput, v: np.ndarray, max_tokens: int) -> InputStats:
     return InputStats(vocabulary=tuple(tokens.learn_vocabulary(v, max_tokens=max_tokens)))
 
 
+def _keras_input(keras: Any, inp: ModelInput) -> Any:
+    if in_graph(inp, exported=False):
+        return string_input(keras, inp)
+    return keras.Input(shape=(width(inp),), dtype="int32", name=inp.name)
+
+
 def _keras(keras: Any, inp: ModelInput, x: Any, st: InputStats) -> Any:
+    if not in_graph(inp, exported=False):
+        return x  # ids from token_ids
     return keras.layers.TextVectorization(
         vocabulary=list(st.vocabulary) or ["?"],
         output_sequence_length=inp.max_length or DEFAULT_LENGTH,
@@ -54,8 +120,7 @@ def _keras(keras: Any, inp: ModelInput, x: Any, st: InputStats) -> Any:
 
 
 def _feed(inp: ModelInput, v: np.ndarray, vocabulary: Sequence[str]) -> np.ndarray:
-    return tokens.encode_text(v, list(vocabulary), max_length=inp.max_length or DEFAULT_LENGTH
-                              ).astype(np.float32)
+    return token_ids(inp, v, vocabulary).astype(np.float32)  # exact: ids < 2**24
 
 
 def _empty(inp: ModelInput, n: int) -> np.ndarray:
@@ -70,13 +135,16 @@ CODEC = register(Codec(
     dataset_input=_dataset_input, check=lambda inp: None,
     train_decode=as_is, learn=_learn, relayout=same_shape,
     family_kind=InputKind.TEXT.value, spatial=never,
-    keras_input=string_input, keras_preprocess=_keras,
+    keras_input=_keras_input, keras_preprocess=_keras,
     vocabulary=True,
     mxnet_export=lambda inp: inp.model_copy(update={"vocabulary": vocabulary_file(inp.name)}),
-    mxnet_feed=_feed, mxnet_feed_shape=lambda inp: (inp.max_length or DEFAULT_LENGTH,),
+    mxnet_feed=_feed, mxnet_feed_shape=lambda inp: (width(inp),),
     mxnet_constants=no_constants,
     mxnet_forward=lambda F, inp, x, consts, st: x,  # token ids go to the body's embedding
     torch_forward=lambda torch, inp, x, consts, st: x.long(),
     build=columns.present(columns.text, _empty), from_json=json_values.texts,
     json_type=lambda inp: pa.string(), send_as="string", summary=as_sent, strings=True,
-    dtype=lambda inp: object))
+    dtype=lambda inp: object,
+    keras_fed=lambda inp, exported: not in_graph(inp, exported=exported), keras_ids=token_ids,
+    keras_export=lambda inp: inp if in_graph(inp, exported=False) else inp.model_copy(
+        update={"vocabulary": vocabulary_file(inp.name)})))

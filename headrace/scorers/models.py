@@ -97,6 +97,10 @@ def load_ref(*, root: Path, ref: str, device: str, max_batch: int,
     m = mv.manifest
     phase = _Phases(f"{mv.name}:{mv.version}", m.framework.value, on_phase)
     sizes = sizes or Sizing()
+    try:
+        m.check_format()
+    except ValueError as exc:
+        raise PermanentError(str(exc)) from None
     check_signature(m.input_signature())  # every kind registered, with the fields it needs
     if is_tabular(m):
         return _load_tabular(mv.path, mv.name, mv.version, mv.manifest_sha256, m, device,

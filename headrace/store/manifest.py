@@ -14,6 +14,10 @@ MANIFEST = "manifest.json"
 # The saved format of a framework with a versioned one (its adapter refuses any other); the
 # others have had one format, ``model_format`` "".
 MODEL_FORMATS = {Framework.TORCH: "torch.export/1"}
+# 2: a text input whose manifest names a vocabulary file takes the ids its codec makes on the
+# host, in every framework (1: a TensorFlow text input took strings, vectorised in its graph).
+# A reader refuses a version of a newer format than it knows (``check_format``).
+FORMAT_VERSION = 2
 
 
 class DatasetIdentity(BaseModel):
@@ -27,7 +31,7 @@ class DatasetIdentity(BaseModel):
 class Manifest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    format_version: int = 1
+    format_version: int = FORMAT_VERSION
     name: SafeName
     version: int = Field(default=0, ge=0)  # set when the version number is allocated
     framework: Framework
@@ -61,3 +65,10 @@ class Manifest(BaseModel):
 
     def output_signature(self) -> tuple[ModelOutput, ...]:
         return self.outputs or default_outputs(self.task, self.classes)
+
+    def check_format(self) -> None:
+        """ValueError (one line) for a version written in a format newer than this reader's."""
+        if self.format_version > FORMAT_VERSION:
+            raise ValueError(f"{self.name}:{self.version} has model format "
+                             f"{self.format_version}; this Headrace reads formats up to "
+                             f"{FORMAT_VERSION}: upgrade the scorer")

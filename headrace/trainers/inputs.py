@@ -144,11 +144,11 @@ def plan_for(*, spec: ModelSpec, x_train: Inputs, classes: tuple[str, ...], root
 
 
 def export_signature(plan: ModelPlan, framework: Framework) -> tuple[ModelInput, ...]:
-    """The inputs as the manifest states them for ``framework``: an MXNet export as each kind's
-    codec says (the vocabulary file its adapter applies; images channels first inside); a torch
-    export is fed the same way."""
+    """The inputs as the manifest states them for ``framework``, as each kind's codec says: the
+    vocabulary file its adapter applies (text in every framework, categories in MXNet and
+    torch), an MXNet export's images channels first inside; a torch export is fed like MXNet's."""
     if framework not in (Framework.MXNET, Framework.TORCH):
-        return plan.inputs
+        return tuple(codec(i.kind).keras_export(i) for i in plan.inputs)
     return tuple(codec(i.kind).mxnet_export(i) for i in plan.inputs)
 
 

@@ -159,6 +159,7 @@ TEXT = ModelInput(name="text", kind=InputKind.TEXT, dtype="string", max_length=8
 
 
 def tf_text(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVersion, Any]:
+    """A TensorFlow text model of the old layout: TextVectorization in its graph."""
     import keras
 
     keras.utils.set_random_seed(2)
@@ -171,9 +172,33 @@ def tf_text(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVersion,
     model = keras.Model(inp, out)
     outputs = (ModelOutput(name="sentiment", kind=OutputKind.CLASSES,
                            classes=("neg", "neutral", "pos")),)
-    m = _manifest(name, "tensorflow", (TEXT,), outputs, family="text",
-                  )
+    # As versions before host-side ids were written: format 1, no vocabulary file.
+    m = _manifest(name, "tensorflow", (TEXT,), outputs, family="text", format_version=1)
     return _publish(root, m, lambda d: model.save(d / "model.keras"), alias), model
+
+
+def tf_text_ids(root: Path, name: str, *, alias: bool = True) -> tuple[ModelVersion, Any]:
+    """A TensorFlow text model as the trainer makes it now: the text family's body over the
+    ids of tokens and hashed bigrams the text codec makes (int32 in, vocabulary file shipped)."""
+    import pyarrow as pa
+
+    from headrace.codecs import codec
+    from headrace.contracts import Framework, ModelSpec
+    from headrace.trainers.backends.tensorflow_keras import BACKEND
+    from headrace.trainers.inputs import Inputs, ModelPlan, export_signature, learn_stats
+
+    texts = [" ".join(VOCAB[(i + j) % len(VOCAB)] for j in range(i % 5 + 1)) for i in range(40)]
+    spec = ModelSpec(model="text", max_length=8)
+    inp, values = codec(InputKind.TEXT).dataset_input(
+        ("text",), pa.table({"text": pa.array(texts, pa.string())}), spec)
+    outputs = (ModelOutput(name="sentiment", kind=OutputKind.CLASSES,
+                           classes=("neg", "neutral", "pos")),)
+    plan = ModelPlan("text", (inp,), outputs, 3,
+                     learn_stats(Inputs({"text": values}, (inp,)), max_tokens=20))
+    model = BACKEND.create(spec=spec, n_features=0, n_outputs=3, seed=2, plan=plan)
+    m = _manifest(name, "tensorflow", export_signature(plan, Framework.TENSORFLOW), outputs,
+                  family="text")
+    return _publish(root, m, model.export, alias), model
 
 
 META = ModelInput(name="meta", kind=InputKind.NUMERIC, columns=("age", "size"))

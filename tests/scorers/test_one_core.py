@@ -58,7 +58,8 @@ CASES: dict[str, tuple[Publish, Callable[[int], list[dict[str, Any]]]]] = {
     "mx-image": (lambda d, n: sm.mx_digits(d, n)[0], _images),
     "tf-tensor": (lambda d, n: sm.tf_tensor(d, n)[0], _grids),
     "mx-tensor": (lambda d, n: sm.mx_tensor(d, n)[0], _grids),
-    "tf-text": (lambda d, n: sm.tf_text(d, n)[0], _texts),
+    "tf-text": (lambda d, n: sm.tf_text(d, n)[0], _texts),  # format 1: strings in the graph
+    "tf-text-ids": (lambda d, n: sm.tf_text_ids(d, n)[0], _texts),  # ids from the codec
     "mx-text": (lambda d, n: sm.mx_text_and_meta(d, n)[0], _reviews),
     "tf-tabular": (lambda d, n: publish_tf(d, n), lambda k: rows(k)),
     "mx-tabular": (lambda d, n: publish_mx(d, n), lambda k: rows(k)),

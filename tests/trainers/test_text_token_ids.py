@@ -1,8 +1,8 @@
 """TensorFlow and MXNet text models read text alike: trained by real jobs on the same sentences
-(with Unicode spaces, full-width forms, accents, emoji and right-to-left text), the TensorFlow
-export's own TextVectorization layer and the MXNet version's vocabulary file (through
-``headrace.store.tokens``, as its scorer adapter applies it) give the same token ids for every
-string of the Unicode corpus."""
+(with Unicode spaces, full-width forms, accents, emoji and right-to-left text), both versions
+ship the same vocabulary file and their inputs, fed by the text codec as both scorer adapters
+feed them, get the same ids for every string of the Unicode corpus; the TensorFlow model takes
+them as int32 (no TextVectorization left in its graph)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from headrace.codecs import codec
+from headrace.codecs import text as text_codec
 from headrace.contracts import ModelSpec, TrainRequested
 from headrace.store import tokens, versions
 from headrace.trainers import jobs
@@ -47,18 +49,27 @@ def test_tensorflow_and_mxnet_text_models_give_the_same_token_ids(dfs: Path,
 
     tf_version = _train(dfs, uri, "tensorflow")
     model = keras.models.load_model(tf_version.path / "model.keras", compile=False)
-    layer = model.get_layer("vectorize_text")
-    tf_ids = np.asarray(layer(np.array(UNICODE, dtype=object)))
+    assert model.inputs[0].dtype == "int32"
+    assert not any(isinstance(layer, keras.layers.TextVectorization) for layer in model.layers)
+    (tf_inp,) = tf_version.manifest.inputs
+    assert tf_inp.vocabulary is not None
+    tf_vocab = tokens.read_vocabulary(tf_version.path / tf_inp.vocabulary)
+    texts = np.array(UNICODE, dtype=object)
+    tf_ids = text_codec.token_ids(tf_inp, texts, tf_vocab)
 
     mx_version = _train(dfs, uri, "mxnet")
     (inp,) = mx_version.manifest.inputs
     assert inp.vocabulary is not None
     vocab = tokens.read_vocabulary(mx_version.path / inp.vocabulary)
-    mx_ids = tokens.encode_text(pa.array(UNICODE, pa.string()), vocab, max_length=MAX_LENGTH)
+    mx_ids = codec("text").mxnet_feed(inp, texts, vocab)
 
-    assert layer.get_vocabulary()[2:] == vocab  # both learned the one vocabulary
+    assert tf_vocab == vocab  # both learned the one vocabulary
     np.testing.assert_array_equal(tf_ids, mx_ids)
+    words = tokens.encode_text(pa.array(UNICODE, pa.string()), vocab, max_length=MAX_LENGTH)
+    empty = words[:, 0] == tokens.PAD  # a text of no token reads as one unknown token
+    np.testing.assert_array_equal(tf_ids[:, :MAX_LENGTH][~empty], words[~empty])
+    assert (tf_ids[empty, 0] == tokens.OOV).all()
     nbsp = UNICODE.index("check\u00a0my\u00a0balance")
     assert "check\u00a0my\u00a0balance" in vocab  # one token, in both frameworks
-    assert (mx_ids > tokens.OOV).sum() > len(UNICODE)  # real tokens, not all unknown
-    assert mx_ids[nbsp, 1] == tokens.PAD
+    assert (words > tokens.OOV).sum() > len(UNICODE)  # real tokens, not all unknown
+    assert words[nbsp, 1] == tokens.PAD

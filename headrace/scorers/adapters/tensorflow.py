@@ -7,6 +7,7 @@ padded to power-of-two buckets so kernels and memory plans are reused. Never ``m
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from headrace.codecs import codec
+from headrace.codecs import codec, keras_feeder
 from headrace.core.errors import ConfigError
 from headrace.scorers.adapters import (
     Inputs,
@@ -30,6 +31,7 @@ from headrace.scorers.adapters import (
 )
 from headrace.scorers.adapters.keras_backend import MODEL_FILE, check_backend
 from headrace.scorers.buffers import is_aligned
+from headrace.store import tokens
 from headrace.store.manifest import Manifest
 from headrace.store.signature import ModelInput
 
@@ -74,8 +76,22 @@ def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int)
     return bucketed(call, max_batch) if "GPU" in dev else chunked(call, max_batch)
 
 
-def _spec(inp: ModelInput) -> tf.TensorSpec:
-    """What the kind's codec decodes to (strings, or its numeric dtype), as a tensor."""
+Feeder = Callable[[np.ndarray], np.ndarray]
+
+
+def _feeder(inp: ModelInput, version_path: Path) -> Feeder | None:
+    """The input's host-side ids (text with the vocabulary file the version ships), made by
+    its codec as the trainer made them; None: the model takes the decoded array."""
+    vocab = tokens.read_vocabulary(version_path / inp.vocabulary) if inp.vocabulary else []
+    return keras_feeder(inp, vocab, exported=True)
+
+
+def _spec(inp: ModelInput, feeder: Feeder | None = None) -> tf.TensorSpec:
+    """What the model takes: the feeder's int ids, else what the kind's codec decodes to
+    (strings, or its numeric dtype), as a tensor."""
+    if feeder is not None:
+        width = feeder(np.array([""], object)).shape[1]
+        return tf.TensorSpec([None, width], tf.int32, name=inp.name)
     c = codec(inp.kind)
     if c.strings:
         return tf.TensorSpec([None], tf.string, name=inp.name)
@@ -100,7 +116,8 @@ def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
         model = keras.saving.load_model(version_path / MODEL_FILE, compile=False)
     signature = manifest.input_signature()
     outputs = manifest.output_signature()
-    specs = {inp.name: _spec(inp) for inp in signature}
+    feeders = {inp.name: _feeder(inp, version_path) for inp in signature}
+    specs = {inp.name: _spec(inp, feeders[inp.name]) for inp in signature}
     names = [o.name for o in outputs]
     # A model whose string input is (batch, 1) takes the texts as a column.
     column = {inp.name for inp in signature if specs[inp.name].dtype == tf.string
@@ -120,11 +137,15 @@ def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
     def call(inputs: Inputs) -> list[np.ndarray]:
         n = rows_of(inputs)
         with tf.device(dev):
-            ys = forward({k: _to_tensor(inputs[k], specs[k]) for k in specs})
+            ys = forward({k: _to_tensor(_fed(feeders[k], inputs[k]), specs[k]) for k in specs})
         return [np.asarray(y, np.float32).reshape(n, o.width) for y, o in
                 zip(ys, outputs, strict=True)]
 
     return chunked_inputs(call, max_batch, pad="GPU" in dev)
+
+
+def _fed(feeder: Feeder | None, x: np.ndarray) -> np.ndarray:
+    return x if feeder is None else feeder(x)
 
 
 def _input_rank(model: keras.Model, name: str) -> int:

@@ -29,7 +29,8 @@ with warnings.catch_warnings():  # MXNet 1.9's import-time NumPy deprecation noi
     from mxnet import gluon
 
 from headrace.codecs import InputStats, codec  # noqa: E402
-from headrace.contracts import ModelSpec  # noqa: E402
+from headrace.codecs import text as text_codec  # noqa: E402
+from headrace.contracts import ModelSpec, Task  # noqa: E402
 from headrace.trainers.inputs import ModelPlan  # noqa: E402
 
 Builder = Callable[[ModelSpec, ModelPlan], gluon.HybridBlock]
@@ -87,7 +88,8 @@ class Net(gluon.HybridBlock):
 
 
 class _Dense(gluon.HybridBlock):
-    """Flatten and concatenate every input, then dense layers (mlp)."""
+    """Flatten and concatenate every input, then dense layers (mlp); a regressor's output also
+    gets a linear term of the inputs (as the Keras mlp's)."""
 
     def __init__(self, spec: ModelSpec, n_out: int) -> None:
         super().__init__()
@@ -98,10 +100,12 @@ class _Dense(gluon.HybridBlock):
                 if spec.dropout:
                     self.net.add(gluon.nn.Dropout(spec.dropout))
             self.net.add(gluon.nn.Dense(n_out))
+            self.linear = gluon.nn.Dense(n_out) if spec.task == Task.REGRESSOR else None
 
     def hybrid_forward(self, F: Any, *xs: Any) -> Any:
         x = F.concat(*[F.flatten(v) for v in xs], dim=1) if len(xs) > 1 else F.flatten(xs[0])
-        return self.net(x)
+        out = self.net(x)
+        return out if self.linear is None else out + self.linear(x)
 
 
 @register("mlp")
@@ -150,7 +154,9 @@ for _name in ZOO:
 
 
 class _Text(gluon.HybridBlock):
-    """Embedding, mean over the non-padding tokens, a dense layer, logits."""
+    """Wide and deep, as the Keras text family: the scaled mean of per-id logits over the
+    tokens and hashed bigrams, plus their mean embedding through a dense layer (padding left
+    out)."""
 
     def __init__(self, spec: ModelSpec, vocab: int, n_out: int) -> None:
         super().__init__()
@@ -159,19 +165,23 @@ class _Text(gluon.HybridBlock):
             self.hidden = gluon.nn.Dense(spec.hidden[0], activation=spec.activation)
             self.drop = gluon.nn.Dropout(spec.dropout) if spec.dropout else None
             self.out = gluon.nn.Dense(n_out)
+            self.ngram_logits = gluon.nn.Embedding(vocab, n_out, weight_initializer="zeros")
 
     def hybrid_forward(self, F: Any, ids: Any) -> Any:
-        mask = ids > 0
-        emb = F.broadcast_mul(self.embed(ids), F.expand_dims(mask, axis=2))
+        mask = F.expand_dims(ids > 0, axis=2)
+        emb = F.broadcast_mul(self.embed(ids), mask)
         pooled = F.broadcast_div(F.sum(emb, axis=1),
-                                 F.maximum(F.sum(mask, axis=1, keepdims=True), 1.0))
+                                 F.maximum(F.sum(mask, axis=1), 1.0))
         x = self.hidden(pooled)
         if self.drop is not None:
             x = self.drop(x)
-        return self.out(x)
+        wide = F.broadcast_div(F.sum(F.broadcast_mul(self.ngram_logits(ids), mask), axis=1),
+                               F.maximum(F.sum(mask, axis=1), 1.0))
+        return self.out(x) + wide * text_codec.WIDE_SCALE
 
 
 @register("text")
 def text(spec: ModelSpec, plan: ModelPlan) -> gluon.HybridBlock:
-    vocab = len(plan.stats[plan.inputs[0].name].vocabulary) + 2
-    return _Text(spec, vocab, plan.n_outputs)
+    inp = plan.inputs[0]
+    rows = text_codec.id_count(inp, len(plan.stats[inp.name].vocabulary))
+    return _Text(spec, rows, plan.n_outputs)

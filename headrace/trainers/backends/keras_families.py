@@ -17,6 +17,7 @@ from typing import Any
 import keras
 
 from headrace.codecs import InputStats, codec
+from headrace.codecs import text as text_codec
 from headrace.contracts import ModelSpec, Task
 from headrace.core.errors import PermanentError
 from headrace.trainers.inputs import ModelPlan
@@ -79,12 +80,16 @@ def _head(spec: ModelSpec, x: Any, plan: ModelPlan) -> Any:
 @register("mlp")
 def mlp(spec: ModelSpec, feats: dict[str, Any], plan: ModelPlan) -> Any:
     parts = [f if len(f.shape) == 2 else keras.layers.Flatten()(f) for f in feats.values()]
-    x = parts[0] if len(parts) == 1 else keras.layers.Concatenate()(parts)
+    x = inputs = parts[0] if len(parts) == 1 else keras.layers.Concatenate()(parts)
     for h in spec.hidden:
         x = keras.layers.Dense(h, activation=spec.activation)(x)
         if spec.dropout:
             x = keras.layers.Dropout(spec.dropout)(x)
-    return keras.layers.Dense(plan.n_outputs, name="logits")(x)
+    out = keras.layers.Dense(plan.n_outputs, name="logits")(x)
+    if spec.task == Task.REGRESSOR:  # plus a linear term: never worse than ridge for long
+        out = keras.layers.Add(name="with_linear")(
+            [out, keras.layers.Dense(plan.n_outputs, name="linear")(inputs)])
+    return out
 
 
 def _image(feats: dict[str, Any]) -> Any:
@@ -123,9 +128,20 @@ for _name in APPLICATIONS:
 
 @register("text")
 def text(spec: ModelSpec, feats: dict[str, Any], plan: ModelPlan) -> Any:
+    """Wide and deep over the tokens and their hashed bigrams (the ids the text codec makes,
+    padding masked): per-id logits averaged and scaled (a linear model of the n-grams: bigrams
+    see "not good" where a bag of words sees "good") plus the mean embedding through a dense
+    layer. Built-in layers only: the export loads on any Keras backend without Headrace."""
     name, ids = next(iter(feats.items()))
-    vocab = len(plan.stats[name].vocabulary) + 2
-    x = keras.layers.Embedding(vocab, spec.embedding_dim, mask_zero=True)(ids)
+    (inp,) = (i for i in plan.inputs if i.name == name)
+    rows = text_codec.id_count(inp, len(plan.stats[name].vocabulary))
+    x = keras.layers.Embedding(rows, spec.embedding_dim, mask_zero=True, name="embedding")(ids)
     x = keras.layers.GlobalAveragePooling1D()(x)
     x = keras.layers.Dense(spec.hidden[0], activation=spec.activation)(x)
-    return _head(spec, x, plan)
+    deep = _head(spec, x, plan)
+    wide = keras.layers.Embedding(rows, plan.n_outputs, mask_zero=True,
+                                  embeddings_initializer="zeros", name="ngram_logits")(ids)
+    wide = keras.layers.GlobalAveragePooling1D()(wide)
+    # A mean times about a short text's n-grams: the linear part learns at a sum's pace.
+    wide = keras.layers.Rescaling(text_codec.WIDE_SCALE, name="ngram_scale")(wide)
+    return keras.layers.Add(name="wide_and_deep")([deep, wide])

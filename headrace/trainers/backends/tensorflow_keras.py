@@ -1,13 +1,15 @@
 """TensorFlow / Keras 3 backend. Export layout: ``model.keras`` in the version directory.
 
-The model takes the raw inputs of the signature (one array for one input, else a dict by
-input name); standardisation, rescaling and vocabularies are layers inside it
-(:mod:`.keras_families`).
+The model takes the inputs of the signature (one array for one input, else a dict by input
+name); standardisation, rescaling and category vocabularies are layers inside it
+(:mod:`.keras_families`). Text is fed as ids its codec makes on the host (``keras_feeder``),
+with ``vocabulary-<input>.json`` in the export, as the scorer's adapters feed it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from headrace.codecs import codec, keras_feeder, vocabulary_file
 from headrace.contracts import CodeRef, Framework, ModelSpec, Task
+from headrace.store import tokens
 from headrace.store.signature import ModelInput
 from headrace.trainers.backends.base import PREDICT_BATCH
 from headrace.trainers.backends.keras_families import build_keras, builder_from_model
@@ -34,10 +38,38 @@ def _tensor(v: np.ndarray) -> tf.Tensor:
     return tf.convert_to_tensor(v)
 
 
+Feeders = dict[str, Callable[[np.ndarray], np.ndarray]]
+
+
+def plan_feeders(plan: ModelPlan) -> Feeders:
+    """The host-side encodings of the plan's inputs (text ids with the learned vocabulary)."""
+    out: Feeders = {}
+    for inp in plan.inputs:
+        st = plan.stats.get(inp.name)
+        f = keras_feeder(inp, st.vocabulary if st else (), exported=False)
+        if f is not None:
+            out[inp.name] = f
+    return out
+
+
+def exported_feeders(path: Path, signature: tuple[ModelInput, ...]) -> Feeders:
+    """The same for an exported version: the vocabulary files its manifest names."""
+    out: Feeders = {}
+    for inp in signature:
+        vocab = tokens.read_vocabulary(path / inp.vocabulary) if inp.vocabulary else []
+        f = keras_feeder(inp, vocab, exported=True)
+        if f is not None:
+            out[inp.name] = f
+    return out
+
+
 class KerasModel:
-    def __init__(self, model: keras.Model, device: str) -> None:
+    def __init__(self, model: keras.Model, device: str, feeders: Feeders | None = None,
+                 vocabularies: dict[str, tuple[str, ...]] | None = None) -> None:
         self.model = model
         self.device = device
+        self.feeders = feeders or {}
+        self.vocabularies = vocabularies or {}  # written beside the export, by input name
         self.adaptable: list[keras.layers.Layer] = []  # preprocessing learned on training rows
         self.front: keras.Model | None = None  # raw input -> what ``adaptable`` sees
         self._trace()
@@ -46,6 +78,7 @@ class KerasModel:
         self._call = tf.function(lambda x: self.model(x, training=False), reduce_retracing=True)
 
     def feed(self, arrays: dict[str, np.ndarray]) -> Any:
+        arrays = {k: self.feeders[k](v) if k in self.feeders else v for k, v in arrays.items()}
         if len(arrays) == 1:
             return _tensor(next(iter(arrays.values())))
         return {k: _tensor(v) for k, v in arrays.items()}
@@ -83,6 +116,8 @@ class KerasModel:
 
     def export(self, path: Path) -> None:
         self.model.save(path / MODEL_FILE)
+        for name, vocab in self.vocabularies.items():
+            tokens.write_vocabulary(path / vocabulary_file(name), vocab)
 
     def set_learning_rate(self, rate: float) -> None:
         self.model.optimizer.learning_rate.assign(rate)
@@ -108,7 +143,7 @@ class KerasBackend:
             return self._create_from_code(spec, plan)
         model = build_keras(plan.family, spec=spec, plan=plan)
         _compile(model, spec)
-        return KerasModel(model, self.device())
+        return KerasModel(model, self.device(), plan_feeders(plan), _vocabularies(plan))
 
     def _create_from_code(self, spec: ModelSpec, plan: ModelPlan) -> KerasModel:
         """The user's ``build`` (raw scores) as a body in the family registry: the inputs'
@@ -139,7 +174,7 @@ class KerasBackend:
 
         model = build_keras(body, spec=spec, plan=plan)
         _compile(model, spec)
-        out = KerasModel(model, self.device())
+        out = KerasModel(model, self.device(), plan_feeders(plan), _vocabularies(plan))
         out.adaptable = [layer for layer in pre if hasattr(layer, "adapt")]
         if out.adaptable and front and front[0] is not model.inputs[0]:
             out.front = keras.Model(model.inputs, front[0])
@@ -148,7 +183,13 @@ class KerasBackend:
     def load_exported(self, path: Path, *, task: Task, n_features: int,
                       signature: tuple[ModelInput, ...] = ()) -> KerasModel:
         return KerasModel(keras.models.load_model(path / MODEL_FILE, compile=False),
-                          self.device())
+                          self.device(), exported_feeders(path, signature))
+
+
+def _vocabularies(plan: ModelPlan) -> dict[str, tuple[str, ...]]:
+    """The vocabulary files a Keras export of ``plan`` ships: those its manifest names."""
+    return {i.name: plan.stats[i.name].vocabulary if i.name in plan.stats else ()
+            for i in plan.inputs if codec(i.kind).keras_export(i).vocabulary}
 
 
 BACKEND = KerasBackend()

@@ -20,7 +20,8 @@ import torchvision
 from torch import nn
 
 from headrace.codecs import InputStats, codec
-from headrace.contracts import ModelSpec
+from headrace.codecs import text as text_codec
+from headrace.contracts import ModelSpec, Task
 from headrace.trainers.inputs import ModelPlan
 
 Builder = Callable[[ModelSpec, ModelPlan], nn.Module]
@@ -85,9 +86,14 @@ class _Dense(nn.Module):
             if spec.dropout:
                 layers.append(nn.Dropout(spec.dropout))
         self.net = nn.Sequential(*layers, nn.LazyLinear(n_out))
+        # A regressor adds a linear term of its inputs (as the Keras family does): never worse
+        # than ridge for long.
+        self.linear = nn.LazyLinear(n_out) if spec.task == Task.REGRESSOR else None
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([x.flatten(1) for x in xs], dim=1))
+        x = torch.cat([x.flatten(1) for x in xs], dim=1)
+        out = self.net(x)
+        return out if self.linear is None else out + self.linear(x)
 
 
 @register("mlp")
@@ -188,25 +194,32 @@ for _name in ("mobilenet_v2", "resnet50", "mobilenet", "vgg16"):
 
 
 class _Text(nn.Module):
-    """Embedding, mean over the non-padding tokens, a dense layer, logits."""
+    """Wide and deep over the codec's token and hashed-bigram ids (0 the padding), as the Keras
+    and Gluon families: per-id logits averaged and scaled (a linear model of the n-grams) plus
+    the mean embedding through a dense layer."""
 
-    def __init__(self, spec: ModelSpec, vocab: int, n_out: int) -> None:
+    def __init__(self, spec: ModelSpec, rows: int, n_out: int) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab, spec.embedding_dim, padding_idx=0)
+        self.embed = nn.Embedding(rows, spec.embedding_dim, padding_idx=0)
         self.hidden = nn.Sequential(nn.Linear(spec.embedding_dim, spec.hidden[0]),
                                     ACTIVATIONS[spec.activation]())
         self.out = nn.Sequential(*_head(spec, n_out))
+        self.wide = nn.Embedding(rows, n_out, padding_idx=0)
+        nn.init.zeros_(self.wide.weight)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         mask = (ids > 0).unsqueeze(2).float()
-        pooled = (self.embed(ids) * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        return self.out(self.hidden(pooled))
+        count = mask.sum(1).clamp(min=1.0)
+        deep = self.out(self.hidden((self.embed(ids) * mask).sum(1) / count))
+        wide = (self.wide(ids) * mask).sum(1) / count
+        return deep + text_codec.WIDE_SCALE * wide
 
 
 @register("text")
 def text(spec: ModelSpec, plan: ModelPlan) -> nn.Module:
-    vocab = len(plan.stats[plan.inputs[0].name].vocabulary) + 2
-    return _Text(spec, vocab, plan.n_outputs)
+    inp = plan.inputs[0]
+    rows = text_codec.id_count(inp, len(plan.stats[inp.name].vocabulary))
+    return _Text(spec, rows, plan.n_outputs)
 
 
 def dummy_inputs(plan: ModelPlan, batch: int = 2) -> tuple[torch.Tensor, ...]:
