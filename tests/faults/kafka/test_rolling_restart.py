@@ -50,13 +50,13 @@ def test_a_rolling_restart_of_every_broker_under_load_loses_no_acknowledged_reco
         eventually(lambda: not out_of_sync(kafka_cluster), timeout_s=60,
                    what="every replica in sync before the roll")
         for node in kafka_cluster.nodes:
-            acked = len(load.all_acked())
+            before = len(load.all_acked())
             t_stop = time.monotonic()
             node.stop()  # SIGTERM: a controlled shutdown moves its leaderships first
             assert not node.alive()
             # Two brokers acknowledge while it is down (acks=all, min.insync.replicas 2).
-            eventually(lambda a=acked: len(load.all_acked()) >= a + 300, timeout_s=60,
-                       what=f"records acknowledged with node {node.node_id} down")
+            eventually(lambda: len(load.all_acked()) >= before + 300,  # noqa: B023 - called here
+                       timeout_s=60, what=f"records acknowledged with node {node.node_id} down")
             node.start()
             kafka_cluster.wait_ready(nodes=[node.node_id], timeout_s=90)
             down_s = time.monotonic() - t_stop
