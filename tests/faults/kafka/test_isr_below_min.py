@@ -108,10 +108,10 @@ def test_isr_below_min_insync_refuses_retriably_the_scorer_waits_and_resumes(
         t_fault = time.monotonic()
         acked_at_fault = len(load.all_acked())
 
-        def stalled() -> dict[str, Any] | None:
+        def stalled() -> dict[str, Any]:
             assert s.alive(), s.log_tail()
             code, body = probe(s.port, "/readyz")
-            return body if code == 503 and body.get("reason_code") == "stalled" else None
+            return body if code == 503 and body.get("reason_code") == "stalled" else {}
 
         why = eventually(stalled, timeout_s=60, interval_s=0.3, what="/readyz saying stalled")
         stall_seen_s = time.monotonic() - t_fault
