@@ -115,6 +115,13 @@ def test_isr_below_min_insync_refuses_retriably_the_scorer_waits_and_resumes(
 
         why = eventually(stalled, timeout_s=60, interval_s=0.3, what="/readyz saying stalled")
         stall_seen_s = time.monotonic() - t_fault
+
+        def says_why() -> dict[str, Any]:
+            body = stalled()
+            return body if "the loop is retrying" in str(body.get("reason")) else {}
+
+        # Once its flush has timed out (10 s), the reason names the cause (D40).
+        why = eventually(says_why, timeout_s=60, interval_s=0.3, what="the stall's cause")
         live_code, live = probe(s.port, "/livez")
         # Then the input too: the load producer is refused, retries, and loses nothing.
         set_min_insync(boot, stream.data, 3)
@@ -148,7 +155,7 @@ def test_isr_below_min_insync_refuses_retriably_the_scorer_waits_and_resumes(
                 stall_seen_s=round(stall_seen_s, 1), resumed_s=round(resumed_s, 1),
                 acked_at_fault=acked_at_fault, load_errors=len(load.failed),
                 reason=why.get("reason"), test_s=round(time.monotonic() - t0, 1))
-        assert "stalled" in str(why.get("reason")), why
+        assert "flush failed" in str(why.get("reason")), why
         assert live_code == 503 and live.get("reason_code") == "stalled", live
         assert not load.failed, load.failed[:3]
         assert not c.missing, f"{len(c.missing)} acknowledged records unscored: {c.missing[:10]}"
