@@ -58,11 +58,11 @@ def test_a_rolling_restart_of_every_broker_under_load_loses_no_acknowledged_reco
             eventually(lambda: len(load.all_acked()) >= before + 300,  # noqa: B023 - called here
                        timeout_s=60, what=f"records acknowledged with node {node.node_id} down")
             node.start()
-            kafka_cluster.wait_ready(nodes=[node.node_id], timeout_s=90)
+            kafka_cluster.wait_ready(nodes=[node.node_id], timeout_s=150)
             down_s = time.monotonic() - t_stop
             # The next node goes only when this one is back in every ISR (internal topics
             # too): else stopping it would leave a partition under min.insync.replicas.
-            eventually(lambda: not out_of_sync(kafka_cluster), timeout_s=90, interval_s=0.5,
+            eventually(lambda: not out_of_sync(kafka_cluster), timeout_s=120, interval_s=0.5,
                        what=f"node {node.node_id} back in every ISR")
             rolls.append((node.node_id, round(down_s, 1),
                           round(time.monotonic() - t_stop - down_s, 1)))
