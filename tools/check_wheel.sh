@@ -3,10 +3,14 @@
 # `headrace --help` and that role's command there, outside the checkout, so that an import a
 # role does not install (or a file the wheel does not carry) fails here and not for a user.
 #   tools/check_wheel.sh            every extra (base, control, trainer, scorer+tensorflow,
-#                                   scorer+mxnet, topology, all with `headrace demo`)
+#                                   scorer+mxnet, topology, all with `headrace demo`, and
+#                                   torch+jax+onnx with scorer+trainer in one environment)
 #   tools/check_wheel.sh base all   only these
-# Installs go through uv (its own venv, .venv-uv): hardlinks from one download cache, so the
-# seven environments cost one download of TensorFlow and MXNet, not seven installs.
+# Each environment prints the NumPy and pyarrow it resolved: NumPy 2 wherever MXNet is not
+# installed (asserted); `mxnet` pins numpy<2 and pyarrow<23, and `all` holds mxnet, so those two
+# resolve NumPy 1.
+# Installs go through uv (its own venv, .venv-uv, or $UV): hardlinks from one download cache, so
+# the environments cost one download of TensorFlow, MXNet and PyTorch, not one install each.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3.11}
@@ -16,7 +20,7 @@ unset PYTHONPATH VIRTUAL_ENV
 # The environments must not see a broker, DFS or settings of the machine running the check.
 for v in $(env | sed -n 's/^\(HEADRACE_[A-Z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 
-UV=$HERE/.venv-uv/bin/uv
+UV=${UV:-$HERE/.venv-uv/bin/uv}
 if [ ! -x "$UV" ]; then
   "$PY" -m venv "$HERE/.venv-uv"
   "$HERE/.venv-uv/bin/python" -m pip install -q uv
@@ -48,6 +52,14 @@ check() {  # check EXTRA: a fresh environment with the wheel and only EXTRA
   "$UV" venv --quiet -p "$PY" "$env"
   "$UV" pip install --quiet -p "$env/bin/python" "$spec"
   local h=$env/bin/headrace
+  run "$extra-versions" "$env/bin/python" -c \
+    "import numpy, pyarrow; print(f'numpy {numpy.__version__}, pyarrow {pyarrow.__version__}')"
+  echo "== $extra: $(cat "$WORK/$extra-versions.out")"
+  case ",$extra," in
+    *,mxnet,*|*,all,*) ;;  # MXNet needs NumPy 1 (its extra pins it)
+    *) run "$extra-numpy2" "$env/bin/python" -c \
+         "import numpy; assert int(numpy.__version__.split('.')[0]) >= 2, numpy.__version__" ;;
+  esac
   run "$extra-help" "$h" --help
   run "$extra-version" "$h" --version
   case "$extra" in
@@ -78,6 +90,9 @@ check() {  # check EXTRA: a fresh environment with the wheel and only EXTRA
       # apply finds that chart with no --chart (--render: the objects, no cluster needed)
       run topology-apply "$h" topology apply -c "$HERE/examples/cluster.yaml" --render
       grep -q "kind: StatefulSet" "$WORK/topology-apply.out" ;;
+    scorer,trainer,torch,jax,onnx)
+      # The frameworks beside the engine, each handed NumPy 2 arrays (and giving them back).
+      run "$extra-import" "$env/bin/python" -c "$FRAMEWORKS_SMOKE" ;;
     all)
       run all-demo "$h" demo
       grep -q "image accuracy" "$WORK/all-demo.out" \
@@ -89,7 +104,30 @@ check() {  # check EXTRA: a fresh environment with the wheel and only EXTRA
   rm -rf "$env"
 }
 
+FRAMEWORKS_SMOKE='
+import os
+os.environ["KERAS_BACKEND"] = "jax"  # the jax extra: Keras without TensorFlow
+import numpy as np, torch, torchvision, jax.numpy as jnp, keras, onnx, onnxruntime as ort
+from onnx import TensorProto, helper
+import headrace.scorers.serving, headrace.trainers.job_process
+x = np.arange(6, dtype=np.float32).reshape(2, 3)
+assert np.array_equal(torch.from_numpy(x).mul(2).numpy(), x * 2)
+net = torchvision.models.resnet18(weights=None, num_classes=3).eval()
+with torch.inference_mode():
+    assert net(torch.from_numpy(np.zeros((1, 3, 32, 32), np.float32))).numpy().shape == (1, 3)
+assert np.array_equal(np.asarray(jnp.asarray(x) * 2), x * 2)
+assert keras.ops.convert_to_numpy(keras.ops.add(x, x)).tolist() == (x * 2).tolist()
+io = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3]) for n in "ab"]
+g = helper.make_graph([helper.make_node("Add", ["a", "a"], ["b"])], "g", io[:1], io[1:])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+onnx.checker.check_model(m)
+s = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+assert np.array_equal(s.run(None, {"a": x})[0], x * 2)
+print("torch", torch.__version__, "jax", jnp.zeros(1).device, "onnxruntime", ort.__version__)
+'
+
 extras=("$@")
-[ ${#extras[@]} -gt 0 ] || extras=(base control trainer scorer,tensorflow scorer,mxnet topology all)
+[ ${#extras[@]} -gt 0 ] || extras=(base control trainer scorer,tensorflow scorer,mxnet topology all
+                                   scorer,trainer,torch,jax,onnx)
 for e in "${extras[@]}"; do check "$e"; done
 echo "== every extra works alone from the wheel ($((SECONDS - start)) s)"

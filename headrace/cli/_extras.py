@@ -15,6 +15,8 @@ EXTRA_OF: dict[str, str] = {
     "tensorflow": "tensorflow",
     "keras": "tensorflow",
     "mxnet": "mxnet",
+    "torch": "torch",
+    "torchvision": "torch",
     "kubernetes": "kubernetes",
     "kubernetes_validate": "kubernetes",
     "jsonschema": "kubernetes",  # kubernetes-validate's

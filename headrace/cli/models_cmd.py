@@ -70,6 +70,24 @@ def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
         console.print(f"confusion matrix image: {png}")
 
 
+@models_app.command("export")
+def models_export(ctx: typer.Context, ref: Annotated[str, typer.Argument(
+        help="NAME:VERSION (or NAME, NAME@ALIAS)")],
+        fmt: Annotated[str, typer.Option("--format", help="onnx")] = "onnx") -> None:
+    """The version as ONNX beside it (exports/onnx/), kept only when ONNX Runtime gives its
+    labels and scores on its own validation split (torch models)."""
+    if fmt != "onnx":
+        raise ValidationFailed(f"--format {fmt}: the one export format is onnx")
+    from headrace.trainers.onnx_export import export_onnx  # torch and onnxruntime: lazily
+
+    rec = export_onnx(root=_context.base_settings(ctx).dfs_root, ref=ref)
+    chk = rec["check"]
+    console.print(f"exported {rec['source']} as ONNX (opset {rec['opset']}): "
+                  f"{chk['rows']} validation rows, labels identical, largest score difference "
+                  f"{chk['max_abs_diff']:.2g} (tolerance {chk['tolerance']}); sha256 "
+                  f"{rec['sha256'][:12]}")
+
+
 @models_app.command("promote")
 def models_promote(
     ctx: typer.Context, ref: str, topic_prefix: PrefixOpt = "",

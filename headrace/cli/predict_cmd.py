@@ -25,11 +25,16 @@ def predict(
     top_k: Annotated[int | None, typer.Option(
         "--top-k", help="Labels with scores in each prediction of a classifier.",
         min=0, max=1000)] = None,
+    runtime: Annotated[str, typer.Option(
+        "--runtime", help="What runs a Keras model: tensorflow (default), jax or torch.")
+    ] = "tensorflow",
 ) -> None:
     """Predict offline, exactly as the stream would: same decode, same model call."""
+    from headrace.scorers.adapters import select_runtime
     from headrace.scorers.offline import load, read_path  # the scorer extra's (Pillow): lazily
 
     settings = _context.base_settings(ctx)
+    select_runtime(runtime)  # before the model (and so Keras) is imported
     records, keys = read_path(path)
     m = load(settings.dfs_root, model, top_k=top_k)
     outputs = m.predict(records, keys=keys)

@@ -45,6 +45,9 @@ def score(
         min=0, max=65535)] = None,
     device: Annotated[str | None, typer.Option(
         "--device", help='"auto", "cpu" or "gpu:N".')] = None,
+    runtime: Annotated[str | None, typer.Option(
+        "--runtime", help="What runs Keras models: tensorflow (default), jax or torch "
+        "(env HEADRACE_SCORER_RUNTIME).")] = None,
     grace_s: Annotated[float | None, typer.Option(
         "--grace-s", help="SIGTERM grace period in seconds (default 20).")] = None,
     decode_processes: Annotated[int | None, typer.Option(
@@ -68,7 +71,7 @@ def score(
     scorer = load_scorer_settings(
         stream=stream, model=model, batch_size=batch_size, max_wait_ms=max_wait_ms,
         partitions=partitions, transactional=transactional, idempotent=idempotent,
-        http_port=http_port, device=device, grace_s=grace_s,
+        http_port=http_port, device=device, runtime=runtime, grace_s=grace_s,
         decode_processes=decode_processes, top_k=top_k, max_batch_bytes=max_batch_bytes)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

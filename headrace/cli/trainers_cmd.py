@@ -55,7 +55,7 @@ def train(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Model name.")],
     framework: Annotated[str, typer.Option("--framework", "-f",
-                                           help="tensorflow or mxnet.")],
+                                           help="tensorflow, mxnet or torch (pytorch).")],
     dataset: Annotated[str, typer.Option("--dataset", "-d",
                                          help="Parquet URI relative to the DFS root.")],
     task: Annotated[str, typer.Option(help="classifier or regressor.")] = "classifier",
@@ -193,7 +193,7 @@ def _outcome_line(root: Path, st: JobStatus) -> str:
     return found.line() if found is not None else ""
 
 
-_FW = {"tensorflow": "tf", "mxnet": "mx"}
+_FW = {"tensorflow": "tf", "mxnet": "mx", "torch": "pt"}
 
 
 @jobs_app.command("show")

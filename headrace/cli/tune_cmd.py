@@ -37,7 +37,8 @@ tune_app = typer.Typer(cls=_RunByDefault, no_args_is_help=True,
 def tune_run(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Study name (also the model name by default).")],
-    framework: Annotated[str, typer.Option("--framework", "-f", help="tensorflow or mxnet.")],
+    framework: Annotated[str, typer.Option("--framework", "-f",
+                                           help="tensorflow, mxnet or torch.")],
     dataset: Annotated[str, typer.Option("--dataset", "-d",
                                          help="Dataset URI relative to the DFS root.")],
     space: Annotated[str, typer.Option(

@@ -53,6 +53,10 @@ def _forward(F: Any, inp: ModelInput, x: Any, consts: dict[str, Any], st: InputS
     return F.one_hot(x, depth=len(st.vocabulary) + 1)  # id 0: not in the vocabulary
 
 
+def _torch(torch: Any, inp: ModelInput, x: Any, consts: dict[str, Any], st: InputStats) -> Any:
+    return torch.nn.functional.one_hot(x.long(), len(st.vocabulary) + 1).float()
+
+
 def _empty(inp: ModelInput, n: int) -> np.ndarray:
     return np.full(n, "", object)
 
@@ -68,7 +72,7 @@ CODEC = register(Codec(
     vocabulary=True,
     mxnet_export=lambda inp: inp.model_copy(update={"vocabulary": vocabulary_file(inp.name)}),
     mxnet_feed=_feed, mxnet_feed_shape=lambda inp: (), mxnet_constants=no_constants,
-    mxnet_forward=_forward,
+    mxnet_forward=_forward, torch_forward=_torch,
     build=columns.present(columns.strings, _empty), from_json=json_values.texts,
     json_type=lambda inp: pa.string(), send_as="string", summary=as_sent, strings=True,
     dtype=lambda inp: object))

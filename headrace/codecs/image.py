@@ -82,6 +82,7 @@ CODEC = register(Codec(
         update={"preprocessing": (*inp.preprocessing, "to_channels_first")}),
     mxnet_feed=floats, mxnet_feed_shape=row_shape, mxnet_constants=no_constants,
     mxnet_forward=_forward,
+    torch_forward=lambda torch, inp, x, consts, st: x.permute(0, 3, 1, 2) / 255.0,
     build=columns.present(columns.image, _empty), from_json=json_values.image_bytes,
     json_type=lambda inp: pa.string(), send_as=None, summary=summarise, reparse=True,
     raw_types=("image/jpeg", "image/png")))

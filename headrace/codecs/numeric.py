@@ -20,6 +20,7 @@ from headrace.codecs.registry import (
     register,
     row_shape,
     standardized,
+    torch_standardized,
 )
 from headrace.codecs.stats import InputStats
 from headrace.contracts import ModelSpec
@@ -82,6 +83,6 @@ CODEC = register(Codec(
     keras_input=float_input, keras_preprocess=_keras,
     vocabulary=False, mxnet_export=lambda inp: inp, mxnet_feed=floats,
     mxnet_feed_shape=row_shape, mxnet_constants=_constants,
-    mxnet_forward=standardized("numeric_forward"),
+    mxnet_forward=standardized("numeric_forward"), torch_forward=torch_standardized,
     build=columns.numeric, from_json=json_values.numbers, json_type=lambda inp: pa.float64(),
     send_as="number", summary=as_sent, multi_field=True, tabular=True))

@@ -59,6 +59,9 @@ class Codec:
     mxnet_constants: Callable[[ModelInput, InputStats], dict[str, np.ndarray]]  # in the graph
     # (F, input, x, this input's constants by name, stats) -> the body's input
     mxnet_forward: Callable[[Any, ModelInput, Any, dict[str, Any], InputStats], Any]
+    # torch's export is fed as MXNet's (``mxnet_feed``, ``mxnet_constants`` as buffers):
+    # (torch, input, x, this input's constants by name, stats) -> the body's input
+    torch_forward: Callable[[Any, ModelInput, Any, dict[str, Any], InputStats], Any]
     # --- the scorer's decode ---
     build: Builder  # the batch's Arrow column(s) -> the model's array and bad rows' reasons
     from_json: FromJson  # one field's JSON values (one per record) -> an Arrow array
@@ -197,3 +200,9 @@ def standardized(name: str) -> Callable[[Any, ModelInput, Any, dict[str, Any], I
         return x
     forward.__name__ = name
     return forward
+
+
+def torch_standardized(torch: Any, inp: ModelInput, x: Any, consts: dict[str, Any],
+                       stats: InputStats) -> Any:
+    """``torch_forward`` over ``mean``/``scale`` constants (absent: no statistics learned)."""
+    return (x - consts["mean"]) * consts["scale"] if "mean" in consts else x

@@ -20,6 +20,7 @@ from headrace.codecs.registry import (
     row_shape,
     same_shape,
     standardized,
+    torch_standardized,
 )
 from headrace.codecs.stats import InputStats
 from headrace.contracts import ModelSpec
@@ -77,6 +78,15 @@ def _forward(F: Any, inp: ModelInput, x: Any, consts: dict[str, Any], st: InputS
     return x
 
 
+def _torch(torch: Any, inp: ModelInput, x: Any, consts: dict[str, Any], st: InputStats) -> Any:
+    x = torch_standardized(torch, inp, x, consts, st)
+    if len(inp.shape) == 2:  # one channel, channels first
+        return x.unsqueeze(1)
+    if len(inp.shape) == 3:  # channels last -> first
+        return x.permute(0, 3, 1, 2)
+    return x
+
+
 def _tensor_type(inp: ModelInput) -> pa.DataType:
     leaf = pa.int64() if np.issubdtype(columns.tensor_dtype(inp), np.integer) else pa.float64()
     t: pa.DataType = leaf
@@ -99,5 +109,6 @@ CODEC = register(Codec(
     keras_input=float_input, keras_preprocess=_keras,
     vocabulary=False, mxnet_export=lambda inp: inp, mxnet_feed=floats,
     mxnet_feed_shape=row_shape, mxnet_constants=_constants, mxnet_forward=_forward,
+    torch_forward=_torch,
     build=columns.present(columns.tensor, _empty), from_json=json_values.nested,
     json_type=_tensor_type, send_as=None, summary=summarise, dtype=columns.tensor_dtype))

@@ -76,6 +76,7 @@ CODEC = register(Codec(
     mxnet_feed=_feed, mxnet_feed_shape=lambda inp: (inp.max_length or DEFAULT_LENGTH,),
     mxnet_constants=no_constants,
     mxnet_forward=lambda F, inp, x, consts, st: x,  # token ids go to the body's embedding
+    torch_forward=lambda torch, inp, x, consts, st: x.long(),
     build=columns.present(columns.text, _empty), from_json=json_values.texts,
     json_type=lambda inp: pa.string(), send_as="string", summary=as_sent, strings=True,
     dtype=lambda inp: object))

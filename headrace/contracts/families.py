@@ -15,6 +15,7 @@ from types import MappingProxyType
 
 KERAS = "headrace.trainers.backends.keras_families"
 GLUON = "headrace.trainers.backends.gluon_families"
+TORCH = "headrace.trainers.backends.torch_families"
 
 # What every model reads, a family or your own code: the training loop's settings.
 TRAINING_HYPERPARAMETERS = ("epochs", "batch_size", "learning_rate", "validation_split", "seed",
@@ -37,23 +38,23 @@ class Family:
         return tuple(sorted({*TRAINING_HYPERPARAMETERS, *self.hyperparameters}))
 
 
-def _both() -> Mapping[str, str]:
-    return MappingProxyType({"tensorflow": KERAS, "mxnet": GLUON})
+def _all() -> Mapping[str, str]:
+    return MappingProxyType({"tensorflow": KERAS, "mxnet": GLUON, "torch": TORCH})
 
 
 def _application(name: str) -> Family:
     # Keras Applications / Gluon zoo nets need at least 32x32.
-    return Family(name, IMAGE_INPUTS, ("image_size", "init_weights"), _both(), spatial=True,
+    return Family(name, IMAGE_INPUTS, ("image_size", "init_weights"), _all(), spatial=True,
                   min_image_size=32)
 
 
 TABLE: Mapping[str, Family] = MappingProxyType({f.name: f for f in (
     Family("mlp", frozenset({"numeric", "category", "tensor"}), ("hidden", "activation"),
-           _both(), single=False),
-    Family("cnn", IMAGE_INPUTS, ("filters", "hidden", "image_size", "init_weights"), _both(),
+           _all(), single=False),
+    Family("cnn", IMAGE_INPUTS, ("filters", "hidden", "image_size", "init_weights"), _all(),
            spatial=True),
     Family("text", frozenset({"text"}),
-           ("embedding_dim", "max_tokens", "max_length", "hidden", "activation"), _both()),
+           ("embedding_dim", "max_tokens", "max_length", "hidden", "activation"), _all()),
     *(_application(n) for n in ("mobilenet_v2", "resnet50", "mobilenet", "vgg16")),
 )})
 

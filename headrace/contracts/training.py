@@ -67,8 +67,9 @@ def _init_weights(value: str | None) -> str | None:
         return None
     if not value.startswith(("models/", "datasets/")) or ".." in value.split("/"):
         raise ValueError("init_weights must be a DFS path under models/ or datasets/")
-    if not value.endswith((".keras", ".weights.h5", ".params", ".npz")):
-        raise ValueError("init_weights must be a .keras, .weights.h5, .params or .npz file")
+    if not value.endswith((".keras", ".weights.h5", ".params", ".npz", ".pt")):
+        raise ValueError("init_weights must be a .keras, .weights.h5, .params, .npz or .pt "
+                         "file")
     return value
 
 

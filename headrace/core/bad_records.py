@@ -9,6 +9,8 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+from headrace.core.rate_limited_log import RateLimitedLog
+
 LOG_EVERY_S = 60.0
 
 
@@ -18,23 +20,17 @@ class BadRecords:
 
     def __init__(self, log: logging.Logger, what: str, *, every_s: float = LOG_EVERY_S,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.log, self.what, self.every_s, self.clock = log, what, every_s, clock
+        self.what = what
         self.count = 0
         self.reasons: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._logged_at: float | None = None
-        self._unlogged = 0
+        self._lines = RateLimitedLog(log, every_s=every_s, clock=clock)
 
     def skip(self, where: str, reason: object) -> None:
         text = (str(reason).splitlines() or [type(reason).__name__])[0][:300]
         with self._lock:
             self.count += 1
             self.reasons[text.split(":")[0][:80]] += 1
-            now = self.clock()
-            if self._logged_at is not None and now - self._logged_at < self.every_s:
-                self._unlogged += 1
-                return
-            since, self._unlogged, self._logged_at = self._unlogged, 0, now
-        more = f" ({since} more skipped since the last line)" if since else ""
-        self.log.warning("skipped an unreadable %s at %s: %s; %d skipped in all%s",
-                         self.what, where, text, self.count, more)
+            count = self.count
+        self._lines.warning(None, "skipped an unreadable %s at %s: %s; %d skipped in all",
+                            self.what, where, text, count)

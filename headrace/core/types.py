@@ -28,6 +28,11 @@ SafeName = Annotated[str, AfterValidator(_safe_name)]
 class Framework(StrEnum):
     TENSORFLOW = "tensorflow"
     MXNET = "mxnet"
+    TORCH = "torch"
+
+    @classmethod
+    def _missing_(cls, value: object) -> Framework | None:
+        return cls.TORCH if value == "pytorch" else None  # the other name people use
 
 
 class Task(StrEnum):

@@ -9,6 +9,8 @@ anything is decompressed:
 
     decoded bytes = decompressed buffers + rows x (sum over columns of what a column takes per
                     row once widened and cast, plus the model's input bytes per row)
+                    + 1/8 of the rows' part for the allocator (Arrow's mimalloc, pyarrow 23+,
+                    holds that much over what it hands out)
 
 A message over ``max_message_rows`` or ``max_message_bytes`` is dead-lettered before it is read;
 the batcher closes a batch early once its messages' decoded bytes reach the batch budget.
@@ -29,6 +31,7 @@ DEFAULT_MAX_MESSAGE_ROWS = 1 << 20
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 FLOAT64 = 8  # the decoders' working dtype for columns they cast (bools, decimals, half floats)
 FLOAT32 = 4  # a tabular model's input dtype
+ALLOCATOR_SHARE = 8  # 1/8 more for what the allocator holds beyond what it hands out
 
 
 @dataclass(frozen=True)
@@ -70,8 +73,8 @@ def arrow_cost(value: bytes, input_row_bytes: int = 0, meta: ArrowMeta | None = 
         columns, width = _schema_bytes(_schema_message(value), value)
     except (struct.error, IndexError, pa.ArrowException, OSError) as exc:
         raise ValidationFailed(f"undecodable Arrow IPC: {exc}", stage="decode") from None
-    return Cost(meta.rows,
-                meta.stored_bytes + meta.rows * (columns + (input_row_bytes or FLOAT32 * width)))
+    decoded = meta.rows * (columns + (input_row_bytes or FLOAT32 * width))
+    return Cost(meta.rows, meta.stored_bytes + decoded + decoded // ALLOCATOR_SHARE)
 
 
 def _schema_message(value: bytes) -> bytes:

@@ -120,7 +120,7 @@ def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None 
             msg[start:lo] = i
             row[start:lo] = np.arange(lo - start, dtype=np.int32)
 
-    if not np.isfinite(x).all():  # whole-matrix check first: per-row only when needed
+    if not _all_finite(x):  # whole-matrix check first: per-row only when needed
         finite = np.isfinite(x).all(axis=1)
         for i in np.flatnonzero(~finite).tolist():
             col = int(np.flatnonzero(~np.isfinite(x[i]))[0])
@@ -131,10 +131,21 @@ def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None 
     return Features(x, msg, row, arrow, tables, bad)
 
 
+_FINITE_ROWS = 1 << 16
+ROW_INDEX = 8 + 4  # Features.message (int64) and Features.row (int32)
+
+
+def _all_finite(x: np.ndarray) -> bool:
+    """``np.isfinite(x).all()`` a block of rows at a time: its bool temporary stays small (a
+    whole-matrix one is a byte per value, which the decode budget does not hold)."""
+    return all(np.isfinite(x[i:i + _FINITE_ROWS]).all() for i in range(0, len(x), _FINITE_ROWS))
+
+
 def tabular_row_bytes(width: int) -> int:
-    """A tabular model's decoded input per row: the float32 matrix, and the float64 tensor
-    ``to_tensor`` builds on the way (mixed column types widen to float64)."""
-    return width * (FLOAT32 + FLOAT64)
+    """A tabular model's decoded input per row: the float32 matrix, the float64 tensor
+    ``to_tensor`` builds on the way (mixed column types widen to float64), and each row's
+    message and row index."""
+    return width * (FLOAT32 + FLOAT64) + ROW_INDEX
 
 
 def _json_error(batch: RawBatch, i: int, error: Exception) -> BadInput:

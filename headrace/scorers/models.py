@@ -15,7 +15,7 @@ import numpy as np
 from headrace.codecs import check_signature, codec
 from headrace.core.errors import PermanentError, RetriableError
 from headrace.scorers import sizing
-from headrace.scorers.adapters import InputsFn, ModelFn, adapter_for, buckets
+from headrace.scorers.adapters import InputsFn, ModelFn, adapter_for, buckets, runtime
 from headrace.scorers.inputs import Signature, signature_bytes
 from headrace.store.manifest import Manifest
 from headrace.store.signature import ModelOutput
@@ -137,7 +137,8 @@ class _Phases:
 
     def loading(self) -> None:
         self.t0 = time.perf_counter()
-        log.info("loading model %s (%s)", self.ref, self.framework)
+        log.info("loading model %s (%s, on the %s runtime)", self.ref, self.framework,
+                 runtime())
         self.on_phase(f"loading model {self.ref}")
 
     def warming(self) -> None:

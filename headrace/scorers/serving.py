@@ -20,6 +20,7 @@ from types import FrameType
 from headrace.core import heap
 from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings
+from headrace.scorers.adapters import select_runtime
 from headrace.scorers.budget import MessageCaps
 from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.inputs import InputLimits
@@ -51,6 +52,7 @@ class Scorer:
                  conn: KafkaConnection | None = None) -> None:
         if conn is None and not settings.bootstrap:
             raise ConfigError("the scorer needs Kafka: set HEADRACE_BOOTSTRAP or --bootstrap")
+        select_runtime(scorer.runtime)  # before any model (and so Keras) is imported
         self.settings = settings
         self.scorer = scorer
         self.conn = conn or connection_for(settings)

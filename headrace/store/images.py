@@ -20,15 +20,14 @@ or ``RGBA`` after the rules above) differ from the model's, the decode says so (
 conversion``, e.g. ``"L->RGB"``): the scorer counts and logs them, since a grey image fed to a
 colour model (or the reverse) often scores worse. Last, a bilinear resize to the model's size.
 
-Pillow releases the GIL while it decodes and resizes, so a small thread pool decodes a batch on
-every core; the header is read first (``Image.open`` is lazy) so the pixel limit is checked
-before any pixel is allocated. No framework is imported here.
+Pillow releases the GIL while it decodes and resizes, so a thread pool decodes a batch on every
+CPU the pod may use (its cgroup quota, ``core.cpus``); the header is read first (``Image.open``
+is lazy) so the pixel limit is checked before any pixel is allocated. No framework is imported here.
 """
 
 from __future__ import annotations
 
 import io
-import os
 import re
 import warnings
 from collections import Counter
@@ -38,6 +37,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+from headrace.core.cpus import cpu_limit
 
 DEFAULT_MAX_PIXELS = 40_000_000  # a 6300 x 6300 photo; more is refused before decoding
 # Our own limit (``ImageSpec.max_pixels``) is checked from the header first; Pillow's would
@@ -55,8 +56,7 @@ _pool: ThreadPoolExecutor | None = None
 def _threads() -> ThreadPoolExecutor:
     global _pool
     if _pool is None:
-        _pool = ThreadPoolExecutor(max(1, min(8, os.cpu_count() or 1)),
-                                   thread_name_prefix="image-decode")
+        _pool = ThreadPoolExecutor(cpu_limit(), thread_name_prefix="image-decode")
     return _pool
 
 

@@ -11,6 +11,9 @@ from headrace.core.types import Framework, SafeName, Task
 from headrace.store.signature import ModelInput, ModelOutput, default_outputs, tabular_inputs
 
 MANIFEST = "manifest.json"
+# The saved format of a framework with a versioned one (its adapter refuses any other); the
+# others have had one format, ``model_format`` "".
+MODEL_FORMATS = {Framework.TORCH: "torch.export/1"}
 
 
 class DatasetIdentity(BaseModel):
@@ -37,6 +40,7 @@ class Manifest(BaseModel):
     inputs: tuple[ModelInput, ...] = ()
     outputs: tuple[ModelOutput, ...] = ()
     family: str = "mlp"
+    model_format: str = ""  # MODEL_FORMATS[framework] where it has one
     files: dict[str, str] = Field(default_factory=dict)  # relative path -> sha256
     metrics: dict[str, float] = Field(default_factory=dict)
     confusion_matrix: list[list[int]] = Field(default_factory=list)

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import enum
 import logging
-import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from headrace.core.errors import FatalError, HeadraceError, PermanentError, RetriableError
+from headrace.core.rate_limited_log import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -92,28 +91,14 @@ def as_headrace(exc: BaseException, what: str) -> HeadraceError:
     return PermanentError(f"{what}: unexpected {type(exc).__name__}: {exc}")
 
 
-class RateLimitedLog:
-    """One line per error code per ``every_s``: a broker down for a minute is a few lines, not
-    one per poll."""
-
-    def __init__(self, logger: logging.Logger = log, every_s: float = 30.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.logger, self.every_s, self.clock = logger, every_s, clock
-        self._last: dict[int, float] = {}
-        self._lock = threading.Lock()
-
-    def __call__(self, what: str, err: KafkaError) -> bool:
-        now = self.clock()
-        with self._lock:
-            last = self._last.get(err.code())
-            if last is not None and now - last < self.every_s:
-                return False
-            self._last[err.code()] = now
-        self.logger.warning("%s: %s (%s; the client retries)", what, err.str(), err.name())
-        return True
+# One line per error code per 30 s: a broker down for a minute is a few lines, not one per poll.
+_consumer_log = RateLimitedLog(log, every_s=30.0)
 
 
-_consumer_log = RateLimitedLog()
+def log_retriable(what: str, err: KafkaError, lines: RateLimitedLog = _consumer_log) -> bool:
+    """Log a retriable error event, rate-limited by its code; True if a line was written."""
+    return lines.warning(err.code(), "%s: %s (%s; the client retries)", what, err.str(),
+                         err.name())
 
 
 def good_messages(msgs: Sequence[Any], *, what: str = "consumer",
@@ -143,7 +128,7 @@ def check_event(err: KafkaError, *, what: str = "consumer",
         on_error(err)
     if k is Kind.FATAL:
         raise FatalError(f"{what} failed: {err.str()} ({err.name()})")
-    _consumer_log(what, err)
+    log_retriable(what, err)
     return k
 
 

@@ -70,8 +70,12 @@ class Transactions:
             raise FatalError(f"transaction {what} failed: {reason(exc)}") from None
 
 
-def _retry(call: Callable[[], Any], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+def _retry(call: Callable[[], Any], timeout_s: float, *,
+           clock: Callable[[], float] = time.monotonic,
+           sleep: Callable[[float], None] = time.sleep) -> None:
+    """Call until it succeeds; a retriable error is retried with backoff (0.05 s doubling to
+    1 s) until ``timeout_s`` has passed, then raised like any other."""
+    deadline = clock() + timeout_s
     delay = 0.05
     while True:
         try:
@@ -79,8 +83,8 @@ def _retry(call: Callable[[], Any], timeout_s: float) -> None:
             return
         except KafkaException as exc:
             err = exc.args[0]
-            if isinstance(err, KafkaError) and err.retriable() and time.monotonic() < deadline:
-                time.sleep(delay)
+            if isinstance(err, KafkaError) and err.retriable() and clock() < deadline:
+                sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
             raise

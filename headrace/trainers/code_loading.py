@@ -15,6 +15,8 @@ The backends call :func:`resolve_builder` in their ``create`` when ``spec.model`
   list of keras layers``: applied to the raw input before the model, adapted on the training
   rows when they have ``adapt`` (e.g. ``keras.layers.Normalization``), part of the export.
 * MXNet: ``build(spec, inputs) -> gluon.HybridBlock`` giving raw scores, likewise.
+* PyTorch: ``build(spec, inputs) -> torch.nn.Module`` giving raw scores, likewise (exported
+  with ``torch.export``).
 
 ``spec`` is a :class:`BuildSpec`; ``inputs`` the model's input signature
 (``headrace.store.signature.ModelInput``; a tabular dataset gives one numeric input

@@ -145,8 +145,9 @@ def plan_for(*, spec: ModelSpec, x_train: Inputs, classes: tuple[str, ...], root
 
 def export_signature(plan: ModelPlan, framework: Framework) -> tuple[ModelInput, ...]:
     """The inputs as the manifest states them for ``framework``: an MXNet export as each kind's
-    codec says (the vocabulary file its adapter applies; images channels first inside)."""
-    if framework != Framework.MXNET:
+    codec says (the vocabulary file its adapter applies; images channels first inside); a torch
+    export is fed the same way."""
+    if framework not in (Framework.MXNET, Framework.TORCH):
         return plan.inputs
     return tuple(codec(i.kind).mxnet_export(i) for i in plan.inputs)
 

@@ -51,7 +51,7 @@ from headrace.contracts.gates import Gate, load_gates
 from headrace.core.errors import HeadraceError, PermanentError, RetriableError
 from headrace.store import versions
 from headrace.store.dfs import job_dir, write_atomic
-from headrace.store.manifest import Manifest
+from headrace.store.manifest import MODEL_FORMATS, Manifest
 from headrace.store.outcomes import Outcome, Result
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import EventSink
@@ -234,7 +234,7 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
         raise PermanentError(f"job {ctx.job_id} needs {plan.workers} worker(s) "
                              f"({plan.strategy}) but was started as worker {m.index} of "
                              f"{m.workers} ({m.strategy}): its executor does not run this gang")
-    runtime = distributed_runtime(ctx.member)  # before the framework runs any op
+    runtime = distributed_runtime(ctx.member, req.framework)  # before the framework runs
     ctx.status(state=JobState.RUNNING, attempts=ctx.attempt, reason=None, exit_code=None,
                started_at=jobs.now_iso())
     log.info("attempt %d running (pid %d)%s", ctx.attempt, os.getpid(),
@@ -502,7 +502,7 @@ def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result:
         name=req.model_name, framework=req.framework, task=req.spec.task,
         features=ds.features, label=ds.label, classes=ds.classes, metrics=ev.metrics,
         inputs=export_signature(model_plan, req.framework), outputs=model_plan.outputs,
-        family=model_plan.family,
+        family=model_plan.family, model_format=MODEL_FORMATS.get(req.framework, ""),
         confusion_matrix=ev.confusion_matrix, dataset=ds.identity,
         trigger_event_id=req.event_id, job_id=ctx.job_id,
         extra={"gate": result.model_dump(), "spec": json.loads(req.spec.model_dump_json()),

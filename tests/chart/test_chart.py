@@ -64,7 +64,7 @@ _VALUE_SETS: dict[str, dict[str, Any]] = {
     "cpu-only": {"scorerGroups": [{**GROUP, "gpu": 0, "podPartitions": [[0, 2], [1, 3]]}],
                  "trainer": {"executor": "local"}},
     "gpu-scorers": {"scorerGroups": [{**GROUP, "podPartitions": [[0, 1], [2, 3]],
-                                      "gpuType": "a100"}],
+                                      "gpuType": "a100", "runtime": "torch"}],
                     "scorer": {"tolerations": [{"key": "dedicated", "operator": "Equal",
                                                 "value": "ml", "effect": "NoSchedule"}]},
                     "dfs": {"existingClaim": "shared-cephfs"}, "serviceMonitor": {"enabled": True}},
@@ -281,6 +281,7 @@ def test_gpu_scorers_get_gpu_limits_tolerations_affinity_and_a_long_grace(render
         "nodeSelectorTerms"][0]["matchExpressions"]
     assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["a100"]} in exprs
     assert pod["terminationGracePeriodSeconds"] == 30
+    assert {"name": "HEADRACE_SCORER_RUNTIME", "value": "torch"} in c["env"]  # the group's own
     assert "0) P=0,1 ;; 1) P=2,3 ;;" in c["command"][2]
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "shared-cephfs"
     assert kinds(docs, "PersistentVolumeClaim") == []
@@ -293,6 +294,7 @@ def test_cpu_only_scorers_ask_for_no_gpu(rendered: Any) -> None:
     assert "nvidia.com/gpu" not in str(c["resources"])
     assert {"name": "HEADRACE_SCORER_DEVICE", "value": "cpu"} in c["env"]
     assert {"name": "HEADRACE_SCORER_DECODE_PROCESSES", "value": "1"} in c["env"]
+    assert {"name": "HEADRACE_SCORER_RUNTIME", "value": "tensorflow"} in c["env"]  # the default
     assert kinds(rendered["cpu-only"], "Role") == []  # local executor: no Job RBAC
     ctl = kinds(rendered["cpu-only"], "Deployment")[0]["spec"]["template"]["spec"]
     assert ctl["automountServiceAccountToken"] is False
@@ -439,6 +441,8 @@ def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any)
     {"dfs": {"root": "relative/path"}},
     {"replicaCount": 3},
     {"scorer": {"decodeProcesses": -1}},
+    {"scorer": {"runtime": "mxnet"}},
+    {"scorerGroups": [{**GROUP, "runtime": "onnx"}]},
     {"networkPolicy": {"dns": {"preset": "coredns"}}},
     {"networkPolicy": {"kafka": {"extraPorts": [70000]}}},
     {"gpuImage": {"repository": "r", "tag": "t", "digest": "latest"}},

@@ -89,7 +89,7 @@ POINT = Codec(
     keras_input=float_input, keras_preprocess=lambda keras, inp, x, st: x,
     vocabulary=False, mxnet_export=lambda inp: inp, mxnet_feed=floats,
     mxnet_feed_shape=row_shape, mxnet_constants=no_constants,
-    mxnet_forward=lambda F, inp, x, consts, st: x,
+    mxnet_forward=lambda F, inp, x, consts, st: x, torch_forward=lambda t, inp, x, c, st: x,
     build=present(_arrow, lambda inp, n: np.zeros((n, 2), np.float32)),
     from_json=json_values.texts, json_type=lambda inp: pa.string(), send_as="string",
     summary=lambda v: f"<point {v}>")

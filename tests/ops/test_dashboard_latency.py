@@ -19,6 +19,7 @@ from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.codecs import encode_json
 from headrace.streams.topics import catalog, data_topic, predictions_topic
+from tests.fixtures import eventually
 from tests.scorers.conftest import publish_tf, read_topic, rows, scorer_thread, wait_ready
 
 INF = math.inf
@@ -85,9 +86,8 @@ def test_a_real_scorer_splits_latency_into_time_in_the_topic_and_scoring(
         assert p.flush(15) == 0
         read_topic(conn, predictions_topic(stream), expect=300, settle_s=0)
         url = f"http://127.0.0.1:{scorer.http_port}/metrics"
-        deadline = time.monotonic() + 20
-        while (parse_metrics_count(url) < 300) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        eventually(lambda: parse_metrics_count(url) >= 300, timeout_s=30,
+                   what="300 rows in the latency histogram")
         sample = scrape(url)
     lat, wait, score = (sample.histograms[k] for k in ("latency", "waiting", "scoring"))
     assert lat.count == wait.count == score.count == 300

@@ -5,8 +5,9 @@ batch; steps advance by records and the last one promotes."""
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from headrace.ops.rollout.canary import start_canary
 from headrace.ops.rollout.control import current_rollout, publish_rollout
 from headrace.rollout import routing
 from headrace.scorers import taps
+from headrace.scorers.rollout import state as rollout_state
 from headrace.scorers.rollout.canary_outcomes import audit_id
 from headrace.scorers.taps import Scored
 from headrace.store.manifest import Manifest
@@ -127,13 +129,10 @@ def test_predictions_follow_the_salted_routing_exactly_across_a_restart_and_a_ri
         send_json(conn, data, rows(n, seed=2), key_prefix="user")
         again = _waves(wait_predictions(conn, stream, 2 * n), 2)[1]
         assert on_candidate(again, 30) == at_30
-        publish_rollout(conn, CONTROL, st.model_copy(update={
-            "canary": st.canary.model_copy(update={"percent": 60.0})}))
-        eventually(lambda: any(
-            s.canary is not None and s.canary.percent == 60.0 for s in
-            read_events(conn, CONTROL.rollout, RolloutState, idle_s=0.3) if s.stream == stream),
-            what="the 60% state on the topic")
-        time.sleep(1.0)  # the scorer's watch polls every 0.5 s
+        with _applied(stream, 60.0) as applied:
+            publish_rollout(conn, CONTROL, st.model_copy(update={
+                "canary": st.canary.model_copy(update={"percent": 60.0})}))
+            assert applied.wait(60), "the scorer never took the 60% state"
         send_json(conn, data, rows(n, seed=3), key_prefix="user")
         preds = wait_predictions(conn, stream, 3 * n)
     assert len(one_each(preds)) == 3 * n  # one prediction per record, none lost or doubled
@@ -142,6 +141,26 @@ def test_predictions_follow_the_salted_routing_exactly_across_a_restart_and_a_ri
     at_60 = on_candidate(last, 60)
     assert at_30 < at_60, "a key left the candidate as the percent rose"
     assert read_all(conn, dlq_topic(stream)) == []
+
+
+@contextmanager
+def _applied(stream: str, percent: float) -> Iterator[threading.Event]:
+    """Set once this process's scorer has taken the state routing ``percent`` of ``stream``'s
+    keys (its watch polls the topic every 0.5 s): records sent after it are routed by it."""
+    seen = threading.Event()
+    original = rollout_state.RolloutWatch.apply
+
+    def apply(self: rollout_state.RolloutWatch, state: RolloutState) -> None:
+        original(self, state)
+        if state.stream == stream and state.canary is not None \
+                and state.canary.percent == percent:
+            seen.set()
+
+    rollout_state.RolloutWatch.apply = apply  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        rollout_state.RolloutWatch.apply = original  # type: ignore[method-assign]
 
 
 @pytest.mark.parametrize("transactional", [False, True], ids=["at-least-once", "transactions"])

@@ -1,5 +1,5 @@
-"""One scoring core, three callers: for every input kind (image, tensor, text, tabular) and both
-frameworks, the live scorer's predictions of JSON, raw-image and Arrow records, a ``replay
+"""One scoring core, three callers: for every input kind (image, tensor, text, tabular) and every
+framework, the live scorer's predictions of JSON, raw-image and Arrow records, a ``replay
 --model`` re-score of the same range, and ``headrace.models.load(...).predict`` of the same
 records are the same predictions (same scores, labels, top-k, version), record by record."""
 
@@ -25,6 +25,7 @@ from headrace.streams.codecs import decode_arrow, encode_arrow
 from headrace.streams.topics import data_topic
 from tests.fixtures import read_all
 from tests.scorers import signature_models as sm
+from tests.scorers import torch_models as tm
 from tests.scorers.conftest import publish_mx, publish_tf, rows, score
 from tests.scorers.test_scoring_signatures import produce
 
@@ -61,6 +62,10 @@ CASES: dict[str, tuple[Publish, Callable[[int], list[dict[str, Any]]]]] = {
     "mx-text": (lambda d, n: sm.mx_text_and_meta(d, n)[0], _reviews),
     "tf-tabular": (lambda d, n: publish_tf(d, n), lambda k: rows(k)),
     "mx-tabular": (lambda d, n: publish_mx(d, n), lambda k: rows(k)),
+    "pt-image": (tm.pt_digits, _images),
+    "pt-tensor": (tm.pt_tensor, _grids),
+    "pt-text": (tm.pt_text, _texts),
+    "pt-tabular": (tm.pt_tabular, lambda k: rows(k)),
 }
 
 
@@ -100,7 +105,8 @@ def _same_table(a: pa.Table, b: pa.Table) -> None:
 @pytest.mark.parametrize("case", list(CASES))
 def test_stream_replay_and_offline_predict_agree_on_every_record(
         case: str, settings: Settings, conn: KafkaConnection, dfs: Path, data: str,
-        stream: str, topic_factory: Callable[..., str]) -> None:
+        stream: str, topic_factory: Callable[..., str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     publish, make = CASES[case]
     mv = publish(dfs, stream)
     table_rows = make(9)
@@ -149,6 +155,19 @@ def test_stream_replay_and_offline_predict_agree_on_every_record(
             _same(out, live[key])
             _same(replayed[key], live[key])
             assert live[key]["model_version"] == mv.version
+    if case.startswith("pt-"):  # and `headrace predict` itself, on the JSON records
+        from headrace.cli import main
+
+        path = tmp_path / "records.jsonl"
+        path.write_text("".join(json.dumps({"key": k, **r}) + "\n"
+                                for k, r in zip(keys[:6], records[:6], strict=True)))
+        capsys.readouterr()  # only what predict prints
+        assert main(["--dfs-root", str(dfs), "predict", f"{stream}:{mv.version}", str(path),
+                     "--json"]) == 0
+        printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [p["key"] for p in printed] == keys[:6]
+        for p in printed:
+            _same(p, live[p["key"]])
 
 
 def test_headrace_predict_prints_the_streams_predictions_for_a_folder_and_a_file(

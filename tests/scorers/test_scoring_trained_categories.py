@@ -1,7 +1,7 @@
 """A model trained by a real job with a category column, scored on the broker.
 
 The trainer feeds categories through its backend and the scorer through its adapter
-(``store.tokens``); both must give the same scores for the same records, in both frameworks.
+(``store.tokens``); both must give the same scores for the same records, in every framework.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from headrace.trainers.inputs import Inputs
 from headrace.trainers.job_process import run_job
 from tests.scorers.conftest import score
 from tests.scorers.test_scoring_signatures import dead_reasons, json_item, produce, split
+from tests.trainers.test_families import one_thread
 
 
 def _train(dfs: Path, tmp_path: Path, name: str, framework: str) -> versions.ModelVersion:
@@ -41,13 +42,14 @@ def _train(dfs: Path, tmp_path: Path, name: str, framework: str) -> versions.Mod
                          spec=ModelSpec(epochs=15, batch_size=32, hidden=(16,),
                                         learning_rate=0.02))
     jid, _ = jobs.create_request(dfs, req)
+    one_thread(framework)
     assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.OK
     st = jobs.read_status(dfs, jid)
     assert st is not None and st.version is not None and st.promoted, st
     return versions.load_version(dfs, name, st.version)
 
 
-@pytest.mark.parametrize("framework", ["mxnet", "tensorflow"])
+@pytest.mark.parametrize("framework", ["mxnet", "tensorflow", "torch"])
 def test_a_trained_category_model_scores_on_the_broker_as_the_trainer_predicts(
         framework: str, settings: Settings, conn: KafkaConnection, dfs: Path, stream: str,
         data: str, tmp_path: Path) -> None:

@@ -16,8 +16,9 @@ from confluent_kafka import KafkaError, KafkaException, Message
 
 from headrace.contracts import JobEvent, JobEventKind
 from headrace.core.errors import FatalError, PermanentError, RetriableError
+from headrace.core.rate_limited_log import RateLimitedLog
 from headrace.streams import client_errors
-from headrace.streams.client_errors import Kind, RateLimitedLog, good_messages, kind_of
+from headrace.streams.client_errors import Kind, good_messages, kind_of, log_retriable
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.consuming import from_messages
 from headrace.streams.producing import BatchProducer, EventSink, ProducerRenewed, delivery_failure
@@ -80,11 +81,12 @@ def test_retriable_events_are_logged_once_a_while_not_per_poll(
     limited = RateLimitedLog(logging.getLogger("t.rl"), every_s=30.0, clock=lambda: now[0])
     down = KafkaError(KafkaError._ALL_BROKERS_DOWN)
     with caplog.at_level(logging.WARNING, "t.rl"):
-        said = [limited("consumer", down) for _ in range(100)]
+        said = [log_retriable("consumer", down, limited) for _ in range(100)]
         now[0] = 31.0
-        said.append(limited("consumer", down))
+        said.append(log_retriable("consumer", down, limited))
     assert said.count(True) == 2
-    assert len(caplog.records) == 2
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2 and "99 more like it" in lines[1]
 
 
 def test_good_messages_counts_each_failure() -> None:

@@ -126,7 +126,7 @@ def test_bad_records_are_counted_and_logged_once_a_minute(
         bad.skip("t/0@1000", ValidationFailed("not JSON: oops"))
     assert bad.count == 1001
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 2 and "999 more skipped" in lines[1]
+    assert len(lines) == 2 and "999 more like it" in lines[1]
 
 
 # --- the label join (the reported finding) ---------------------------------------------------

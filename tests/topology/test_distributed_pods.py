@@ -98,6 +98,30 @@ def test_a_four_worker_tensorflow_gang_names_every_peer_in_each_pods_tf_config(
         assert env["ARGV"] == "-m headrace.trainers run job-4"
 
 
+def test_a_torch_gang_rendezvouses_at_worker_0_and_its_policy_admits_gloos_pair_ports(
+        tmp_path: Path) -> None:
+    from headrace.trainers.distributed.peers import rendezvous
+
+    spec = TrainingJobSpec(job_id="job-t", model_name="churn", framework="torch",
+                           image="img:1", workers=3, cpu="4")
+    job, _pg, _svc, netpol = validate_all(training_objects(spec, owner_uid="u-1"))
+    for i in range(3):
+        env = _pod_env(job, i, tmp_path)
+        assert env["HEADRACE_STRATEGY"] == "allreduce" and env["HEADRACE_WORKER_INDEX"] == str(i)
+        # torch.distributed's store: worker 0 through the gang's headless Service
+        assert rendezvous(env) == ("train-job-t-worker-0-0.train-job-t", 2222)
+    (rule,) = netpol["spec"]["ingress"]
+    assert {(p["port"], p.get("endPort")) for p in rule["ports"]} == {(2222, None),
+                                                                     (32768, 60999)}
+    tf = TrainingJobSpec(job_id="job-f", model_name="churn", framework="tensorflow",
+                         image="img:1", workers=3)
+    (tf_rule,) = validate_all(training_objects(tf, owner_uid="u-1"))[3]["spec"]["ingress"]
+    assert [p["port"] for p in tf_rule["ports"]] == [2222]  # TensorFlow's stays one port
+    with pytest.raises(ValidationFailed, match=r"^PyTorch with strategy parameter_server"):
+        TrainingJobSpec(job_id="j", model_name="m", framework="torch", image="i", workers=2,
+                        servers=1, strategy="parameter_server")
+
+
 @pytest.mark.parametrize("jobset", [False, True])
 def test_each_role_of_an_mxnet_gang_has_its_own_resources_and_the_gang_counts_them(
         tmp_path: Path, jobset: bool) -> None:
@@ -150,7 +174,7 @@ def test_each_role_of_an_mxnet_gang_has_its_own_resources_and_the_gang_counts_th
 @pytest.mark.parametrize("jobset", [False, True])
 def test_gang_objects_validate_strictly_for_every_kubernetes_version_the_chart_declares(
         version: str, jobset: bool) -> None:
-    for framework, servers in (("mxnet", 2), ("tensorflow", 0)):
+    for framework, servers in (("mxnet", 2), ("tensorflow", 0), ("torch", 0)):
         spec = TrainingJobSpec(job_id="job-v", model_name="m", framework=framework,
                                image="img:1", workers=2, servers=servers, jobset=jobset,
                                server_gpus=1 if servers else 0)

@@ -18,7 +18,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -40,6 +39,7 @@ from headrace.trainers import jobs
 from headrace.trainers.control.app import ControlAppConfig, ControlHooks, build_app, topic_specs
 from headrace.trainers.control.faust_kafka import broker_credentials
 from headrace.trainers.control.health import ControlHealth
+from tests.fixtures import eventually
 from tests.trainers.conftest import REPO, job_env, request, stop, wait_events
 
 HOOKS = ControlHooks(on_request=lambda record, table: None, on_tick=lambda table: None)
@@ -170,13 +170,7 @@ def _get(port: int, path: str) -> tuple[int, dict[str, Any]]:
 
 
 def _wait(pred: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.3)
-    raise AssertionError(f"condition not met in {timeout}s")
+    return eventually(pred, timeout_s=timeout, what="the control plane")
 
 
 @pytest.mark.slow

@@ -1,8 +1,8 @@
-"""Distributed training with real processes on loopback: a TensorFlow all-reduce gang and an
-MXNet parameter-server gang end with identical weights on every worker, publish the chief's
-model, average the gradient (a 2-worker run's loss equals a 1-worker run's at the same global
-batch), and survive a worker killed with SIGKILL by restarting the whole gang from the last
-complete checkpoint."""
+"""Distributed training with real processes on loopback: a TensorFlow all-reduce gang, a PyTorch
+DDP gang and an MXNet parameter-server gang end with identical weights on every worker, publish
+the chief's model, average the gradient (a 2-worker run's loss equals a 1-worker run's at the
+same global batch), and survive a worker killed with SIGKILL by restarting the whole gang from
+the last complete checkpoint (torch: to the weights of a gang never interrupted)."""
 
 from __future__ import annotations
 
@@ -67,6 +67,10 @@ def _exported_checksum(framework: str, path: Path) -> str:
         from headrace.trainers.backends import tf_allreduce
 
         return tf_allreduce.exported_checksum(path)
+    if framework == "torch":
+        from headrace.trainers.backends import torch_ddp
+
+        return torch_ddp.exported_checksum(path)
     from headrace.trainers.backends import mxnet_ps
 
     return mxnet_ps.exported_checksum(path)
@@ -88,13 +92,14 @@ def _two_identical_workers_published_once(dfs: Path, jid: str, ex: LocalExecutor
     mv = versions.load_version(dfs, st.model_name, st.version)
     assert _exported_checksum(framework, mv.path) == sums["w0"]
     assert mv.manifest.extra["distributed"] == {
-        "strategy": "allreduce" if framework == "tensorflow" else "parameter_server",
+        "strategy": "parameter_server" if framework == "mxnet" else "allreduce",
         "workers": 2, "servers": servers}
     return log, mv
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("framework", "servers"), [("tensorflow", 0), ("mxnet", 1)])
+@pytest.mark.parametrize(("framework", "servers"), [("tensorflow", 0), ("mxnet", 1),
+                                                    ("torch", 0)])
 def test_two_workers_end_identical_publish_the_chiefs_model_and_average_the_gradient(
         dfs: Path, demo: str, framework: str, servers: int, broker: str, conn: KafkaConnection,
         topics: ControlTopics) -> None:
@@ -120,7 +125,8 @@ def test_two_workers_end_identical_publish_the_chiefs_model_and_average_the_grad
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("framework", "servers"), [("tensorflow", 0), ("mxnet", 1)])
+@pytest.mark.parametrize(("framework", "servers"), [("tensorflow", 0), ("mxnet", 1),
+                                                    ("torch", 0)])
 def test_a_worker_killed_mid_epoch_restarts_the_gang_from_the_last_checkpoint(
         dfs: Path, demo: str, framework: str, servers: int) -> None:
     spec = SPEC.model_copy(update={"epochs": 30, "batch_size": 16,
@@ -154,6 +160,11 @@ def test_a_worker_killed_mid_epoch_restarts_the_gang_from_the_last_checkpoint(
     assert versions.list_versions(dfs, st.model_name) == [1]
     sums = checksums_in_log(attempt2)
     assert sums["w0"] == sums["w1"]
+    if framework == "torch":  # bit-exact: the weights of a gang that was never interrupted
+        whole, ex = _submit(dfs, demo, framework, workers=2, spec=spec, max_attempts=1)
+        [outcome] = _until_done(ex)
+        assert outcome.succeeded
+        assert checksums_in_log(jobs.log_path(dfs, whole).read_text()) == sums
 
 
 CNN = ModelSpec(model="cnn", epochs=2, filters=(8,), hidden=(16,), batch_size=32,
@@ -173,7 +184,8 @@ def _digit_tensors(dfs: Path, tmp_path: Path, rows: int = 300) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("framework", "servers"), [("tensorflow", 0), ("mxnet", 1)])
+@pytest.mark.parametrize(("framework", "servers"), [("tensorflow", 0), ("mxnet", 1),
+                                                    ("torch", 0)])
 def test_two_workers_train_the_cnn_family_on_digit_tensors_to_identical_weights(
         dfs: Path, tmp_path: Path, framework: str, servers: int) -> None:
     # A family with a named (8, 8) tensor input, not the tabular "features": each worker

@@ -23,11 +23,21 @@ from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.job_process import run_job
 from tests.trainers import families_data as fd
 
-FRAMEWORKS = ["tensorflow", "mxnet"]
+FRAMEWORKS = ["tensorflow", "mxnet", "torch"]
+FILES = {"tensorflow": {"model.keras"}, "mxnet": {"model-symbol.json", "model-0000.params"},
+         "torch": {"model.pt2"}}
 CNN = {"model": "cnn", "epochs": 8, "batch_size": 64, "hidden": (64,), "learning_rate": 0.003}
 
 
+def one_thread(framework: str) -> None:
+    if framework == "torch":  # in-process: the cores are shared
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def train(dfs: Path, uri: str, framework: str, **spec: Any) -> versions.ModelVersion:
+    one_thread(framework)
     req = TrainRequested(idempotency_key=uuid.uuid4().hex, model_name="m", framework=framework,
                          dataset_uri=uri, spec=ModelSpec(**spec))
     jid, _ = jobs.create_request(dfs, req)
@@ -105,8 +115,7 @@ def test_mobilenet_v2_trains_an_epoch_on_upscaled_digits_and_exports(
                image_size=(32, 32))
     (image,) = mv.manifest.inputs
     assert (image.height, image.width) == (32, 32) and mv.manifest.family == "mobilenet_v2"
-    assert {"model.keras"} <= set(mv.manifest.files) if framework == "tensorflow" else \
-        {"model-symbol.json", "model-0000.params"} <= set(mv.manifest.files)
+    assert FILES[framework] <= set(mv.manifest.files)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
@@ -143,7 +152,7 @@ def test_text_learns_intents_from_raw_sentences(framework: str, dfs: Path,
     assert mv.manifest.metrics["accuracy"] >= 0.9, mv.manifest.metrics
     (text,) = mv.manifest.inputs
     assert text.kind == InputKind.TEXT and text.max_length == 16
-    if framework == "mxnet":  # the adapter applies the vocabulary the version ships
+    if framework in ("mxnet", "torch"):  # the adapter applies the vocabulary it ships
         assert text.vocabulary == "vocabulary-utterance.json"
         assert text.vocabulary in mv.manifest.files
 

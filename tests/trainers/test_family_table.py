@@ -11,12 +11,14 @@ import pytest
 
 from headrace.contracts import ModelSpec, TrainRequested, families, parse
 from headrace.core.errors import PermanentError
+from headrace.core.llvm_guard import before_torch
 from headrace.store.signature import InputKind
 
 
-@pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
+@pytest.mark.parametrize("framework", ["tensorflow", "mxnet", "torch"])
 def test_each_frameworks_registry_holds_exactly_the_tables_families(framework: str) -> None:
     wanted = {f.name for f in families.TABLE.values() if framework in f.builders}
+    before_torch()  # torch after TensorFlow in one process (core.llvm_guard)
     for module in {f.builders[framework] for f in families.TABLE.values()
                    if framework in f.builders}:
         registry = importlib.import_module(module).FAMILIES

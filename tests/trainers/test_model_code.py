@@ -1,5 +1,5 @@
 """Your own model code: the example package under examples/ is pushed to the DFS, trained in
-both frameworks, exported and reloaded; a tampered copy, unknown code and a bad entrypoint
+every framework, exported and reloaded; a tampered copy, unknown code and a bad entrypoint
 are refused with one line and no job process."""
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.job_process import run_job
 from headrace.trainers.limits import RequestCaps
 from tests.trainers.conftest import REPO, request
+from tests.trainers.test_families import one_thread
 
 EXAMPLE = REPO / "examples" / "model_code"
 ENTRY = {"tensorflow": "tabular_net.keras_model:build",
-         "mxnet": "tabular_net.gluon_model:build"}
+         "mxnet": "tabular_net.gluon_model:build", "torch": "tabular_net.torch_model:build"}
 
 
 def _spec(ref: str, entrypoint: str) -> ModelSpec:
@@ -33,9 +34,10 @@ def _spec(ref: str, entrypoint: str) -> ModelSpec:
                      learning_rate=0.01)
 
 
-@pytest.mark.parametrize("framework", ["tensorflow", "mxnet"])
+@pytest.mark.parametrize("framework", ["tensorflow", "mxnet", "torch"])
 def test_the_example_package_trains_exports_and_reloads_with_the_same_predictions(
         framework: str, dfs: Path, demo: str) -> None:
+    one_thread(framework)
     cv = code.push(dfs, EXAMPLE, "tabular-net")
     assert cv.ref == f"tabular-net@{cv.digest[:12]}"
     assert (dfs / "code" / "tabular-net" / cv.digest / "tabular_net" / "keras_model.py").is_file()

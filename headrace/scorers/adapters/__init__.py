@@ -6,6 +6,12 @@ float32 scores (tabular models: the fast path), and ``load_inputs(...)`` returni
 ``InputsFn``: a callable on the decoded inputs by name (the manifest's ``input_signature``)
 returning one float32 ``(rows, width)`` array per output, in ``output_signature`` order.
 The framework is imported only when a model of that kind is loaded.
+
+Which module loads a model is looked up by (the manifest's framework, the process's runtime):
+the runtime (``HEADRACE_SCORER_RUNTIME``: tensorflow, jax or torch) is chosen once per process,
+before any Keras import (``select_runtime``), since Keras reads its backend at import. The
+default ``tensorflow`` runtime runs each model on its own framework (Keras models on TensorFlow,
+MXNet models on MXNet); ``jax`` and ``torch`` run Keras models on that Keras backend.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from typing import Protocol
 import numpy as np
 
 from headrace.core import heap
-from headrace.core.errors import ConfigError
+from headrace.core.errors import ConfigError, PermanentError
+from headrace.core.llvm_guard import before_torch
 from headrace.store.manifest import Manifest
 
 ModelFn = Callable[[np.ndarray], np.ndarray]
@@ -27,7 +34,17 @@ Inputs = dict[str, np.ndarray]
 InputsFn = Callable[[Inputs], list[np.ndarray]]
 
 MIN_BUCKET = 64
-ADAPTERS = {"tensorflow": "tensorflow", "mxnet": "mxnet"}  # framework -> module
+RUNTIMES = ("tensorflow", "jax", "torch")
+DEFAULT_RUNTIME = "tensorflow"
+ADAPTERS = {  # (framework, runtime) -> module
+    ("tensorflow", "tensorflow"): "tensorflow",
+    ("mxnet", "tensorflow"): "mxnet",
+    ("tensorflow", "jax"): "keras_jax",
+    ("tensorflow", "torch"): "keras_torch",
+    ("torch", "tensorflow"): "pytorch",  # the default runtime: each model on its own framework
+    ("torch", "torch"): "pytorch",
+}
+_chosen: list[str] = []  # the process's runtime, once chosen
 
 
 class Adapter(Protocol):
@@ -38,13 +55,41 @@ class Adapter(Protocol):
                     max_batch: int) -> InputsFn: ...
 
 
-def adapter_for(framework: str) -> Adapter:
-    module = ADAPTERS.get(str(framework))
+def select_runtime(runtime: str) -> str:
+    """Choose this process's runtime before any model loads; Keras's backend follows it (set
+    in the environment here, as Keras reads it once at import). Raises ``ConfigError`` when
+    another runtime was chosen, or Keras was already imported with another backend."""
+    from headrace.scorers.adapters import keras_backend  # no framework import
+
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"unknown scorer runtime {runtime!r} (one of {', '.join(RUNTIMES)})")
+    if _chosen and _chosen[0] != runtime:
+        raise ConfigError(f"this process scores on the {_chosen[0]} runtime; {runtime} needs "
+                          f"a process of its own")
+    keras_backend.choose(runtime)
+    if not _chosen:
+        _chosen.append(runtime)
+    return runtime
+
+
+def runtime() -> str:
+    return _chosen[0] if _chosen else DEFAULT_RUNTIME
+
+
+def adapter_for(framework: str, runtime_name: str | None = None) -> Adapter:
+    """The adapter module for a model of ``framework`` on ``runtime_name`` (default: this
+    process's runtime); ``PermanentError`` when that runtime cannot run such a model."""
+    rt = runtime_name or runtime()
+    module = ADAPTERS.get((str(framework), rt))
     if module is None:
-        raise ConfigError(f"no scorer adapter for framework {framework!r}")
+        if not any(f == str(framework) for f, _ in ADAPTERS):
+            raise ConfigError(f"no scorer adapter for framework {framework!r}")
+        raise PermanentError(f"a {framework} model cannot run on the {rt} runtime (runtimes "
+                             f"for it: {', '.join(r for f, r in ADAPTERS if f == framework)})")
     # Only the first framework's import is frozen (~300k objects every collection then skips):
     # a later one may come with a swap, and freezing then would pin the serving model for good.
     first = not any(f"{__name__}.{m}" in sys.modules for m in ADAPTERS.values())
+    before_torch()  # torch may come after TensorFlow (a swap): see core.llvm_guard
     mod: Adapter = importlib.import_module(f"{__name__}.{module}")
     if first:
         heap.freeze_imports()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ["KERAS_BACKEND"] = "tensorflow"  # Keras reads it once, at its import
 
 import keras
 import numpy as np
@@ -27,11 +28,12 @@ from headrace.scorers.adapters import (
     chunked_inputs,
     rows_of,
 )
+from headrace.scorers.adapters.keras_backend import MODEL_FILE, check_backend
 from headrace.scorers.buffers import is_aligned
 from headrace.store.manifest import Manifest
 from headrace.store.signature import ModelInput
 
-MODEL_FILE = "model.keras"
+check_backend(keras, "tensorflow")
 
 
 def tf_device(device: str) -> str:

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from headrace.contracts import RolloutRole
+from headrace.core.rate_limited_log import RateLimitedLog
 from headrace.scorers.budget import MessageCaps
 from headrace.scorers.core import ScoringCore
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
@@ -142,7 +143,7 @@ class ShadowTap:
                                       prepare=self.prepare)
         self._pairs: dict[tuple[int, int], LiveComparison] = {}
         self._maps: dict[tuple[int, int], np.ndarray] = {}
-        self._logged: dict[str, float] = {}
+        self._lines = RateLimitedLog(log, every_s=LOG_EVERY_S)
         self.metrics = ShadowMetrics(ctx.metrics, lambda: list(self._pairs.values()),
                                      lambda: self.join.stats)
 
@@ -329,10 +330,7 @@ class ShadowTap:
                                     reason=reason).inc(rows)
 
     def _log(self, what: str, msg: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self._logged.get(what, -LOG_EVERY_S) >= LOG_EVERY_S:
-            self._logged[what] = now
-            log.warning(msg, *args)
+        self._lines.warning(what, msg, *args)
 
     def close(self) -> None:
         """The last batch is committed: persist what labels joined since, then stop."""

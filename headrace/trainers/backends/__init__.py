@@ -6,10 +6,12 @@ import importlib
 
 from headrace.contracts import Framework
 from headrace.core.errors import ValidationFailed
+from headrace.core.llvm_guard import before_torch
 from headrace.trainers.backends.base import Backend, DistributedRuntime
 from headrace.trainers.distributed.peers import GangMember
 
-_MODULES = {Framework.TENSORFLOW: "tensorflow_keras", Framework.MXNET: "mxnet_gluon"}
+_MODULES = {Framework.TENSORFLOW: "tensorflow_keras", Framework.MXNET: "mxnet_gluon",
+            Framework.TORCH: "torch_nn"}
 
 
 def get_backend(framework: Framework | str) -> Backend:
@@ -19,20 +21,30 @@ def get_backend(framework: Framework | str) -> Backend:
     except ValueError:
         raise ValidationFailed(f"unknown framework {framework!r}: use "
                                f"{' or '.join(f.value for f in Framework)}") from None
+    if fw == Framework.TORCH:
+        before_torch()
     module = importlib.import_module(f"headrace.trainers.backends.{_MODULES[fw]}")
     backend: Backend = module.BACKEND
     return backend
 
 
-def distributed_runtime(member: GangMember) -> DistributedRuntime | None:
+def distributed_runtime(member: GangMember, framework: Framework | str = Framework.TENSORFLOW
+                        ) -> DistributedRuntime | None:
     """The worker's distributed runtime (all-reduce or parameter servers), or None for a
     single-process job; the framework is imported only now."""
     if not member.distributed:
         return None
+    runtime: DistributedRuntime
+    if Framework(framework) == Framework.TORCH:
+        before_torch()
+        from headrace.trainers.backends import torch_ddp
+
+        runtime = torch_ddp.DataParallelRuntime(member)
+        return runtime
     name = "tf_allreduce" if member.strategy == "allreduce" else "mxnet_ps"
     module = importlib.import_module(f"headrace.trainers.backends.{name}")
-    runtime: DistributedRuntime = (module.AllReduceRuntime(member) if name == "tf_allreduce"
-                                   else module.ParameterServerRuntime(member))
+    runtime = (module.AllReduceRuntime(member) if name == "tf_allreduce"
+               else module.ParameterServerRuntime(member))
     return runtime
 
 

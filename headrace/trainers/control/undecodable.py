@@ -15,6 +15,7 @@ batches do this; it is idempotent and changes nothing for a batch that decodes.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -23,10 +24,12 @@ from typing import Any
 from aiokafka import codec as aiokafka_codec  # type: ignore[import-untyped]
 from aiokafka.consumer import fetcher  # type: ignore[import-untyped]
 
+from headrace.core.rate_limited_log import RateLimitedLog
+
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _skipped: Counter[str] = Counter()  # topic -> batches skipped
-_said: set[tuple[str, str]] = set()
+_lines = RateLimitedLog(log, every_s=math.inf)  # once per topic and kind of error
 
 
 def skipped() -> dict[str, int]:
@@ -41,13 +44,11 @@ def note_skipped(topic: str, first: int, last: int, exc: BaseException) -> None:
     with _lock:
         _skipped[topic] += 1
         count = _skipped[topic]
-        first_time = (topic, type(exc).__name__) not in _said
-        _said.add((topic, type(exc).__name__))
-    if first_time:
-        log.error("skipping an undecodable record batch on %s (offsets %d-%d): %s; install "
-                  "the control extra's codecs (pip install 'headrace[control]': cramjam "
-                  "decodes lz4, snappy and zstd); %d batch(es) skipped on %s so far, later "
-                  "ones are counted, not logged", topic, first, last, reason, count, topic)
+    _lines.error((topic, type(exc).__name__), "skipping an undecodable record batch on %s "
+                 "(offsets %d-%d): %s; install the control extra's codecs (pip install "
+                 "'headrace[control]': cramjam decodes lz4, snappy and zstd); %d batch(es) "
+                 "skipped on %s so far, later ones are counted, not logged",
+                 topic, first, last, reason, count, topic)
 
 
 class _Batch:

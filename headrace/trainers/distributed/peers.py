@@ -83,6 +83,16 @@ def tf_config(workers: list[str], index: int | str) -> str:
     return text.replace('"__INDEX__"', str(index))
 
 
+def rendezvous(env: Mapping[str, str]) -> tuple[str, int]:
+    """Worker 0's ``host:port`` from ``TF_CONFIG``: where a torch gang's store listens."""
+    try:
+        host, _, port = json.loads(env["TF_CONFIG"])["cluster"]["worker"][0].rpartition(":")
+        return host, int(port)
+    except (KeyError, IndexError, ValueError, TypeError) as exc:
+        raise ConfigError(f"invalid gang environment: TF_CONFIG names no worker 0 "
+                          f"host:port ({type(exc).__name__})") from None
+
+
 def dmlc_env(role: Role, *, root_host: str, root_port: int, workers: int,
              servers: int) -> dict[str, str]:
     """ps-lite's environment: every member names the scheduler (the root) and the counts."""

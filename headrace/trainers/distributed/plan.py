@@ -1,7 +1,8 @@
 """Which distributed strategy a request gets: one validated, framework-free decision.
 
-``auto`` is all-reduce for TensorFlow (MultiWorkerMirroredStrategy) and parameter servers for
-MXNet (the ``dist_sync`` kvstore). The other two combinations are refused with one line:
+``auto`` is all-reduce for TensorFlow (MultiWorkerMirroredStrategy) and PyTorch
+(DistributedDataParallel) and parameter servers for MXNet (the ``dist_sync`` kvstore). The other
+combinations are refused with one line:
 
 * TensorFlow + ``parameter_server``: ``tf.distribute.ParameterServerStrategy`` is a different
   program, not another strategy for the same loop: the chief alone runs the training loop and
@@ -10,6 +11,8 @@ MXNet (the ``dist_sync`` kvstore). The other two combinations are refused with o
   (``bench/try_tf_parameter_server.py``): one custom step scheduled that way ran on loopback, but
   this trainer's per-worker synchronous loop (every worker calls ``strategy.run``, checkpoints
   resume every worker) does not map onto it, so the combination is refused.
+* PyTorch + ``parameter_server``: ``torch.distributed`` has no parameter-server strategy
+  (its RPC framework is a toolkit to write one, not a trainer); DDP is all-reduce.
 * MXNet + ``allreduce``: the PyPI MXNet build has no collective all-reduce across machines (no
   Horovod / NCCL kvstore across hosts); its distributed training is the parameter server.
 """
@@ -28,6 +31,9 @@ TF_PS_REFUSED = ("TensorFlow with strategy parameter_server is not supported: "
                  "ParameterServerStrategy runs a chief-driven asynchronous loop "
                  "(ClusterCoordinator), not this trainer's synchronous per-worker step; use "
                  "allreduce (or auto)")
+TORCH_PS_REFUSED = ("PyTorch with strategy parameter_server is not supported: PyTorch trains "
+                    "distributed with DistributedDataParallel (all-reduce); use allreduce (or "
+                    "auto)")
 MX_ALLREDUCE_REFUSED = ("MXNet with strategy allreduce is not supported: MXNet trains "
                         "distributed with parameter servers; use parameter_server (or auto)")
 
@@ -62,9 +68,11 @@ def plan_for(*, framework: Framework | str, strategy: str, workers: int, servers
     if strategy == "auto":
         if workers == 1 and servers == 0:
             return GangPlan("single")
-        strategy = "allreduce" if fw == Framework.TENSORFLOW else "parameter_server"
+        strategy = "parameter_server" if fw == Framework.MXNET else "allreduce"
     if fw == Framework.TENSORFLOW and strategy == "parameter_server":
         raise ValidationFailed(TF_PS_REFUSED)
+    if fw == Framework.TORCH and strategy == "parameter_server":
+        raise ValidationFailed(TORCH_PS_REFUSED)
     if fw == Framework.MXNET and strategy == "allreduce":
         raise ValidationFailed(MX_ALLREDUCE_REFUSED)
     if strategy == "allreduce" and servers:

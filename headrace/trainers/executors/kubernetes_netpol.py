@@ -19,18 +19,23 @@ from headrace.trainers.executors.kubernetes_gang import PS_PORT, TF_PORT
 EPHEMERAL_PORTS = (32768, 60999)
 
 
-def gang_ingress_ports(plan: GangPlan) -> list[k.V1NetworkPolicyPort]:
+def gang_ingress_ports(plan: GangPlan, framework: str = "tensorflow"
+                       ) -> list[k.V1NetworkPolicyPort]:
     """The ports gang members reach each other on: TF_CONFIG's workers, or ps-lite's
-    scheduler plus the ephemeral ports its nodes bind."""
-    if plan.kind == "allreduce":
-        return [k.V1NetworkPolicyPort(port=TF_PORT, protocol="TCP")]
+    scheduler plus the ephemeral ports its nodes bind; torch's all-reduce: worker 0's store on
+    TF_CONFIG's port plus the ephemeral ports gloo's (or NCCL's) pair sockets bind."""
     low, high = EPHEMERAL_PORTS
+    if plan.kind == "allreduce":
+        tf = [k.V1NetworkPolicyPort(port=TF_PORT, protocol="TCP")]
+        if framework != "torch":
+            return tf
+        return [*tf, k.V1NetworkPolicyPort(port=low, end_port=high, protocol="TCP")]
     return [k.V1NetworkPolicyPort(port=PS_PORT, protocol="TCP"),
             k.V1NetworkPolicyPort(port=low, end_port=high, protocol="TCP")]
 
 
 def gang_network_policy(*, name: str, namespace: str, job_label: str, attempt: int,
-                        plan: GangPlan, labels: dict[str, str],
+                        plan: GangPlan, labels: dict[str, str], framework: str,
                         annotations: dict[str, str],
                         owner: k.V1OwnerReference | None) -> k.V1NetworkPolicy:
     same_job = {"headrace.io/job": job_label, "app.kubernetes.io/component": "trainer"}
@@ -47,6 +52,6 @@ def gang_network_policy(*, name: str, namespace: str, job_label: str, attempt: i
             ingress=[k.V1NetworkPolicyIngressRule(  # type: ignore[call-arg]
                 _from=[k.V1NetworkPolicyPeer(
                     pod_selector=k.V1LabelSelector(match_labels=same_job))],
-                ports=gang_ingress_ports(plan))],
+                ports=gang_ingress_ports(plan, framework))],
         ),
     )

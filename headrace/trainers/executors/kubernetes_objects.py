@@ -100,7 +100,7 @@ class TrainingJobSpec(ClusterPlacement):
 
     job_id: str
     model_name: str
-    framework: Literal["tensorflow", "mxnet"]
+    framework: Literal["tensorflow", "mxnet", "torch"]
     workers: int = 1
     servers: int = 0
     strategy: Literal["auto", "allreduce", "parameter_server"] = "auto"
@@ -418,7 +418,7 @@ def network_policy(spec: TrainingJobSpec, *,
     """The attempt's pods accept the gang's ports from pods of this job only."""
     return gang_network_policy(
         name=spec.job_name, namespace=spec.namespace, job_label=spec.name, attempt=spec.attempt,
-        plan=spec.plan, labels=_labels(spec),
+        plan=spec.plan, labels=_labels(spec), framework=spec.framework,
         annotations={"headrace.io/job-id": spec.job_id, "headrace.io/attempt": str(spec.attempt)},
         owner=job_owner(spec, owner_uid) if owner_uid else None)
 
