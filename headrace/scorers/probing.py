@@ -49,6 +49,7 @@ class ProbeState:
         self.last_progress: Callable[[], float] = clock  # the loop's last turn
         self.last_consumed: Callable[[], float | None] = lambda: None  # last non-empty batch
         self.lag: Callable[[], Lag | None] = lambda: None  # the broker's view, recent or None
+        self.last_retry: Callable[[], tuple[float, str] | None] = lambda: None  # (when, what)
         self.model_ready: Callable[[], bool] = lambda: False
         self.assigned: Callable[[], int] = lambda: 0
         self.model_ref: Callable[[], str | None] = lambda: None
@@ -76,9 +77,14 @@ class ProbeState:
         since = now - (last if last is not None else (self._started_at or now))
         if since <= self.stall_s:
             return None
+        retry = self.last_retry()
+        # The loop retrying something since it last consumed is why it stalled: say so.
+        cause = (f"; the loop is retrying: {retry[1][:300]}" if retry is not None
+                 and (last is None or retry[0] >= last) and now - retry[0] <= self.stall_s
+                 else "")
         return (f"stalled: consumed nothing for {since:.0f}s (HEADRACE_SCORER_STALL_S="
                 f"{self.stall_s:g}) while {len(behind)} assigned partition(s) hold "
-                f"{sum(behind.values())} unconsumed records")
+                f"{sum(behind.values())} unconsumed records{cause}")
 
     def live(self) -> tuple[bool, dict[str, object]]:
         if not self.started:

@@ -151,6 +151,7 @@ class Scorer:
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0
             self.state.last_progress = lambda: worker.last_progress
             self.state.last_consumed = lambda: worker.last_consumed
+            self.state.last_retry = lambda: worker.last_retry
             group_lag = GroupLag(self.conn, topics.scorer_group(s.stream))
             positions = io.positions_seen
             lag_watch = LagWatch(lambda: group_lag(positions()), every_s=s.lag_check_s).start()

@@ -151,6 +151,9 @@ class Worker:
         self.ahead_min = min(AHEAD_MIN_RECORDS, batch_size // 2)
         self.last_progress = time.monotonic()  # the loop's last turn (an empty poll included)
         self.last_consumed: float | None = None  # the last batch with records: the stall check's
+        # What the loop last retried, and when: the stall's reason names it (a broker refusing
+        # writes, ISR under min.insync.replicas, says why nothing is consumed).
+        self.last_retry: tuple[float, str] | None = None
         self._stop_seen: float | None = None
         self._next_lag = 0.0
         self._pending: _Pending | None = None
@@ -530,6 +533,7 @@ class Worker:
                 # Out of grace: exit without committing; the batch is consumed again later.
                 raise FatalError(f"gave up on {what} at shutdown: {exc}") from None
         log.warning("%s failed (%s); retrying in %.2fs", what, exc, delay)
+        self.last_retry = (time.monotonic(), f"{what} failed: {exc}")
         self.last_progress = time.monotonic()  # still alive: retrying is progress
         time.sleep(delay)
 

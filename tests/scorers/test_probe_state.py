@@ -83,6 +83,27 @@ def test_empty_polls_with_lag_are_a_stall_after_stall_s(caplog: pytest.LogCaptur
     assert gauge(metrics, "headrace_scorer_probe_failing", probe="ready", reason="stalled") == 0
 
 
+def test_a_stall_names_what_the_loop_is_retrying() -> None:
+    """Found on Apache Kafka (ISR under min.insync.replicas): the scorer stalled retrying the
+    flush of its refused outputs, and the probes said only "consumed nothing", not why."""
+    clock = Clock()
+    state, worker = running(clock, {("data.s", 0): 451}, stall_s=4.0)
+    worker["consumed"] = clock.t
+    retry: list[tuple[float, str]] = [(clock.t - 1.0, "flush failed: an old one")]
+    state.last_retry = lambda: retry[-1]
+    clock.t += 5.0
+    worker["loop"] = clock.t
+    assert "retrying" not in str(state.ready()[1]["reason"])  # before it last consumed
+    retry.append((clock.t - 0.5, "flush failed: 256 messages not acknowledged within 10.0s"))
+    reason = str(state.ready()[1]["reason"])
+    assert reason.startswith("stalled: consumed nothing for 5s")
+    assert reason.endswith("; the loop is retrying: flush failed: 256 messages not "
+                           "acknowledged within 10.0s"), reason
+    clock.t += 10.0  # a retry older than the stall window is not today's cause
+    worker["loop"] = clock.t
+    assert "retrying" not in str(state.live()[1]["reason"])
+
+
 def test_idle_without_lag_is_not_a_stall() -> None:
     clock = Clock()
     state, worker = running(clock, {("data.s", 0): 0})

@@ -1,0 +1,145 @@
+"""Clients nobody here wrote: Apache Kafka's own Java console producer (from the cluster's jars)
+sends keyed JSON records with headers, good and malformed; a scorer scores the good ones and
+dead-letters the others; the Java console consumer reads the predictions and the dead letters
+back, keys, headers and values intact. (kafka-python is read too when the venv has it.)"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.dlq import DLQ_STAGE
+from tests.faults.conftest import needs_scorer
+from tests.faults.harness import (
+    Scorers,
+    Stream,
+    TopicReader,
+    check,
+    figures,
+    good_record,
+    wait_covered,
+)
+from tests.fixtures import eventually
+from tools.kafka_cluster import KafkaCluster
+
+pytestmark = [pytest.mark.slow, pytest.mark.kafka, needs_scorer]
+GOOD, BAD = 300, 5
+# Kafka's tools log to stdout by default: to stderr here, so stdout holds only records.
+LOG4J2 = """\
+status = warn
+appender.err.type = Console
+appender.err.name = err
+appender.err.target = SYSTEM_ERR
+appender.err.layout.type = PatternLayout
+appender.err.layout.pattern = %p %m%n
+rootLogger.level = WARN
+rootLogger.appenderRef.err.ref = err
+"""
+
+
+def java_tool(cluster: KafkaCluster, tmp: Path, main: str, *args: str) -> list[str]:
+    (tmp / "tools-log4j2.properties").write_text(LOG4J2)
+    return ["java", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            f"-Dlog4j2.configurationFile={tmp / 'tools-log4j2.properties'}",
+            "-cp", f"{cluster.nodes[0].lib}/*", main, "--bootstrap-server", cluster.bootstrap,
+            *args]
+
+
+def java_consume(cluster: KafkaCluster, tmp: Path, topic: str,
+                 n: int) -> list[tuple[dict[str, str], str, str]]:
+    """(headers, key, value) of the first ``n`` records, as Kafka's console consumer prints
+    them (headers, key and value separated by tabs; values here hold no tab)."""
+    out = subprocess.run(java_tool(
+        cluster, tmp, "org.apache.kafka.tools.consumer.ConsoleConsumer", "--topic", topic,
+        "--from-beginning", "--max-messages", str(n), "--timeout-ms", "60000",
+        "--isolation-level", "read_committed",
+        "--formatter-property", "print.key=true", "--formatter-property", "print.headers=true",
+        "--formatter-property", "key.separator=\t",
+        "--formatter-property", "headers.separator=,",
+        "--formatter-property", "headers.key.separator=:"),
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = []
+    for line in out.stdout.splitlines():
+        headers, key, value = line.split("\t", 2)
+        hs = dict(h.split(":", 1) for h in headers.split(",")) if headers != "NO_HEADERS" else {}
+        rows.append((hs, key, value))
+    return rows
+
+
+def test_java_console_clients_send_records_headrace_scores_and_read_its_outputs(
+        kafka_cluster: KafkaCluster, conn: KafkaConnection, stream: Stream, scorers: Scorers,
+        tmp_path: Path) -> None:
+    t0 = time.monotonic()
+    s = scorers.start()
+    s.wait_ready(timeout_s=90)
+    lines = [f"content-type:application/json,trace:t{i}\tj{i}\t{good_record(i).decode()}"
+             for i in range(GOOD)]
+    lines += [f"content-type:application/json,trace:b{i}\tbad{i}\tnot json {i}"
+              for i in range(BAD)]
+    t_send = time.monotonic()
+    sent = subprocess.run(java_tool(
+        kafka_cluster, tmp_path, "org.apache.kafka.tools.ConsoleProducer",
+        "--topic", stream.data, "--reader-property", "parse.key=true",
+        "--reader-property", "parse.headers=true", "--reader-property", "key.separator=\t",
+        "--reader-property", "headers.delimiter=\t", "--reader-property", "headers.separator=,",
+        "--reader-property", "headers.key.separator=:"),
+        input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=120)
+    java_produce_s = time.monotonic() - t_send
+    assert sent.returncode == 0, sent.stderr[-3000:]
+    # What the Java producer wrote, as the broker holds it (its own murmur2 partitioning).
+    data = TopicReader(conn, stream.data)
+    eventually(lambda: data.poll(0.3) >= 0 and len(data.records) >= GOOD + BAD, timeout_s=60,
+               what=f"the Java producer's records ({sent.stderr[-2000:]})")
+    data.drain(idle_s=1.0)
+    assert len(data.records) == GOOD + BAD
+    inputs = {(r.partition, r.offset) for r in data.records}
+    assert all(r.headers.get("trace") for r in data.records)
+    preds, dlq = TopicReader(conn, stream.predictions), TopicReader(conn, stream.dlq)
+    try:
+        wait_covered(preds, lambda: inputs, data_topic=stream.data, timeout_s=90, dlq=dlq,
+                     alive=s.alive)
+        c = check(inputs, preds.records, dlq.records, data_topic=stream.data)
+        assert not c.missing and not c.duplicates and not c.both, c.summary()
+        assert (c.predictions, c.dead_letters) == (GOOD, BAD), c.summary()
+    finally:
+        preds.close()
+        dlq.close()
+    # Kafka's console consumer reads both back.
+    t_read = time.monotonic()
+    jp = java_consume(kafka_cluster, tmp_path, stream.predictions, GOOD)
+    jd = java_consume(kafka_cluster, tmp_path, stream.dlq, BAD)
+    java_consume_s = time.monotonic() - t_read
+    by_key = {key: (hs, json.loads(v)) for hs, key, v in jp}
+    assert sorted(by_key) == sorted(f"j{i}" for i in range(GOOD))
+    where = {(r.partition, r.offset): r.value for r in data.records}
+    for key, (hs, p) in by_key.items():
+        assert hs.get("content-type") == "application/json", hs
+        assert p["key"] == key and p["source_topic"] == stream.data, p
+        assert where[(p["source_partition"], p["source_offset"])] == good_record(
+            int(key[1:])), p
+    assert sorted(k for _, k, _ in jd) == sorted(f"bad{i}" for i in range(BAD))
+    for hs, key, v in jd:
+        assert hs.get(DLQ_STAGE) == "decode" and v == f"not json {key[3:]}", (hs, v)
+    python_read = None
+    try:
+        import kafka  # type: ignore[import-not-found]  # kafka-python: used when installed
+    except ImportError:
+        kafka = None
+    if kafka is not None:
+        kc = kafka.KafkaConsumer(stream.predictions, bootstrap_servers=kafka_cluster.bootstrap,
+                                 auto_offset_reset="earliest", consumer_timeout_ms=10_000)
+        python_read = {m.key.decode() for m in kc}
+        kc.close()
+        assert python_read == set(by_key)
+    rc, _ = s.terminate()
+    figures("kafka_java_clients", **c.summary(), java_produce_s=round(java_produce_s, 1),
+            java_consume_s=round(java_consume_s, 1),
+            kafka_python="not installed" if python_read is None else len(python_read),
+            test_s=round(time.monotonic() - t0, 1))
+    assert rc == 0, s.log_tail()
