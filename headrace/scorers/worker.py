@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -105,6 +105,7 @@ class _Ahead:
     rewinds: int  # the consumer's rewinds when it was consumed
     revocations: int
     inputs: Future[Decoded] | None = None  # a signature model's batch, decoding in a thread
+    revoked: set[tuple[str, int]] = field(default_factory=set)  # since it was consumed
 
 
 def _log_stale(batch: RawBatch) -> None:
@@ -199,11 +200,15 @@ class Worker:
         if self._inputs_thread is not None:
             self._inputs_thread.shutdown(wait=False)
 
-    def on_revoked(self) -> None:
-        """Partitions are being taken away: commit the batch in flight while they are ours."""
+    def on_revoked(self, tps: list[tuple[str, int]]) -> None:
+        """Partitions are being taken away: commit the batch in flight while they are ours;
+        what was consumed of them and not scored yet is dropped (their next owner, maybe this
+        member again, reads it from that commit)."""
         self.complete_pending()
         self._revocations += 1
-        self.batcher.assignment_changed.set()
+        self.batcher.revoked(tps)
+        if self._ahead is not None:
+            self._ahead.revoked.update(tps)
 
     def _decode_ahead(self, batch: RawBatch) -> bool:
         """Hand a big JSON batch's records to the decode helpers (a signature model's batch to
@@ -268,7 +273,7 @@ class Worker:
             _log_stale(batch)
         else:
             if self._revocations != ahead.revocations:
-                batch, decoded = self.batcher.keep_owned(batch), None
+                batch, decoded = self.batcher.keep_owned(batch, ahead.revoked), None
             model = self.holder.current
             if isinstance(decoded, Decoded):
                 if model is None or model.tabular or decoded.signature != model.signature:
