@@ -15,6 +15,7 @@ yet committed, dropped when the consumer is rewound (it reads them again).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from contextlib import suppress
@@ -26,6 +27,8 @@ from headrace.scorers.arrow_limits import read_meta
 from headrace.scorers.budget import message_measure
 from headrace.scorers.stream_io import RawBatch, StreamIO
 from headrace.streams.codecs import arrow_flags
+
+log = logging.getLogger(__name__)
 
 IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liveness latency)
 
@@ -96,10 +99,15 @@ class Batcher:
         generation (or a broker that lost its log) had it, past records never scored (D32)."""
         gone = set(tps)
         self.assignment_changed.set()
+        held = sum(len(b) for b in (self._building, self._carry) if b is not None)
         if self._building is not None:
             self._building = without(self._building, gone)
         if self._carry is not None:
             self._carry = without(self._carry, gone) or None
+        dropped = held - sum(len(b) for b in (self._building, self._carry) if b is not None)
+        if dropped:
+            log.info("dropped %d consumed messages of revoked partitions: their next owner "
+                     "reads them from the last commit", dropped)
 
     def next_batch(self, stop: threading.Event, *, block: bool = True) -> RawBatch:
         """An empty batch after ``IDLE_POLL_S`` without data, else up to ``max_rows`` rows.

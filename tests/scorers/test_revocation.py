@@ -16,10 +16,12 @@ librdkafka does.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 
 import numpy as np
+import pytest
 
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import ModelHolder
@@ -65,7 +67,7 @@ def _worker(io: _Rebalancing) -> Worker:
 
 
 def test_messages_consumed_before_a_revocation_are_dropped_though_the_partitions_come_back(
-        ) -> None:
+        caplog: pytest.LogCaptureFixture) -> None:
     io = _Rebalancing({(TOPIC, 0), (TOPIC, 1)})
     worker = _worker(io)
 
@@ -75,7 +77,9 @@ def test_messages_consumed_before_a_revocation_are_dropped_though_the_partitions
 
     io.steps = [_batch(0, range(1750, 1753)), _batch(1, range(900, 902)), rebalance,
                 _batch(0, range(0, 3))]
-    batch = worker.batcher.next_batch(threading.Event())
+    with caplog.at_level(logging.INFO, "headrace.scorers.batching"):
+        batch = worker.batcher.next_batch(threading.Event())
+    assert "dropped 3 consumed messages of revoked partitions" in caplog.text
     # Before: p0's offsets 1750-1752 were kept (p0 was owned again) and committed after 0-2.
     assert list(zip(batch.partitions.tolist(), batch.offsets.tolist(), strict=True)) == [
         (1, 900), (1, 901), (0, 0), (0, 1), (0, 2)]
