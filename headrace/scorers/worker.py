@@ -79,6 +79,10 @@ log = logging.getLogger(__name__)
 
 LAG_EVERY_S = 2.0
 MAX_BACKOFF_S = 5.0
+# How long a commit is retried. Past the consumer's max.poll.interval.ms (10 s) without a poll the
+# member has left its group, and only polling brings it back: seen on Apache Kafka after the
+# whole cluster restarted, a scorer retried "Waiting for coordinator" for ever, holding nothing.
+COMMIT_PATIENCE_S = 10.0
 # Decode ahead only when the scorer is behind (a batch at least half full) and the batch is big
 # enough for a helper round trip to pay; a trickle is decoded at once, where latency comes first.
 AHEAD_MIN_RECORDS = 1024
@@ -155,6 +159,7 @@ class Worker:
         self._stop_seen: float | None = None
         self._next_lag = 0.0
         self._pending: _Pending | None = None
+        self.commit_patience_s = COMMIT_PATIENCE_S
         self.decoders = decoders
         self._ahead: _Ahead | None = None
         self._revocations = 0
@@ -491,6 +496,7 @@ class Worker:
                 self._retrying("flush", exc, delay)
             delay = min(delay * 2, MAX_BACKOFF_S)
         delay = 0.05
+        give_up = time.monotonic() + self.commit_patience_s
         while True:
             try:
                 self.io.commit(offsets)
@@ -501,6 +507,12 @@ class Worker:
                 self.io.rewind_to_committed()
                 return
             except RetriableError as exc:
+                if time.monotonic() >= give_up and not self.stop.is_set():
+                    # Its outputs are delivered: the next batch's commit covers these offsets,
+                    # or the partitions' next owner reads them again (at-least-once).
+                    log.warning("%s for %.0fs; going back to polling (it rejoins the group) "
+                                "without this commit", exc, self.commit_patience_s)
+                    return
                 self._retrying("commit", exc, delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
         self.metrics.commits.inc()
