@@ -15,6 +15,7 @@ yet committed, dropped when the consumer is rewound (it reads them again).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from contextlib import suppress
@@ -26,6 +27,8 @@ from headrace.scorers.arrow_limits import read_meta
 from headrace.scorers.budget import message_measure
 from headrace.scorers.stream_io import RawBatch, StreamIO
 from headrace.streams.codecs import arrow_flags
+
+log = logging.getLogger(__name__)
 
 IDLE_POLL_S = 0.1  # how long one empty poll may block (bounds SIGTERM and liveness latency)
 
@@ -59,6 +62,7 @@ class Batcher:
         self.rows_per_message: float | None = None  # running estimate; 1 for JSON
         self._carry: RawBatch | None = None  # consumed past a closed batch
         self._carry_rewinds = 0
+        self._building: RawBatch | None = None  # the batch ``next_batch`` is consuming
 
     def _messages_for(self, rows: int) -> int:
         if self.rows_per_message is None:
@@ -87,17 +91,42 @@ class Batcher:
             return None  # rewound to the committed offsets: these are consumed again
         return carry
 
+    def revoked(self, tps: list[tuple[str, int]]) -> None:
+        """Partitions taken away (called inside a consume, on the loop's thread): what was
+        consumed of them and not handed out yet is dropped, even if the next assignment gives
+        them back. Their next owner reads them from the last commit; a message consumed before
+        the revocation, committed after it, would move the group's offset to where an earlier
+        generation (or a broker that lost its log) had it, past records never scored (D32)."""
+        gone = set(tps)
+        self.assignment_changed.set()
+        held = sum(len(b) for b in (self._building, self._carry) if b is not None)
+        if self._building is not None:
+            self._building = without(self._building, gone)
+        if self._carry is not None:
+            self._carry = without(self._carry, gone) or None
+        dropped = held - sum(len(b) for b in (self._building, self._carry) if b is not None)
+        if dropped:
+            log.info("dropped %d consumed messages of revoked partitions: their next owner "
+                     "reads them from the last commit", dropped)
+
     def next_batch(self, stop: threading.Event, *, block: bool = True) -> RawBatch:
         """An empty batch after ``IDLE_POLL_S`` without data, else up to ``max_rows`` rows.
 
         ``block=False`` (a batch is being decoded ahead): only what is already fetched, at once.
         """
+        try:
+            return self._next_batch(stop, block)
+        finally:
+            self._building = None
+
+    def _next_batch(self, stop: threading.Event, block: bool) -> RawBatch:
         wait = IDLE_POLL_S if block else 0.0
         carried = self._carried()
         batch = carried if carried is not None else self.io.consume_batch(
             self._messages_for(self.max_rows), wait)
         if not len(batch):
             return batch
+        self._building = batch
         deadline = time.monotonic() + (self.max_wait_s if block else 0.0)
         rows, size = self.measure(batch.values)
         if carried is None:
@@ -109,6 +138,10 @@ class Batcher:
                 break
             more = self.io.consume_batch(self._messages_for(self.max_rows - rows),
                                          min(left, IDLE_POLL_S) if block else 0.0)
+            if self._building is not batch:  # a revocation dropped some of it (``revoked``)
+                batch = self._building
+                assert batch is not None
+                rows, size = self.measure(batch.values)
             if len(more):
                 batch.extend(more)
                 got, more_size = self.measure(more.values)
@@ -150,7 +183,20 @@ class Batcher:
                                                  strict=True)]
         return None if all(keep) else np.asarray(keep, bool)
 
-    def keep_owned(self, batch: RawBatch) -> RawBatch:
-        """The messages of partitions this consumer still owns."""
+    def keep_owned(self, batch: RawBatch, revoked: set[tuple[str, int]] | None = None
+                   ) -> RawBatch:
+        """The messages of partitions this consumer still owns and that were not ``revoked``
+        since they were consumed (see ``revoked``)."""
+        if revoked:
+            batch = without(batch, revoked)
         keep = self.keep_owned_mask(batch)
         return batch if keep is None else batch.select(keep)
+
+
+def without(batch: RawBatch, gone: set[tuple[str, int]]) -> RawBatch:
+    """``batch`` less the messages of the ``gone`` partitions (itself when none is)."""
+    if not len(batch) or not gone:
+        return batch
+    keep = np.fromiter(((t, p) not in gone for t, p in zip(
+        batch.topics, batch.partitions.tolist(), strict=True)), bool, len(batch))
+    return batch if keep.all() else batch.select(keep)

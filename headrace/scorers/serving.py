@@ -114,7 +114,7 @@ class Scorer:
 
             def revoked(tps: list[tuple[str, int]]) -> None:
                 if worker_box:
-                    worker_box[0].on_revoked()
+                    worker_box[0].on_revoked(tps)
 
             context = TapContext(self.settings, s, self.conn, self.metrics, stop)
             # A canary's candidate is loaded before the first batch.

@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -79,6 +79,10 @@ log = logging.getLogger(__name__)
 
 LAG_EVERY_S = 2.0
 MAX_BACKOFF_S = 5.0
+# How long a commit is retried. Past the consumer's max.poll.interval.ms (10 s) without a poll the
+# member has left its group, and only polling brings it back: seen on Apache Kafka after the
+# whole cluster restarted, a scorer retried "Waiting for coordinator" for ever, holding nothing.
+COMMIT_PATIENCE_S = 10.0
 # Decode ahead only when the scorer is behind (a batch at least half full) and the batch is big
 # enough for a helper round trip to pay; a trickle is decoded at once, where latency comes first.
 AHEAD_MIN_RECORDS = 1024
@@ -105,6 +109,7 @@ class _Ahead:
     rewinds: int  # the consumer's rewinds when it was consumed
     revocations: int
     inputs: Future[Decoded] | None = None  # a signature model's batch, decoding in a thread
+    revoked: set[tuple[str, int]] = field(default_factory=set)  # since it was consumed
 
 
 def _log_stale(batch: RawBatch) -> None:
@@ -157,6 +162,7 @@ class Worker:
         self._stop_seen: float | None = None
         self._next_lag = 0.0
         self._pending: _Pending | None = None
+        self.commit_patience_s = COMMIT_PATIENCE_S
         self.decoders = decoders
         self._ahead: _Ahead | None = None
         self._revocations = 0
@@ -202,11 +208,15 @@ class Worker:
         if self._inputs_thread is not None:
             self._inputs_thread.shutdown(wait=False)
 
-    def on_revoked(self) -> None:
-        """Partitions are being taken away: commit the batch in flight while they are ours."""
+    def on_revoked(self, tps: list[tuple[str, int]]) -> None:
+        """Partitions are being taken away: commit the batch in flight while they are ours;
+        what was consumed of them and not scored yet is dropped (their next owner, maybe this
+        member again, reads it from that commit)."""
         self.complete_pending()
         self._revocations += 1
-        self.batcher.assignment_changed.set()
+        self.batcher.revoked(tps)
+        if self._ahead is not None:
+            self._ahead.revoked.update(tps)
 
     def _decode_ahead(self, batch: RawBatch) -> bool:
         """Hand a big JSON batch's records to the decode helpers (a signature model's batch to
@@ -271,7 +281,7 @@ class Worker:
             _log_stale(batch)
         else:
             if self._revocations != ahead.revocations:
-                batch, decoded = self.batcher.keep_owned(batch), None
+                batch, decoded = self.batcher.keep_owned(batch, ahead.revoked), None
             model = self.holder.current
             if isinstance(decoded, Decoded):
                 if model is None or model.tabular or decoded.signature != model.signature:
@@ -489,6 +499,7 @@ class Worker:
                 self._retrying("flush", exc, delay)
             delay = min(delay * 2, MAX_BACKOFF_S)
         delay = 0.05
+        give_up = time.monotonic() + self.commit_patience_s
         while True:
             try:
                 self.io.commit(offsets)
@@ -499,6 +510,12 @@ class Worker:
                 self.io.rewind_to_committed()
                 return
             except RetriableError as exc:
+                if time.monotonic() >= give_up and not self.stop.is_set():
+                    # Its outputs are delivered: the next batch's commit covers these offsets,
+                    # or the partitions' next owner reads them again (at-least-once).
+                    log.warning("%s for %.0fs; going back to polling (it rejoins the group) "
+                                "without this commit", exc, self.commit_patience_s)
+                    return
                 self._retrying("commit", exc, delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
         self.metrics.commits.inc()

@@ -43,6 +43,13 @@ _INFORMATIONAL = frozenset({KafkaError._PARTITION_EOF})
 MESSAGE_REFUSED = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
                              KafkaError.INVALID_RECORD})
 
+# A delivery error that ends this producer instance although librdkafka does not flag it fatal:
+# a broker that lost its producer state (the embedded broker after a restart) answered an
+# idempotent producer so, and the same instance retried it for ever. Apache Kafka sends it only
+# to a transactional producer a newer one fenced, which is fatal anyway. The codes librdkafka
+# recovers from itself (UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH) stay retriable.
+PRODUCER_ENDED = frozenset({KafkaError.PRODUCER_FENCED})
+
 
 def kind_of(err: KafkaError | None, *, producing: bool = False) -> Kind:
     """How to treat ``err`` (a consumer error event, or a delivery error with ``producing``)."""
@@ -55,6 +62,8 @@ def kind_of(err: KafkaError | None, *, producing: bool = False) -> Kind:
         return Kind.IGNORE
     if producing and code in MESSAGE_REFUSED:
         return Kind.PERMANENT
+    if producing and code in PRODUCER_ENDED:
+        return Kind.FATAL  # renewed when idempotent, an exit when transactional
     # Everything else a consumer reports (unknown topic or partition, a partition count that
     # changed, transport, all brokers down, leader moved) is retried by librdkafka itself.
     return Kind.RETRIABLE
@@ -135,6 +144,6 @@ def check_event(err: KafkaError, *, what: str = "consumer",
 def fatal_in(errors: Sequence[KafkaError | None]) -> KafkaError | None:
     """The first fatal error among ``errors`` (delivery reports), if any."""
     for err in errors:
-        if err is not None and err.fatal():
+        if err is not None and kind_of(err, producing=True) is Kind.FATAL:
             return err
     return None

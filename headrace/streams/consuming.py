@@ -155,6 +155,14 @@ _GROUP_MOVED_ON = {
 Partitions = list[tuple[str, int]]
 
 
+def _names(tps: Partitions) -> str:
+    """``topic[0,2]`` per topic: what a member holds, in one short log field."""
+    by: dict[str, list[int]] = {}
+    for t, p in sorted(tps):
+        by.setdefault(t, []).append(p)
+    return ", ".join(f"{t}[{','.join(map(str, ps))}]" for t, ps in by.items()) or "none"
+
+
 class BatchConsumer:
     """A consumer in a group: by subscription (rebalanced) or by static ``partitions``."""
 
@@ -197,6 +205,7 @@ class BatchConsumer:
     def _assign_cb(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(tp.topic, tp.partition) for tp in parts]
         self._set_assigned(tps, add=True)
+        log.info("partitions assigned: %s; holding %s", _names(tps), _names(self.assignment()))
         if self._on_assign:
             self._on_assign(tps)
 
@@ -205,6 +214,7 @@ class BatchConsumer:
         if self._on_revoke:
             self._on_revoke(tps)
         self._set_assigned(tps, add=False)
+        log.info("partitions revoked: %s; holding %s", _names(tps), _names(self.assignment()))
 
     def assignment(self) -> Partitions:
         with self._lock:

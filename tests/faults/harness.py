@@ -234,7 +234,8 @@ class ScorerProcess:
         return rc
 
     def log_tail(self, chars: int = 3000) -> str:
-        self._log.flush()
+        if not self._log.closed:  # closed once the process was waited for (``terminate``)
+            self._log.flush()
         try:
             return self.log_path.read_text(errors="replace")[-chars:]
         except OSError:

@@ -1,5 +1,7 @@
-"""The broker stopped for 10 s and restarted: producers and scorers reconnect by themselves,
-and a control plane through the same restart carries on or says it is unhealthy.
+"""The broker stopped for 10 s and restarted under two scorers in one group: producers and scorers
+reconnect by themselves, the group they form again scores every record acknowledged after the
+restart, and a control plane through the same restart carries on or says it is unhealthy, then
+routes a request made after it (D32).
 
 The test owns its broker (an embedded Tansu on a fixed port), whatever HEADRACE_TEST_BROKER
 says (tests/faults/kafka restarts an Apache Kafka node with its data kept). The embedded broker
@@ -9,6 +11,7 @@ record acknowledged after the restart (a real Kafka would also keep the ones bef
 The data topic comes back a few seconds after the broker (``TOPIC_GAP_S``): meanwhile the
 scorer's consumer gets error events (unknown topic or partition, a partition count that
 changed), which killed it with ``SystemError`` before ``client_errors`` classified them.
+(tests/faults/kafka/test_cluster_restart.py restarts a whole Apache Kafka cluster likewise.)
 """
 
 from __future__ import annotations
@@ -18,9 +21,14 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
+from headrace.contracts import JobEvent, JobEventKind, JobState
 from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
+from headrace.trainers import api, jobs
 from tests.faults.conftest import needs_scorer
 from tests.faults.harness import (
     ControlProcess,
@@ -29,6 +37,7 @@ from tests.faults.harness import (
     Stream,
     TopicReader,
     check,
+    committed,
     ensure_stream_topics,
     figures,
     publish_tiny_model,
@@ -52,12 +61,16 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
     # A non-idempotent load producer: an idempotent one is fatally fenced by a broker that lost
     # its producer state (UNKNOWN_PRODUCER_ID) -- the scorer's own producer must cope with that.
     load = LoadGenerator(conn, stream, rate=100, total=100_000, idempotent=False).start()
+    # Two scorers in one group: both reconnect, and the group they form again scores it all.
     s = ScorerProcess(stream=stream, model="mrestart", bootstrap=own_broker.bootstrap, dfs=dfs,
                       log_dir=tmp_path)
+    s2 = ScorerProcess(stream=stream, model="mrestart", bootstrap=own_broker.bootstrap, dfs=dfs,
+                       log_dir=tmp_path)
     control = ControlProcess(bootstrap=own_broker.bootstrap, dfs=dfs, log_dir=tmp_path,
                              prefix="brk")
     try:
-        s.wait_ready()
+        s.wait_ready(timeout_s=180)  # two TensorFlow starts on 2 shared cores
+        s2.wait_ready(timeout_s=180)
         eventually(lambda: (control.probe("/readyz") or (0, {}))[0] == 200, timeout_s=60,
                    what="the control plane ready")
         time.sleep(3.0)
@@ -73,7 +86,7 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
         # Recovery: the first prediction of a record acknowledged by the restarted broker.
         preds = TopicReader(conn, stream.predictions)
         recovered_s = None
-        while time.monotonic() - up_at < 30 and s.alive():
+        while time.monotonic() - up_at < 30 and s.alive() and s2.alive():
             preds.poll(0.3)
             if preds.records and load.acked[1]:
                 recovered_s = time.monotonic() - up_at
@@ -82,7 +95,7 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
         load.stop()
         dlq = TopicReader(conn, stream.dlq)
         wait_covered(preds, lambda: load.acked[1], data_topic=stream.data, timeout_s=60,
-                     dlq=dlq, alive=s.alive)
+                     dlq=dlq, alive=lambda: s.alive() and s2.alive())
         preds.drain(idle_s=1.0)
         # The memory broker reuses offsets after a restart: predictions of records acknowledged
         # before the stop (still in flight in the scorer) are told apart by their key.
@@ -92,16 +105,21 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
         figures("broker_restart", **c.summary(), acked_before_stop=before,
                 down_s=round(up_at - down_at, 1),
                 recovered_s=None if recovered_s is None else round(recovered_s, 1),
-                scorer_alive=s.alive(), scorer_exit=s.proc.returncode,
+                scorers_alive=[s.alive(), s2.alive()],
+                scorer_exits=[s.proc.returncode, s2.proc.returncode],
                 load_errors=len(load.failed))
-        assert s.alive(), (f"the scorer exited {s.proc.returncode} after the broker restart "
-                           f"instead of reconnecting:\n{s.log_tail()}")
+        for each in (s, s2):
+            assert each.alive(), (f"a scorer exited {each.proc.returncode} after the broker "
+                                  f"restart instead of reconnecting:\n{each.log_tail()}")
         assert load.acked[1], f"the load producer did not reconnect: {load.failed[:3]}"
         assert recovered_s is not None, f"no prediction after the restart:\n{s.log_tail()}"
-        assert not c.missing, f"{len(c.missing)} acknowledged records unscored: {c.missing[:10]}"
+        assert not c.missing, (f"{len(c.missing)} acknowledged records unscored: "
+                               f"{where_missing(conn, stream, c.missing)}; the scorers hold: "
+                               f"{[holding(each) for each in (s, s2)]}")
         assert not c.non_identical
-        rc, _ = s.terminate()
-        assert rc == 0, s.log_tail()
+        for each in (s, s2):
+            rc, _ = each.terminate()
+            assert rc == 0, each.log_tail()
         # The control plane carries on (ready), or says it is not (503 with a reason), or
         # exited non-zero to be restarted: never green while it cannot work.
         seen = control.probe("/readyz")
@@ -118,9 +136,58 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
             assert code == 200 or (code == 503 and body.get("reason")), body
             live = control.probe("/livez")
             assert live is not None and (live[0] == 200 or live[1].get("problems")), live
+        # ... and it routes a request made after the restart (one that exited is restarted
+        # first, as Kubernetes would): run, refused by its missing dataset, and said so on
+        # events.jobs.
+        if state == "exited":
+            control.stop()
+            control = ControlProcess(bootstrap=own_broker.bootstrap, dfs=dfs, log_dir=tmp_path,
+                                     prefix="brk")
+        eventually(lambda: (control.probe("/readyz") or (0, {}))[0] == 200, timeout_s=90,
+                   what=f"the control plane ready after the restart:\n{control.log_tail()}")
+        control_topics = ControlTopics.with_prefix("brk")
+        request = api.build_request(model_name="after-restart", framework="mxnet",
+                                    dataset_uri="datasets/missing.parquet",
+                                    idempotency_key="after-restart")
+        jid = api.request_training(conn=conn, request=request, topics=control_topics)
+
+        def routed() -> bool:
+            st = jobs.read_status(dfs, jid)
+            return st is not None and st.state == JobState.FAILED
+
+        eventually(routed, timeout_s=90, interval_s=0.5,
+                   what=f"the request routed after the restart:\n{control.log_tail()}")
+        kinds = [e.kind for e in read_events(conn, control_topics.jobs, JobEvent, idle_s=0.5)
+                 if e.job_id == jid]
+        assert JobEventKind.FAILED in kinds, kinds
     finally:
         control.stop()
         load.stop()
-        if s.alive():
-            s.proc.kill()
-            s.wait(10)
+        for each in (s, s2):
+            if each.alive():
+                each.proc.kill()
+                each.wait(10)
+
+
+def where_missing(conn: KafkaConnection, stream: Stream, missing: list[tuple[int, int]]) -> str:
+    """Per partition: the unscored offsets' range, the group's committed offset and the log's
+    end, as the broker holds them (what a failure needs to be read)."""
+    done = committed(conn, stream.group, stream.data)
+    c = Consumer({**conn.base(), "group.id": "where-missing"})
+    try:
+        out = []
+        for p in sorted({p for p, _ in missing}):
+            offs = [o for q, o in missing if q == p]
+            _, high = c.get_watermark_offsets(TopicPartition(stream.data, p), timeout=5)
+            out.append(f"p{p}: {len(offs)} in {min(offs)}..{max(offs)}, committed "
+                       f"{done.get(p)}, end {high}")
+        return "; ".join(out)
+    finally:
+        c.close()
+
+
+def holding(scorer: ScorerProcess) -> str:
+    """What a scorer last said it holds (its consumer logs each assignment and revocation)."""
+    said = [ln for ln in scorer.log_path.read_text(errors="replace").splitlines()
+            if "; holding " in ln]
+    return said[-1].split("; holding ", 1)[1] if said else "nothing said"

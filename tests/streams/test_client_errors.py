@@ -105,6 +105,37 @@ def test_delivery_failures_are_fatal_if_any_is() -> None:
     assert isinstance(delivery_failure(errors[:1]), RetriableError)
 
 
+def _unreachable() -> KafkaConnection:
+    """A connection nothing listens on: a producer is built, and flushes nothing, offline."""
+    return KafkaConnection(bootstrap="127.0.0.1:9", timeout_s=1.0)
+
+
+def test_a_producer_fenced_delivery_error_renews_an_idempotent_producer() -> None:
+    """D32: a restarted (memory) broker answered the scorer's idempotent producer with
+    PRODUCER_FENCED, which librdkafka does not flag fatal: the worker retried the same instance
+    every 5 s for ever. The delivery error now renews a non-transactional producer."""
+    fenced = KafkaError(KafkaError.PRODUCER_FENCED)  # as a delivery report gives it
+    assert not fenced.fatal() and kind_of(fenced, producing=True) is Kind.FATAL
+    assert kind_of(fenced) is Kind.RETRIABLE  # a consumer event of that code is not ours
+    # The codes librdkafka recovers from itself (epoch bump) stay retriable.
+    for code in (KafkaError.UNKNOWN_PRODUCER_ID, KafkaError.INVALID_PRODUCER_EPOCH):
+        assert kind_of(KafkaError(code), producing=True) is Kind.RETRIABLE
+    p = BatchProducer(_unreachable())
+    old = p.producer
+    p.deliveries.errors += [KafkaError(KafkaError._MSG_TIMED_OUT), fenced]
+    with pytest.raises(ProducerRenewed, match="PRODUCER_FENCED"):
+        p.flush(1.0)  # was: DeliveryFailed, and the same fenced instance produced again
+    assert p.producer is not old
+    p.flush(1.0)  # the new producer holds no failure
+
+
+def test_a_producer_fenced_delivery_error_ends_a_transactional_producer() -> None:
+    p = BatchProducer(_unreachable(), transactional_id="t-fenced")
+    p.deliveries.errors.append(KafkaError(KafkaError.PRODUCER_FENCED))
+    with pytest.raises(FatalError, match="PRODUCER_FENCED"):
+        p.flush(1.0)  # its fencing is the point: the process exits, never renews
+
+
 class _CrashingFlush:
     """A producer whose flush fails inside the client, as a fatal error met during a flush did
     after a broker restart: ``SystemError: ... returned NULL without setting an exception``."""
