@@ -40,7 +40,7 @@ def test_contracts_round_trip_through_bytes(contract: type, data: dict[str, obje
 
 
 @pytest.mark.parametrize("data, fragment", [
-    (_request(framework="pytorch"), "framework"),
+    (_request(framework="caffe"), "framework"),
     (_request(model_name="../../etc"), "model_name"),
     (_request(model_name="a;rm -rf /"), "model_name"),
     (_request(dataset_uri="../../etc/passwd"), "dataset_uri"),

@@ -127,7 +127,8 @@ def test_push_is_content_addressed_skips_bytecode_and_refuses_symlinks_leaving(
     (src / ".git").mkdir()
     assert code.push(dfs, src, "tabular-net") == first  # same bytes: same version
     assert sorted(first.files) == ["tabular_net/__init__.py", "tabular_net/config.py",
-                                   "tabular_net/gluon_model.py", "tabular_net/keras_model.py"]
+                                   "tabular_net/gluon_model.py", "tabular_net/keras_model.py",
+                                   "tabular_net/torch_model.py"]
     (src / "tabular_net" / "config.py").write_text("WIDTH = 16\n")
     second = code.push(dfs, src, "tabular-net")
     assert second.digest != first.digest
