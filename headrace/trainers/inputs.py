@@ -30,9 +30,22 @@ from headrace.store.signature import (
     tabular_inputs,
 )
 
-__all__ = ["FEATURES", "FamilyError", "InputStats", "Inputs", "ModelPlan", "as_inputs",
-           "check_family", "export_signature", "inputs_for", "learn_stats", "plan_for",
-           "tabular_plan", "vocabulary_file"]
+__all__ = [
+    "FEATURES",
+    "FamilyError",
+    "InputStats",
+    "Inputs",
+    "ModelPlan",
+    "as_inputs",
+    "check_family",
+    "export_signature",
+    "host_arrays",
+    "inputs_for",
+    "learn_stats",
+    "plan_for",
+    "tabular_plan",
+    "vocabulary_file",
+]
 
 
 class FamilyError(PermanentError):
@@ -79,6 +92,21 @@ class ModelPlan:
     stats: dict[str, InputStats] = field(default_factory=dict)
     init_weights: Path | None = None
     target: tuple[float, float] | None = None  # regressor: (mean, std) of the training labels
+
+
+def host_arrays(x: Inputs | np.ndarray, plan: ModelPlan,
+                vocabularies: dict[str, list[str]] | None = None) -> list[np.ndarray]:
+    """An MXNet or torch export's inputs in signature order, contiguous float32, by each kind's
+    codec's feed (categories and text as ids, as the scorer's adapters feed them)."""
+    arrays = as_inputs(x).arrays()
+    out = []
+    for inp in plan.inputs:
+        c = codec(inp.kind)
+        vocab = ((vocabularies or {}).get(inp.name) or list(plan.stats[inp.name].vocabulary)
+                 if c.vocabulary else [])
+        out.append(np.ascontiguousarray(c.mxnet_feed(inp, arrays[inp.name], vocab),
+                                        dtype=np.float32))
+    return out
 
 
 def tabular_plan(n_features: int, n_outputs: int) -> ModelPlan:

@@ -54,11 +54,13 @@ def test_a_torch_text_version_exports_to_onnx_that_agrees_on_its_validation_spli
     # Independently: ONNX Runtime on the ids the version's vocabulary gives.
     import onnxruntime
 
+    from headrace.codecs import text as text_codec
     from headrace.store import tokens
     (text,) = mv.manifest.inputs
-    ids = tokens.encode_text(x_val.arrays()["utterance"],
-                             tokens.read_vocabulary(mv.path / str(text.vocabulary)),
-                             max_length=16).astype(np.float32)
+    ids = text_codec.token_ids(text, x_val.arrays()["utterance"],  # tokens, then bigrams
+                               tokens.read_vocabulary(mv.path / str(text.vocabulary)))
+    assert ids.shape == (len(x_val), 32)
+    ids = ids.astype(np.float32)
     session = onnxruntime.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
     probs = session.run(None, {"x0": ids})[0]
     assert probs.shape == (len(x_val), len(mv.manifest.classes))

@@ -40,6 +40,7 @@ from headrace.trainers.inputs import (  # noqa: E402
     Inputs,
     ModelPlan,
     as_inputs,
+    host_arrays,
     tabular_plan,
     vocabulary_file,
 )
@@ -51,20 +52,6 @@ PARAMS_FILE = "model-0000.params"
 
 def _context() -> Any:
     return mx.gpu(0) if mx.context.num_gpus() > 0 else mx.cpu()
-
-
-def host_arrays(x: Inputs | np.ndarray, plan: ModelPlan,
-                vocabularies: dict[str, list[str]] | None = None) -> list[np.ndarray]:
-    """The export's inputs in signature order, float32, by each kind's codec's MXNet feed
-    (categories and text as ids, as the scorer's adapter feeds them)."""
-    arrays = as_inputs(x).arrays()
-    out = []
-    for inp in plan.inputs:
-        c = codec(inp.kind)
-        vocab = ((vocabularies or {}).get(inp.name) or list(plan.stats[inp.name].vocabulary)
-                 if c.vocabulary else [])
-        out.append(np.asarray(c.mxnet_feed(inp, arrays[inp.name], vocab), dtype=np.float32))
-    return out
 
 
 def _dummy(plan: ModelPlan, ctx: Any) -> list[Any]:

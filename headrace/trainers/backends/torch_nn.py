@@ -30,6 +30,7 @@ from headrace.trainers.inputs import (
     Inputs,
     ModelPlan,
     as_inputs,
+    host_arrays,
     tabular_plan,
     vocabulary_file,
 )
@@ -43,21 +44,6 @@ if os.environ.get("HEADRACE_THREADS"):  # a gang member's share of the cores (pe
 
 def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def host_arrays(x: Inputs | np.ndarray, plan: ModelPlan,
-                vocabularies: dict[str, list[str]] | None = None) -> list[np.ndarray]:
-    """The export's inputs in signature order, float32, by each kind's codec's feed
-    (categories and text as ids, as the scorer's adapter feeds them)."""
-    arrays = as_inputs(x).arrays()
-    out = []
-    for inp in plan.inputs:
-        c = codec(inp.kind)
-        vocab = ((vocabularies or {}).get(inp.name) or list(plan.stats[inp.name].vocabulary)
-                 if c.vocabulary else [])
-        out.append(np.ascontiguousarray(c.mxnet_feed(inp, arrays[inp.name], vocab),
-                                        dtype=np.float32))
-    return out
 
 
 def _tensors(arrays: list[np.ndarray], dev: torch.device) -> list[torch.Tensor]:

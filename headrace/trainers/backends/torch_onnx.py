@@ -18,8 +18,8 @@ from headrace.store import tokens
 from headrace.store.signature import ModelInput
 from headrace.trainers.backends.base import PREDICT_BATCH
 from headrace.trainers.backends.torch_families import dummy_inputs
-from headrace.trainers.backends.torch_nn import MODEL_FILE, host_arrays
-from headrace.trainers.inputs import Inputs, ModelPlan, as_inputs
+from headrace.trainers.backends.torch_nn import MODEL_FILE
+from headrace.trainers.inputs import Inputs, ModelPlan, as_inputs, host_arrays
 
 OPSET = 17
 
