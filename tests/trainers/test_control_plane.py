@@ -34,7 +34,7 @@ def test_one_job_per_key_bad_input_dead_lettered_or_failed_fast(
     p = make_producer(conn)
     p.produce(topics.train_requests, value=b"{not json")
     p.produce(topics.train_requests,
-              value=good.model_dump_json().replace('"mxnet"', '"pytorch"').encode())
+              value=good.model_dump_json().replace('"mxnet"', '"caffe"').encode())
     p.flush(10)
 
     jid = jobs.job_id_for("order-42")
