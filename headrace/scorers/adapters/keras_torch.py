@@ -21,7 +21,6 @@ import keras
 import numpy as np
 import torch
 
-from headrace.core.errors import ConfigError
 from headrace.scorers.adapters import (
     Inputs,
     InputsFn,
@@ -32,19 +31,11 @@ from headrace.scorers.adapters import (
     keras_backend,
     rows_of,
 )
+from headrace.scorers.adapters.torch_device import torch_device
 from headrace.store.manifest import Manifest
 
 keras_backend.check_backend(keras, "torch")
 
-
-def torch_device(device: str) -> str:
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if device == "cpu" or (device == "auto" and gpus == 0):
-        return "cpu"
-    index = 0 if device == "auto" else int(device.split(":", 1)[1])
-    if index >= gpus:
-        raise ConfigError(f"device {device} requested but PyTorch sees {gpus} GPU(s)")
-    return f"cuda:{index}"
 
 
 class Staging:
@@ -88,7 +79,7 @@ def forward(model: Any, dev: str, names: list[str]) -> Callable[[Any], list[np.n
 
 
 def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int) -> ModelFn:
-    dev = torch_device(device)
+    dev = str(torch_device(device))  # keras.device and Tensor.to take the name
     model = _load(version_path, manifest, dev)
     fn = forward(model, dev, ["output"])
     outputs = manifest.num_outputs
@@ -103,7 +94,7 @@ def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int)
 
 def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
                 max_batch: int) -> InputsFn:
-    dev = torch_device(device)
+    dev = str(torch_device(device))  # keras.device and Tensor.to take the name
     model = _load(version_path, manifest, dev)
     outputs = manifest.output_signature()
     fn = forward(model, dev, [o.name for o in outputs])

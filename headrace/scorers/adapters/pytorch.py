@@ -16,23 +16,14 @@ import numpy as np
 import torch
 
 from headrace.codecs import codec
-from headrace.core.errors import ConfigError
 from headrace.scorers.adapters import Inputs, InputsFn, ModelFn, bucketed, chunked, chunked_inputs
+from headrace.scorers.adapters.torch_device import torch_device
 from headrace.store import tokens
 from headrace.store.manifest import MODEL_FORMATS, Manifest
 from headrace.store.signature import ModelInput
 
 MODEL_FILE = "model.pt2"
 
-
-def torch_device(device: str) -> torch.device:
-    gpus = torch.cuda.device_count()
-    if device == "cpu" or (device == "auto" and gpus == 0):
-        return torch.device("cpu")
-    index = 0 if device == "auto" else int(device.split(":", 1)[1])
-    if index >= gpus:
-        raise ConfigError(f"device {device} requested but torch sees {gpus} GPU(s)")
-    return torch.device("cuda", index)
 
 
 def _program(version_path: Path, manifest: Manifest, dev: torch.device) -> torch.nn.Module:
