@@ -432,9 +432,10 @@ def test_a_study_of_8_trials_survives_the_control_plane_killed_mid_study(
 # -- promotion: only the best trial, at the study's end ---------------------------------------
 
 
+@pytest.mark.parametrize("framework", ["mxnet", "torch"])
 def test_a_study_publishes_its_trials_and_promotes_only_the_best_at_its_end(
         dfs: Path, conn: KafkaConnection, demo: str, topics: ControlTopics,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, framework: str) -> None:
     """Issue 34: production moved v1 -> v6 -> v2 during a study (every trial that passed the
     gate was promoted in turn). The trials run in this process (the executor is not the
     point); the search, the gate and the promotion are the real ones."""
@@ -445,7 +446,7 @@ def test_a_study_publishes_its_trials_and_promotes_only_the_best_at_its_end(
     # A gate every trial passes (the test is about who promotes, not about the gate).
     (dfs / "config").mkdir()
     (dfs / "config" / "gates.yaml").write_text("default:\n  baseline: null\n")
-    first = api.build_request(model_name="tuned", framework="mxnet", dataset_uri=demo,
+    first = api.build_request(model_name="tuned", framework=framework, dataset_uri=demo,
                               epochs=1, idempotency_key="manual-v1")
     jid, _ = jobs.create_request(dfs, first)
     assert run_job(root=dfs, job_id=jid, conn=conn, topics=topics) == ExitCode.OK
@@ -462,7 +463,8 @@ def test_a_study_publishes_its_trials_and_promotes_only_the_best_at_its_end(
         return jid
 
     monkeypatch.setattr(api, "request_training", run_here)
-    result = run_study(root=dfs, conn=conn, config=config(demo, pruner="none", epochs=1),
+    result = run_study(root=dfs, conn=conn,
+                       config=config(demo, pruner="none", epochs=1, framework=framework),
                        trials=3, topics=topics, poll_s=0.05, timeout_s=120)
 
     assert production_during == [1, 1, 1]  # no trial moved production
