@@ -14,8 +14,9 @@ MANIFEST = "manifest.json"
 # The saved format of a framework with a versioned one (its adapter refuses any other); the
 # others have had one format, ``model_format`` "".
 MODEL_FORMATS = {Framework.TORCH: "torch.export/1"}
-# 2: a text input whose manifest names a vocabulary file takes the ids its codec makes on the
-# host, in every framework (1: a TensorFlow text input took strings, vectorised in its graph).
+# 2: a text or category input whose manifest names a vocabulary file takes the ids its codec
+# makes on the host, in every framework (1: a TensorFlow model took those strings and looked
+# them up in its graph).
 # A reader refuses a version of a newer format than it knows (``check_format``).
 FORMAT_VERSION = 2
 

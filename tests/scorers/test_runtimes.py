@@ -1,5 +1,6 @@
 """Keras models on the JAX and PyTorch runtimes: models trained by the real trainer (an mlp, a
-cnn, MobileNetV2 from ``keras.applications`` and a user code model) are scored from the stream
+cnn, MobileNetV2 from ``keras.applications``, a user code model, the text family and an mlp
+over a category and a number, whose ids the host makes) are scored from the stream
 by a scorer process on each runtime, and ``headrace predict --runtime`` offline; both give the
 TensorFlow runtime's predictions on held-out records (scores within ``ATOL``, the same labels).
 
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.csv as pcsv
 import pytest
 from PIL import Image
@@ -82,8 +84,6 @@ class Zoo:
         names = [f"x{i}" for i in range(wine.data.shape[1])]
         table = {n: wine.data[train, i] for i, n in enumerate(names)}
         table["label"] = wine.target[train]
-        import pyarrow as pa
-
         pcsv.write_csv(pa.table(table), work / "wine.csv")
         wine_uri = put_dataset(root=root, path=work / "wine.csv", name="wine").uri
         self.wine_rows = [{n: float(v) for n, v in zip(names, r, strict=True)}
@@ -104,10 +104,31 @@ class Zoo:
         _train(root, "usercode", wine_uri, ModelSpec(
             model=CodeRef(code=ref, entrypoint="tabular_net.keras_model:build"), epochs=20,
             batch_size=32, learning_rate=0.01))
+        texts = fd.intents_jsonl(work / "intents.jsonl", rows=400 + HELD_OUT, seed=5)
+        lines = texts.read_text().splitlines()
+        texts.write_text("\n".join(lines[:-HELD_OUT]) + "\n")
+        self.text_rows = [{"utterance": json.loads(r)["utterance"]} for r in lines[-HELD_OUT:]]
+        _train(root, "text", put_dataset(root=root, path=texts, name="intents").uri,
+               ModelSpec(model="text", epochs=3))
+        rng = np.random.default_rng(5)
+        n = 300 + HELD_OUT
+        color = rng.choice(["red", "green", "blue", "teal"], n)
+        size = rng.normal(size=n)
+        pcsv.write_csv(pa.table({"color": color[:-HELD_OUT], "size": size[:-HELD_OUT],
+                                 "label": ((color == "red") ^ (size > 0))[:-HELD_OUT]
+                                 .astype(np.int64)}), work / "mixed.csv")
+        self.mixed_rows = [{"color": str(c), "size": float(s)}
+                           for c, s in zip(color[-HELD_OUT:], size[-HELD_OUT:], strict=True)]
+        self.mixed_rows[0]["color"] = "mauve"  # a category the training split never had
+        _train(root, "mixed", put_dataset(root=root, path=work / "mixed.csv", name="mixed").uri,
+               ModelSpec(model="mlp", epochs=5))
         print(f"trained the zoo in {time.perf_counter() - t0:.1f}s")
 
     def records(self, model: str) -> list[Any]:
-        return self.wine_rows if model in ("mlp", "usercode") else list(self.pngs)
+        if model in JSON_ROWS:
+            return {"mlp": self.wine_rows, "usercode": self.wine_rows, "text": self.text_rows,
+                    "mixed": self.mixed_rows}[model]
+        return list(self.pngs)
 
     def on_tensorflow(self, model: str) -> list[dict[str, Any]]:
         """The TensorFlow runtime's predictions (this process's Keras is TensorFlow's)."""
@@ -118,7 +139,8 @@ class Zoo:
         return out  # type: ignore[return-value]
 
 
-MODELS = ("mlp", "cnn", "mobilenet", "usercode")
+MODELS = ("mlp", "cnn", "mobilenet", "usercode", "text", "mixed")
+JSON_ROWS = ("mlp", "usercode", "text", "mixed")  # the others are PNG messages
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +198,8 @@ def test_every_model_scores_from_the_stream_as_on_tensorflow(
     ensure_topics(conn, catalog(load_settings(bootstrap=broker, dfs_root=zoo.root,
                                               streams=list(streams.values()), partitions=1)))
     for m, s in streams.items():
-        if m in ("mlp", "usercode"):
-            send_json(conn, data_topic(s), zoo.wine_rows)
+        if m in JSON_ROWS:
+            send_json(conn, data_topic(s), zoo.records(m))
         else:
             for i, png in enumerate(zoo.pngs):
                 send_raw(conn, data_topic(s), [png], key=f"k{i}", content_type="image/png")

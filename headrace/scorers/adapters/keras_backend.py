@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from headrace.codecs import codec
+from headrace.codecs import codec, keras_feeder
 from headrace.core.errors import ConfigError, PermanentError
+from headrace.store import tokens
 from headrace.store.manifest import Manifest
+from headrace.store.signature import ModelInput
 
 MODEL_FILE = "model.keras"
 
@@ -55,16 +58,43 @@ def load_model(version_path: Path, manifest: Manifest, backend: str) -> Any:
 
 
 def refuse_strings(manifest: Manifest, backend: str) -> None:
-    """String inputs (text vectorised inside the graph) are TensorFlow's alone."""
-    strings = [inp.name for inp in manifest.input_signature() if codec(inp.kind).strings]
+    """String inputs (text or categories looked up inside the graph) are TensorFlow's alone;
+    those whose ids the host makes (a vocabulary file in the manifest) run anywhere."""
+    strings = [inp.name for inp in manifest.input_signature()
+               if codec(inp.kind).strings and not codec(inp.kind).keras_fed(inp, True)]
     if strings:
         raise PermanentError(f"input {strings[0]!r} takes strings, which only the tensorflow "
                              f"runtime feeds; the {backend} runtime cannot run this model")
 
 
-def feed_dtypes(manifest: Manifest) -> dict[str, np.dtype[Any]]:
-    """Each input's dtype as its codec decodes it (the model casts from there)."""
-    return {inp.name: np.dtype(codec(inp.kind).dtype(inp)) for inp in manifest.input_signature()}
+Feeder = Callable[[np.ndarray], np.ndarray]
+
+
+def feeder(inp: ModelInput, version_path: Path) -> Feeder | None:
+    """The input's host-side ids (text and categories, with the vocabulary file the version
+    ships), made by its codec as the trainer made them; None: the model takes the decoded
+    array."""
+    vocab = tokens.read_vocabulary(version_path / inp.vocabulary) if inp.vocabulary else []
+    return keras_feeder(inp, vocab, exported=True)
+
+
+def host_feed(manifest: Manifest, version_path: Path) -> Callable[[dict[str, np.ndarray]],
+                                                                   dict[str, np.ndarray]]:
+    """The decoded inputs -> the arrays the model takes (ids made on the host, each input in
+    the dtype the model casts from)."""
+    feeders = {inp.name: feeder(inp, version_path) for inp in manifest.input_signature()}
+    dtypes: dict[str, np.dtype[Any]] = {
+        inp.name: np.dtype(np.int32 if feeders[inp.name] else codec(inp.kind).dtype(inp))
+        for inp in manifest.input_signature()}
+
+    def fed(inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {}
+        for k, dtype in dtypes.items():
+            f = feeders[k]
+            out[k] = np.asarray(inputs[k] if f is None else f(inputs[k]), dtype)
+        return out
+
+    return fed
 
 
 def as_outputs(y: Any, names: list[str]) -> list[Any]:

@@ -83,11 +83,11 @@ def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
     dev = jax_device(device)
     outputs = manifest.output_signature()
     fn = forward(model, dev, [o.name for o in outputs])
-    dtypes = keras_backend.feed_dtypes(manifest)
+    fed = keras_backend.host_feed(manifest, version_path)
 
     def call(inputs: Inputs) -> list[np.ndarray]:
         n = rows_of(inputs)
-        x = {k: jax.device_put(np.asarray(inputs[k], dtypes[k]), dev) for k in dtypes}
+        x = {k: jax.device_put(v, dev) for k, v in fed(inputs).items()}
         ys = fn(keras_backend.feed(model, x))
         return [np.asarray(y, np.float32).reshape(n, o.width)
                 for y, o in zip(ys, outputs, strict=True)]

@@ -98,12 +98,12 @@ def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
     model = _load(version_path, manifest, dev)
     outputs = manifest.output_signature()
     fn = forward(model, dev, [o.name for o in outputs])
-    dtypes = keras_backend.feed_dtypes(manifest)
+    fed = keras_backend.host_feed(manifest, version_path)
     staging = Staging(dev)
 
     def call(inputs: Inputs) -> list[np.ndarray]:
         n = rows_of(inputs)
-        x = {k: staging.to_device(k, np.asarray(inputs[k], dtypes[k])) for k in dtypes}
+        x = {k: staging.to_device(k, v) for k, v in fed(inputs).items()}
         ys = fn(keras_backend.feed(model, x))
         return [y.reshape(n, o.width) for y, o in zip(ys, outputs, strict=True)]
 

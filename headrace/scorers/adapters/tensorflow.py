@@ -7,7 +7,6 @@ padded to power-of-two buckets so kernels and memory plans are reused. Never ``m
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from headrace.codecs import codec, keras_feeder
+from headrace.codecs import codec
 from headrace.core.errors import ConfigError
 from headrace.scorers.adapters import (
     Inputs,
@@ -29,9 +28,8 @@ from headrace.scorers.adapters import (
     chunked_inputs,
     rows_of,
 )
-from headrace.scorers.adapters.keras_backend import MODEL_FILE, check_backend
+from headrace.scorers.adapters.keras_backend import MODEL_FILE, Feeder, check_backend, feeder
 from headrace.scorers.buffers import is_aligned
-from headrace.store import tokens
 from headrace.store.manifest import Manifest
 from headrace.store.signature import ModelInput
 
@@ -76,22 +74,12 @@ def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int)
     return bucketed(call, max_batch) if "GPU" in dev else chunked(call, max_batch)
 
 
-Feeder = Callable[[np.ndarray], np.ndarray]
-
-
-def _feeder(inp: ModelInput, version_path: Path) -> Feeder | None:
-    """The input's host-side ids (text with the vocabulary file the version ships), made by
-    its codec as the trainer made them; None: the model takes the decoded array."""
-    vocab = tokens.read_vocabulary(version_path / inp.vocabulary) if inp.vocabulary else []
-    return keras_feeder(inp, vocab, exported=True)
-
-
 def _spec(inp: ModelInput, feeder: Feeder | None = None) -> tf.TensorSpec:
     """What the model takes: the feeder's int ids, else what the kind's codec decodes to
     (strings, or its numeric dtype), as a tensor."""
     if feeder is not None:
-        width = feeder(np.array([""], object)).shape[1]
-        return tf.TensorSpec([None, width], tf.int32, name=inp.name)
+        row = feeder(np.array([""], object)).shape[1:]  # (width,) for text, () for a category
+        return tf.TensorSpec([None, *row], tf.int32, name=inp.name)
     c = codec(inp.kind)
     if c.strings:
         return tf.TensorSpec([None], tf.string, name=inp.name)
@@ -116,7 +104,7 @@ def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
         model = keras.saving.load_model(version_path / MODEL_FILE, compile=False)
     signature = manifest.input_signature()
     outputs = manifest.output_signature()
-    feeders = {inp.name: _feeder(inp, version_path) for inp in signature}
+    feeders = {inp.name: feeder(inp, version_path) for inp in signature}
     specs = {inp.name: _spec(inp, feeders[inp.name]) for inp in signature}
     names = [o.name for o in outputs]
     # A model whose string input is (batch, 1) takes the texts as a column.
