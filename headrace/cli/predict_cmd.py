@@ -26,7 +26,8 @@ def predict(
         "--top-k", help="Labels with scores in each prediction of a classifier.",
         min=0, max=1000)] = None,
     runtime: Annotated[str, typer.Option(
-        "--runtime", help="What runs a Keras model: tensorflow (default), jax or torch.")
+        "--runtime", help="What runs the model: tensorflow (default), jax or torch (Keras "
+        "models), onnxruntime (the version's ONNX export).")
     ] = "tensorflow",
 ) -> None:
     """Predict offline, exactly as the stream would: same decode, same model call."""

@@ -46,8 +46,8 @@ def score(
     device: Annotated[str | None, typer.Option(
         "--device", help='"auto", "cpu" or "gpu:N".')] = None,
     runtime: Annotated[str | None, typer.Option(
-        "--runtime", help="What runs Keras models: tensorflow (default), jax or torch "
-        "(env HEADRACE_SCORER_RUNTIME).")] = None,
+        "--runtime", help="What runs models: tensorflow (default), jax or torch (Keras "
+        "models), onnxruntime (each version's ONNX export) (env HEADRACE_SCORER_RUNTIME).")] = None,
     grace_s: Annotated[float | None, typer.Option(
         "--grace-s", help="SIGTERM grace period in seconds (default 20).")] = None,
     decode_processes: Annotated[int | None, typer.Option(

@@ -8,10 +8,11 @@ returning one float32 ``(rows, width)`` array per output, in ``output_signature`
 The framework is imported only when a model of that kind is loaded.
 
 Which module loads a model is looked up by (the manifest's framework, the process's runtime):
-the runtime (``HEADRACE_SCORER_RUNTIME``: tensorflow, jax or torch) is chosen once per process,
-before any Keras import (``select_runtime``), since Keras reads its backend at import. The
-default ``tensorflow`` runtime runs each model on its own framework (Keras models on TensorFlow,
-MXNet models on MXNet); ``jax`` and ``torch`` run Keras models on that Keras backend.
+the runtime (``HEADRACE_SCORER_RUNTIME``: tensorflow, jax, torch or onnxruntime) is chosen once
+per process, before any Keras import (``select_runtime``), since Keras reads its backend at
+import. The default ``tensorflow`` runtime runs each model on its own framework (Keras models on
+TensorFlow, MXNet models on MXNet); ``jax`` and ``torch`` run Keras models on that Keras backend;
+``onnxruntime`` runs a version's ONNX export (``headrace models export``) and no Keras at all.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ Inputs = dict[str, np.ndarray]
 InputsFn = Callable[[Inputs], list[np.ndarray]]
 
 MIN_BUCKET = 64
-RUNTIMES = ("tensorflow", "jax", "torch")
+RUNTIMES: dict[str, str | None] = {  # runtime -> the Keras backend it sets (None: no Keras)
+    "tensorflow": "tensorflow", "jax": "jax", "torch": "torch", "onnxruntime": None}
 DEFAULT_RUNTIME = "tensorflow"
 ADAPTERS = {  # (framework, runtime) -> module
     ("tensorflow", "tensorflow"): "tensorflow",
@@ -43,6 +45,8 @@ ADAPTERS = {  # (framework, runtime) -> module
     ("tensorflow", "torch"): "keras_torch",
     ("torch", "tensorflow"): "pytorch",  # the default runtime: each model on its own framework
     ("torch", "torch"): "pytorch",
+    ("torch", "onnxruntime"): "onnx_runtime",  # the version's ONNX export
+    ("tensorflow", "onnxruntime"): "onnx_runtime",
 }
 _chosen: list[str] = []  # the process's runtime, once chosen
 
@@ -66,7 +70,9 @@ def select_runtime(runtime: str) -> str:
     if _chosen and _chosen[0] != runtime:
         raise ConfigError(f"this process scores on the {_chosen[0]} runtime; {runtime} needs "
                           f"a process of its own")
-    keras_backend.choose(runtime)
+    backend = RUNTIMES[runtime]
+    if backend is not None:
+        keras_backend.choose(backend)
     if not _chosen:
         _chosen.append(runtime)
     return runtime

@@ -1,29 +1,25 @@
 """PyTorch adapter: a ``torch.export`` program (``model.pt2``) run under ``inference_mode``.
 
-The program takes float32 inputs in signature order, as the trainer fed them: text and
-categories become ids here, with the vocabulary file the version ships (``store.tokens`` on
-both sides). On a GPU the batch is padded to power-of-two buckets (kernels and memory plans
-are reused); on the CPU any batch size runs as it comes. The manifest's ``model_format`` must
+The program takes float32 inputs in signature order, as the trainer fed them
+(``codecs.feeds.float_feeder``: text and categories become ids with the vocabulary file the version
+ships). On a GPU the batch is padded to power-of-two buckets (kernels and memory plans are
+reused); on the CPU any batch size runs as it comes. The manifest's ``model_format`` must
 be one this adapter reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from headrace.codecs import codec
+from headrace.codecs.feeds import float_feeder
 from headrace.scorers.adapters import Inputs, InputsFn, ModelFn, bucketed, chunked, chunked_inputs
 from headrace.scorers.adapters.torch_device import torch_device
-from headrace.store import tokens
 from headrace.store.manifest import MODEL_FORMATS, Manifest
-from headrace.store.signature import ModelInput
 
 MODEL_FILE = "model.pt2"
-
 
 
 def _program(version_path: Path, manifest: Manifest, dev: torch.device) -> torch.nn.Module:
@@ -33,18 +29,6 @@ def _program(version_path: Path, manifest: Manifest, dev: torch.device) -> torch
                          f"{want!r}, the one this scorer reads")
     module: torch.nn.Module = torch.export.load(version_path / MODEL_FILE).module().to(dev)
     return module
-
-
-def _feeder(inp: ModelInput, version_path: Path) -> Callable[[np.ndarray], np.ndarray]:
-    """The input as the trainer fed it (its codec's feed, ids by the shipped vocabulary)."""
-    c = codec(inp.kind)
-    vocab: list[str] = []
-    if c.vocabulary:
-        if not inp.vocabulary:
-            raise ValueError(f"{inp.kind} input {inp.name!r} of a torch model needs a "
-                             f"vocabulary file")
-        vocab = tokens.read_vocabulary(version_path / inp.vocabulary)
-    return lambda x: np.ascontiguousarray(c.mxnet_feed(inp, x, vocab), dtype=np.float32)
 
 
 def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int) -> ModelFn:
@@ -66,7 +50,7 @@ def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
     module = _program(version_path, manifest, dev)
     signature = manifest.input_signature()
     outputs = manifest.output_signature()
-    feed = {inp.name: _feeder(inp, version_path) for inp in signature}
+    feed = {inp.name: float_feeder(inp, version_path) for inp in signature}
 
     def call(inputs: Inputs) -> list[np.ndarray]:
         args = [torch.from_numpy(feed[inp.name](inputs[inp.name])).to(dev)

@@ -7,7 +7,6 @@ padded to power-of-two buckets so kernels and memory plans are reused. Never ``m
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from headrace.codecs import codec, keras_feeder
+from headrace.codecs import codec
+from headrace.codecs.feeds import Feeder, keras_ids
 from headrace.core.errors import ConfigError
 from headrace.scorers.adapters import (
     Inputs,
@@ -31,7 +31,6 @@ from headrace.scorers.adapters import (
 )
 from headrace.scorers.adapters.keras_backend import MODEL_FILE, check_backend
 from headrace.scorers.buffers import is_aligned
-from headrace.store import tokens
 from headrace.store.manifest import Manifest
 from headrace.store.signature import ModelInput
 
@@ -76,16 +75,6 @@ def load(*, version_path: Path, manifest: Manifest, device: str, max_batch: int)
     return bucketed(call, max_batch) if "GPU" in dev else chunked(call, max_batch)
 
 
-Feeder = Callable[[np.ndarray], np.ndarray]
-
-
-def _feeder(inp: ModelInput, version_path: Path) -> Feeder | None:
-    """The input's host-side ids (text with the vocabulary file the version ships), made by
-    its codec as the trainer made them; None: the model takes the decoded array."""
-    vocab = tokens.read_vocabulary(version_path / inp.vocabulary) if inp.vocabulary else []
-    return keras_feeder(inp, vocab, exported=True)
-
-
 def _spec(inp: ModelInput, feeder: Feeder | None = None) -> tf.TensorSpec:
     """What the model takes: the feeder's int ids, else what the kind's codec decodes to
     (strings, or its numeric dtype), as a tensor."""
@@ -116,7 +105,7 @@ def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
         model = keras.saving.load_model(version_path / MODEL_FILE, compile=False)
     signature = manifest.input_signature()
     outputs = manifest.output_signature()
-    feeders = {inp.name: _feeder(inp, version_path) for inp in signature}
+    feeders = {inp.name: keras_ids(inp, version_path) for inp in signature}
     specs = {inp.name: _spec(inp, feeders[inp.name]) for inp in signature}
     names = [o.name for o in outputs]
     # A model whose string input is (batch, 1) takes the texts as a column.
