@@ -48,6 +48,7 @@ ADAPTERS = {  # (framework, runtime) -> module
     ("torch", "onnxruntime"): "onnx_runtime",  # the version's ONNX export
     ("tensorflow", "onnxruntime"): "onnx_runtime",
 }
+REDUCED_PRECISION = {"pytorch"}  # adapters that run --precision bf16/fp16 (adapters.precision)
 _chosen: list[str] = []  # the process's runtime, once chosen
 
 
@@ -92,6 +93,11 @@ def adapter_for(framework: str, runtime_name: str | None = None) -> Adapter:
             raise ConfigError(f"no scorer adapter for framework {framework!r}")
         raise PermanentError(f"a {framework} model cannot run on the {rt} runtime (runtimes "
                              f"for it: {', '.join(r for f, r in ADAPTERS if f == framework)})")
+    from headrace.scorers.adapters import precision  # no framework import
+
+    if precision.precision() != "fp32" and module not in REDUCED_PRECISION:
+        raise PermanentError(f"--precision {precision.precision()} is for torch models; a "
+                             f"{framework} model on the {rt} runtime runs in fp32 only")
     # Only the first framework's import is frozen (~300k objects every collection then skips):
     # a later one may come with a swap, and freezing then would pin the serving model for good.
     first = not any(f"{__name__}.{m}" in sys.modules for m in ADAPTERS.values())
