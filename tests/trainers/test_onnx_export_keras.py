@@ -4,7 +4,8 @@ validation split and recorded with the ``keras`` feed (text as its codec's ids, 
 ``headrace predict --runtime onnxruntime`` then gives the TensorFlow runtime's labels. A version
 with a string input (a category looked up inside the graph) is refused in one line.
 
-Needs tf2onnx (the ``onnx`` extra): skipped where it is not installed.
+The export needs tf2onnx (the ``onnx`` extra): skipped where it is not installed (the refusal
+runs before tf2onnx is needed).
 """
 
 from __future__ import annotations
@@ -32,8 +33,6 @@ from headrace.trainers.onnx_export import TOLERANCE
 from tests.scorers.test_scoring_trained_categories import _train
 from tests.trainers import families_data as fd
 
-pytest.importorskip("tf2onnx")
-
 
 def _predict(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, dfs: Path,
              *args: str) -> list[dict[str, Any]]:
@@ -47,6 +46,7 @@ def _predict(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 def test_a_keras_text_version_exports_to_onnx_and_scores_on_onnx_runtime(
         dfs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("tf2onnx")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     data = fd.intents_jsonl(tmp_path / "intents.jsonl")
     uri = put_dataset(root=dfs, path=data).uri
