@@ -3,7 +3,7 @@ as ids by its shipped vocabulary, and a number) is refused in one line while it 
 export (``headrace predict``: exit non-zero; a scorer: a fatal error), then exported and scored
 from the stream on ONNX Runtime, every record's label identical to ``headrace predict`` on the
 torch model and its scores within the export's stated tolerance; ``predict --runtime
-onnxruntime`` gives the stream's predictions.
+onnxruntime`` and ``replay --model --runtime onnxruntime`` give the stream's predictions.
 
 The runtime is chosen once per process (``adapters._chosen``): each phase here resets it, as a
 process of its own would start. ONNX Runtime runs on one thread (OMP_NUM_THREADS).
@@ -31,8 +31,9 @@ from headrace.scorers.settings import load_scorer_settings
 from headrace.store.exports import read_export
 from headrace.store.manifest import Manifest
 from headrace.store.versions import AliasPointer
-from headrace.streams.clients import KafkaConnection
-from tests.fixtures import score
+from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.topics import TopicSpec
+from tests.fixtures import read_topic, score
 from tests.scorers.conftest import send_json
 from tests.scorers.test_scoring_trained_categories import _train
 
@@ -112,6 +113,21 @@ def test_a_torch_version_scores_from_the_stream_on_onnx_runtime_as_predict_does(
     for key, o in zip(keys, offline, strict=True):
         assert o["label"] == got[key]["label"]
         np.testing.assert_allclose(o["scores"], got[key]["scores"], atol=1e-6, rtol=0)
+
+    # replay --model --runtime onnxruntime re-scores the range as the stream scored it.
+    side = f"{stream}.onnx-side"
+    ensure_topics(conn, [TopicSpec(side, 3, "a re-score's side topic")])
+    monkeypatch.setattr(adapters, "_chosen", [])
+    assert main(["--bootstrap", conn.bootstrap, "--dfs-root", str(dfs), "replay", data,
+                 "--into", side, "--model", ref, "--runtime", "onnxruntime",
+                 "--no-progress"]) == 0
+    assert adapters.runtime() == "onnxruntime"
+    again = {p["key"]: p for p in (json.loads(m.value()) for m in
+                                   read_topic(conn, side, expect=len(records)))}
+    assert sorted(again) == sorted(keys)
+    for key in keys:
+        assert again[key]["label"] == got[key]["label"]
+        np.testing.assert_allclose(again[key]["scores"], got[key]["scores"], atol=1e-6, rtol=0)
 
 
 def test_the_device_picks_the_provider_or_is_refused_in_one_line() -> None:
