@@ -43,6 +43,9 @@ def replay(
         "--resume", help="Continue the replay with this id from its checkpoint.")] = None,
     model: Annotated[str | None, typer.Option(
         "--model", help="Re-score the range with NAME:VERSION into --into (a side topic).")] = None,
+    runtime: Annotated[str | None, typer.Option(
+        "--runtime", help="With --model: what runs it: tensorflow (default), jax, torch or "
+        "onnxruntime (the version's ONNX export), as a scorer would.")] = None,
     keep_timestamps: Annotated[bool, typer.Option(
         "--keep-timestamps", help="Keep the original record timestamps.")] = False,
     progress: Annotated[bool, typer.Option(
@@ -57,7 +60,8 @@ def replay(
     if resume is not None:
         given = [n for n, v in (("--into", into), ("--partition", partition),
                                 ("--from-offset", from_offset), ("--to-offset", to_offset),
-                                ("--from", from_time), ("--to", to_time), ("--model", model))
+                                ("--from", from_time), ("--to", to_time), ("--model", model),
+                                ("--runtime", runtime))
                  if v]
         if given:
             raise ValidationFailed(f"--resume continues a recorded replay; drop {', '.join(given)}")
@@ -66,14 +70,18 @@ def replay(
             out.print(f"replay {cp.replay_id} already completed ({cp.records_out} rows)")
             return
     else:
+        if runtime is not None and model is None:
+            raise ValidationFailed("--runtime is for a re-score: give --model NAME:VERSION")
         if model is not None:
             from headrace.ops.rescoring import check_model
+            from headrace.scorers.adapters import select_runtime
 
+            select_runtime(runtime or "tensorflow")  # an unknown one: refused before a plan
             check_model(settings.dfs_root, model)
         cp = replaying.plan(conn, source=source, into=into, partitions=partition or (),
                             from_offsets=from_offset or (), to_offsets=to_offset or (),
                             from_time=from_time, to_time=to_time, rate=rate, model=model,
-                            keep_timestamps=keep_timestamps)
+                            runtime=runtime or "tensorflow", keep_timestamps=keep_timestamps)
         if into is None and not dry_run:  # a copy of a topic onto itself only on purpose
             raise ValidationFailed(
                 f"replay needs a target: --into TOPIC (a side topic), or --into {source} to "

@@ -26,15 +26,21 @@ def predict(
         "--top-k", help="Labels with scores in each prediction of a classifier.",
         min=0, max=1000)] = None,
     runtime: Annotated[str, typer.Option(
-        "--runtime", help="What runs a Keras model: tensorflow (default), jax or torch.")
+        "--runtime", help="What runs the model: tensorflow (default), jax or torch (Keras "
+        "models), onnxruntime (the version's ONNX export).")
     ] = "tensorflow",
+    precision: Annotated[str, typer.Option(
+        "--precision", help="Torch models: fp32 (default), bf16, or fp16 (a GPU only).")
+    ] = "fp32",
 ) -> None:
     """Predict offline, exactly as the stream would: same decode, same model call."""
+    from headrace.scorers.adapters import precision as precisions
     from headrace.scorers.adapters import select_runtime
     from headrace.scorers.offline import load, read_path  # the scorer extra's (Pillow): lazily
 
     settings = _context.base_settings(ctx)
     select_runtime(runtime)  # before the model (and so Keras) is imported
+    precisions.select(precision)
     records, keys = read_path(path)
     m = load(settings.dfs_root, model, top_k=top_k)
     outputs = m.predict(records, keys=keys)

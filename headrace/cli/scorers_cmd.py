@@ -46,8 +46,12 @@ def score(
     device: Annotated[str | None, typer.Option(
         "--device", help='"auto", "cpu" or "gpu:N".')] = None,
     runtime: Annotated[str | None, typer.Option(
-        "--runtime", help="What runs Keras models: tensorflow (default), jax or torch "
-        "(env HEADRACE_SCORER_RUNTIME).")] = None,
+        "--runtime", help="What runs models: tensorflow (default), jax or torch (Keras "
+        "models), onnxruntime (each version's ONNX export) (env HEADRACE_SCORER_RUNTIME).")] = None,
+    precision: Annotated[str | None, typer.Option(
+        "--precision", help="Torch models: fp32 (default), bf16, or fp16 (a GPU only); the "
+        "share of sampled labels equal to fp32's is on /metrics (env "
+        "HEADRACE_SCORER_PRECISION).")] = None,
     grace_s: Annotated[float | None, typer.Option(
         "--grace-s", help="SIGTERM grace period in seconds (default 20).")] = None,
     decode_processes: Annotated[int | None, typer.Option(
@@ -71,7 +75,7 @@ def score(
     scorer = load_scorer_settings(
         stream=stream, model=model, batch_size=batch_size, max_wait_ms=max_wait_ms,
         partitions=partitions, transactional=transactional, idempotent=idempotent,
-        http_port=http_port, device=device, runtime=runtime, grace_s=grace_s,
+        http_port=http_port, device=device, runtime=runtime, precision=precision, grace_s=grace_s,
         decode_processes=decode_processes, top_k=top_k, max_batch_bytes=max_batch_bytes)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

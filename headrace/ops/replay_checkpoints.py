@@ -48,6 +48,7 @@ class ReplayCheckpoint(BaseModel):
     target: str
     mode: Literal["copy", "rescore"] = "copy"
     model: str | None = None  # NAME:VERSION for a re-score
+    runtime: str = "tensorflow"  # the scorer runtime a re-score runs on (a resume keeps it)
     rate: float | None = None
     keep_timestamps: bool = False
     status: Literal["running", "completed"] = "running"

@@ -125,6 +125,7 @@ def plan(
     to_time: str | None = None,
     rate: float | None = None,
     model: str | None = None,
+    runtime: str = "tensorflow",
     keep_timestamps: bool = False,
     now_ms: int | None = None,
     replay_id: str | None = None,
@@ -160,7 +161,7 @@ def plan(
     scan = probe_ends(conn, target, [r.partition for r in rs if r.count])
     return ReplayCheckpoint(
         replay_id=replay_id or checkpoints.new_replay_id(), source=source, target=target,
-        mode="rescore" if model else "copy", model=model, rate=rate,
+        mode="rescore" if model else "copy", model=model, runtime=runtime, rate=rate,
         keep_timestamps=keep_timestamps,
         partitions=[PartitionProgress(partition=r.partition, start=r.start, end=r.end,
                                       next=r.start, scan_from=scan[r.partition][1])

@@ -20,6 +20,7 @@ from typing import Any
 from headrace.core.errors import ValidationFailed
 from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET
 from headrace.ops.replay_checkpoints import ReplayCheckpoint
+from headrace.scorers.adapters import select_runtime
 from headrace.scorers.core import ScoringCore
 from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.models import load_ref
@@ -42,6 +43,7 @@ class RescoreSink:
     def __init__(self, conn: KafkaConnection, root: Path, cp: ReplayCheckpoint) -> None:
         if cp.model is None:
             raise ValidationFailed("a re-score needs --model NAME:VERSION")
+        select_runtime(cp.runtime)  # before the model (and so Keras) is imported
         self.mv = check_model(root, cp.model)
         self.model = load_ref(root=root, ref=cp.model, device="auto",
                               max_batch=RESCORE_MAX_BATCH)

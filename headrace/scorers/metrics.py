@@ -110,6 +110,11 @@ class ScorerMetrics:
                                    "Version of the model now serving.", ["model"], registry=r)
         self.model_swaps = Counter("headrace_scorer_model_swaps", "Model versions swapped in.",
                                    ["model"], registry=r)
+        self.precision_agreement = Gauge(
+            "headrace_scorer_precision_agreement",
+            "Share of sampled rows whose label under --precision bf16/fp16 equals fp32's "
+            "(the serving version; NaN before a comparison or in fp32).", ["model"],
+            registry=r)
         self.model_load_failures = Counter(
             "headrace_scorer_model_load_failures",
             "Model versions refused (integrity, load or warm-up failure) or unreadable.",

@@ -15,7 +15,7 @@ import numpy as np
 from headrace.codecs import check_signature, codec
 from headrace.core.errors import PermanentError, RetriableError
 from headrace.scorers import sizing
-from headrace.scorers.adapters import InputsFn, ModelFn, adapter_for, buckets, runtime
+from headrace.scorers.adapters import InputsFn, ModelFn, adapter_for, buckets, precision, runtime
 from headrace.scorers.inputs import Signature, signature_bytes
 from headrace.store.manifest import Manifest
 from headrace.store.signature import ModelOutput
@@ -127,6 +127,7 @@ def load_ref(*, root: Path, ref: str, device: str, max_batch: int,
         outputs=m.output_signature(), inputs_fn=inputs_fn, batch_rows=rows)
     phase.warming()
     warm_inputs(model, call_rows=call)
+    precision.AGREEMENT.reset(model.ref)  # warm-up zeros are no evidence
     return model
 
 
@@ -172,6 +173,7 @@ def _load_tabular(path: Path, name: str, version: int, sha: str, m: Manifest, de
     )
     phase.warming()
     warm(model, max_batch=max_batch)
+    precision.AGREEMENT.reset(model.ref)
     return model
 
 

@@ -20,7 +20,7 @@ from types import FrameType
 from headrace.core import heap
 from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings
-from headrace.scorers.adapters import select_runtime
+from headrace.scorers.adapters import precision, select_runtime
 from headrace.scorers.budget import MessageCaps
 from headrace.scorers.decode_pool import DecodePool
 from headrace.scorers.inputs import InputLimits
@@ -53,11 +53,15 @@ class Scorer:
         if conn is None and not settings.bootstrap:
             raise ConfigError("the scorer needs Kafka: set HEADRACE_BOOTSTRAP or --bootstrap")
         select_runtime(scorer.runtime)  # before any model (and so Keras) is imported
+        precision.select(scorer.precision)
         self.settings = settings
         self.scorer = scorer
         self.conn = conn or connection_for(settings)
         self.metrics = ScorerMetrics(stream=scorer.stream, model=scorer.model_name)
         self.holder = ModelHolder()
+        self.metrics.precision_agreement.labels(model=scorer.model_name).set_function(
+            lambda: precision.AGREEMENT.share(self.holder.current.ref)
+            if self.holder.current is not None else float("nan"))
         self.state = ProbeState(liveness_s=scorer.liveness_s, stall_s=scorer.stall_s,
                                 metrics=self.metrics)
         self.probes_up = threading.Event()

@@ -60,11 +60,18 @@ class ScorerSettings(BaseSettings):
     grace_s: float = Field(default=20.0, gt=0, le=3600,
                            description="SIGTERM: finish, commit and exit within this many seconds.")
     device: str = Field(default="auto", description='"auto", "cpu" or "gpu:N".')
-    runtime: Literal["tensorflow", "jax", "torch"] = Field(
+    runtime: Literal["tensorflow", "jax", "torch", "onnxruntime"] = Field(
         default="tensorflow",
-        description="What runs Keras models: TensorFlow, or Keras 3 on JAX or PyTorch (MXNet "
-                    "models need tensorflow, the default, which runs each on its own "
-                    "framework). Chosen once per process, before Keras is imported.")
+        description="What runs models: TensorFlow (the default: each model on its own "
+                    "framework), Keras 3 on JAX or PyTorch, or ONNX Runtime on the version's "
+                    "ONNX export (headrace models export). Chosen once per process, before "
+                    "Keras is imported.")
+    precision: Literal["fp32", "bf16", "fp16"] = Field(
+        default="fp32",
+        description="Torch models only: bf16 or fp16 (a GPU only) runs them under autocast; "
+                    "a sample of live calls is also run in fp32 and the share of equal labels "
+                    "exported (headrace_scorer_precision_agreement). Other models refuse "
+                    "anything but fp32.")
     decode_processes: int = Field(
         default=1, ge=0, le=64,
         description="Helper processes that decode big JSON batches while the previous batch is "

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from headrace.core.errors import HeadraceError, PermanentError, RetriableError
+from headrace.core.errors import FatalError, HeadraceError, PermanentError, RetriableError
 from headrace.scorers.fallback import fallback_message, load_previous
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.models import LoadedModel, ModelHolder, Sizing, load_model, load_ref
@@ -86,6 +86,12 @@ class ModelWatcher:
             return self._fall_back(pointer, exc)
         except (RetriableError, OSError) as exc:
             self._failed("unreadable", exc)
+            return None
+        except FatalError as exc:  # e.g. the runtime cannot take this version (no export)
+            if self.holder.current is None:
+                raise  # nothing serves: the process cannot go on
+            self._refused = target  # a swap: refused, the serving version keeps serving
+            self._failed("load", exc)
             return None
         self._fallback = False
         return self._serve(model)

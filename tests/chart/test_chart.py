@@ -64,7 +64,8 @@ _VALUE_SETS: dict[str, dict[str, Any]] = {
     "cpu-only": {"scorerGroups": [{**GROUP, "gpu": 0, "podPartitions": [[0, 2], [1, 3]]}],
                  "trainer": {"executor": "local"}},
     "gpu-scorers": {"scorerGroups": [{**GROUP, "podPartitions": [[0, 1], [2, 3]],
-                                      "gpuType": "a100", "runtime": "torch"}],
+                                      "gpuType": "a100", "runtime": "torch",
+                                      "precision": "fp16"}],
                     "scorer": {"tolerations": [{"key": "dedicated", "operator": "Equal",
                                                 "value": "ml", "effect": "NoSchedule"}]},
                     "dfs": {"existingClaim": "shared-cephfs"}, "serviceMonitor": {"enabled": True}},
@@ -282,6 +283,7 @@ def test_gpu_scorers_get_gpu_limits_tolerations_affinity_and_a_long_grace(render
     assert {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["a100"]} in exprs
     assert pod["terminationGracePeriodSeconds"] == 30
     assert {"name": "HEADRACE_SCORER_RUNTIME", "value": "torch"} in c["env"]  # the group's own
+    assert {"name": "HEADRACE_SCORER_PRECISION", "value": "fp16"} in c["env"]
     assert "0) P=0,1 ;; 1) P=2,3 ;;" in c["command"][2]
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == "shared-cephfs"
     assert kinds(docs, "PersistentVolumeClaim") == []
@@ -295,6 +297,7 @@ def test_cpu_only_scorers_ask_for_no_gpu(rendered: Any) -> None:
     assert {"name": "HEADRACE_SCORER_DEVICE", "value": "cpu"} in c["env"]
     assert {"name": "HEADRACE_SCORER_DECODE_PROCESSES", "value": "1"} in c["env"]
     assert {"name": "HEADRACE_SCORER_RUNTIME", "value": "tensorflow"} in c["env"]  # the default
+    assert {"name": "HEADRACE_SCORER_PRECISION", "value": "fp32"} in c["env"]
     assert kinds(rendered["cpu-only"], "Role") == []  # local executor: no Job RBAC
     ctl = kinds(rendered["cpu-only"], "Deployment")[0]["spec"]["template"]["spec"]
     assert ctl["automountServiceAccountToken"] is False
@@ -443,6 +446,8 @@ def test_planner_values_render_one_statefulset_per_locality_group(rendered: Any)
     {"scorer": {"decodeProcesses": -1}},
     {"scorer": {"runtime": "mxnet"}},
     {"scorerGroups": [{**GROUP, "runtime": "onnx"}]},
+    {"scorer": {"precision": "int8"}},
+    {"scorerGroups": [{**GROUP, "precision": "fp8"}]},
     {"networkPolicy": {"dns": {"preset": "coredns"}}},
     {"networkPolicy": {"kafka": {"extraPorts": [70000]}}},
     {"gpuImage": {"repository": "r", "tag": "t", "digest": "latest"}},

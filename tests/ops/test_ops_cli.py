@@ -28,6 +28,7 @@ def run(conn: KafkaConnection, dfs: Path, *args: str) -> int:
     (["--partition", "0", "--from-offset", "0", "--to-offset", "500"], "outside the topic"),
     (["--into", "SIDE", "--model", "nosuchmodel:3"], "model nosuchmodel has no version 3"),
     (["--resume", "replay-nope"], "no replay replay-nope"),
+    (["--into", "SIDE", "--runtime", "onnxruntime"], "--runtime is for a re-score"),
 ])
 def test_bad_replay_exits_non_zero_with_one_line_and_writes_nothing(
     conn: KafkaConnection, dfs: Path, topic_factory: Callable[..., str],

@@ -70,16 +70,16 @@ def test_a_torch_text_version_exports_to_onnx_that_agrees_on_its_validation_spli
     np.testing.assert_allclose(probs, source, atol=TOLERANCE)
 
 
-def test_a_tensorflow_version_or_another_format_is_refused_in_one_line(
+def test_an_mxnet_version_or_another_format_is_refused_in_one_line(
         dfs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Refused from the manifest alone: no framework is loaded for it.
-    manifest = Manifest(name="tf", framework="tensorflow", task="classifier", features=("a",),
+    manifest = Manifest(name="mx", framework="mxnet", task="classifier", features=("a",),
                         label="y", classes=("no", "yes"))
-    versions.publish(dfs, manifest, lambda d: (d / "model.keras").write_bytes(b"keras"))
-    assert main(["--dfs-root", str(dfs), "models", "export", "tf:1", "--format", "onnx"]) != 0
+    versions.publish(dfs, manifest, lambda d: (d / "model-symbol.json").write_bytes(b"{}"))
+    assert main(["--dfs-root", str(dfs), "models", "export", "mx:1", "--format", "onnx"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "tensorflow model" in err[0] and "tf2onnx" in err[0], err
-    assert main(["--dfs-root", str(dfs), "models", "export", "tf:1", "--format", "tflite"]) != 0
+    assert len(err) == 1 and "mxnet model" in err[0] and "torch and tensorflow" in err[0], err
+    assert main(["--dfs-root", str(dfs), "models", "export", "mx:1", "--format", "tflite"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the one export format is onnx" in err[0], err
-    assert not (dfs / "models" / "tf" / "1" / "exports").exists()
+    assert not (dfs / "models" / "mx" / "1" / "exports").exists()

@@ -64,7 +64,7 @@ def test_bigram_ids_follow_the_vocabulary_and_see_word_order() -> None:
 
 
 def test_trainer_and_scorer_feed_the_same_ids_and_scores(tmp_path: Path) -> None:
-    from headrace.scorers.adapters import keras_backend
+    from headrace.codecs import feeds
     from headrace.scorers.adapters import tensorflow as tf_adapter
     from headrace.trainers.backends.tensorflow_keras import BACKEND, exported_feeders, plan_feeders
 
@@ -81,7 +81,7 @@ def test_trainer_and_scorer_feed_the_same_ids_and_scores(tmp_path: Path) -> None
     train_ids = plan_feeders(plan)["review"](texts)
     np.testing.assert_array_equal(exported_feeders(tmp_path, (exported,))["review"](texts),
                                   train_ids)
-    feeder = keras_backend.feeder(exported, tmp_path)
+    feeder = feeds.keras_ids(exported, tmp_path)
     assert feeder is not None
     np.testing.assert_array_equal(feeder(texts), train_ids)
 

@@ -8,10 +8,11 @@ returning one float32 ``(rows, width)`` array per output, in ``output_signature`
 The framework is imported only when a model of that kind is loaded.
 
 Which module loads a model is looked up by (the manifest's framework, the process's runtime):
-the runtime (``HEADRACE_SCORER_RUNTIME``: tensorflow, jax or torch) is chosen once per process,
-before any Keras import (``select_runtime``), since Keras reads its backend at import. The
-default ``tensorflow`` runtime runs each model on its own framework (Keras models on TensorFlow,
-MXNet models on MXNet); ``jax`` and ``torch`` run Keras models on that Keras backend.
+the runtime (``HEADRACE_SCORER_RUNTIME``: tensorflow, jax, torch or onnxruntime) is chosen once
+per process, before any Keras import (``select_runtime``), since Keras reads its backend at
+import. The default ``tensorflow`` runtime runs each model on its own framework (Keras models on
+TensorFlow, MXNet models on MXNet); ``jax`` and ``torch`` run Keras models on that Keras backend;
+``onnxruntime`` runs a version's ONNX export (``headrace models export``) and no Keras at all.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ Inputs = dict[str, np.ndarray]
 InputsFn = Callable[[Inputs], list[np.ndarray]]
 
 MIN_BUCKET = 64
-RUNTIMES = ("tensorflow", "jax", "torch")
+RUNTIMES: dict[str, str | None] = {  # runtime -> the Keras backend it sets (None: no Keras)
+    "tensorflow": "tensorflow", "jax": "jax", "torch": "torch", "onnxruntime": None}
 DEFAULT_RUNTIME = "tensorflow"
 ADAPTERS = {  # (framework, runtime) -> module
     ("tensorflow", "tensorflow"): "tensorflow",
@@ -43,7 +45,10 @@ ADAPTERS = {  # (framework, runtime) -> module
     ("tensorflow", "torch"): "keras_torch",
     ("torch", "tensorflow"): "pytorch",  # the default runtime: each model on its own framework
     ("torch", "torch"): "pytorch",
+    ("torch", "onnxruntime"): "onnx_runtime",  # the version's ONNX export
+    ("tensorflow", "onnxruntime"): "onnx_runtime",
 }
+REDUCED_PRECISION = {"pytorch"}  # adapters that run --precision bf16/fp16 (adapters.precision)
 _chosen: list[str] = []  # the process's runtime, once chosen
 
 
@@ -66,7 +71,9 @@ def select_runtime(runtime: str) -> str:
     if _chosen and _chosen[0] != runtime:
         raise ConfigError(f"this process scores on the {_chosen[0]} runtime; {runtime} needs "
                           f"a process of its own")
-    keras_backend.choose(runtime)
+    backend = RUNTIMES[runtime]
+    if backend is not None:
+        keras_backend.choose(backend)
     if not _chosen:
         _chosen.append(runtime)
     return runtime
@@ -86,6 +93,11 @@ def adapter_for(framework: str, runtime_name: str | None = None) -> Adapter:
             raise ConfigError(f"no scorer adapter for framework {framework!r}")
         raise PermanentError(f"a {framework} model cannot run on the {rt} runtime (runtimes "
                              f"for it: {', '.join(r for f, r in ADAPTERS if f == framework)})")
+    from headrace.scorers.adapters import precision  # no framework import
+
+    if precision.precision() != "fp32" and module not in REDUCED_PRECISION:
+        raise PermanentError(f"--precision {precision.precision()} is for torch models; a "
+                             f"{framework} model on the {rt} runtime runs in fp32 only")
     # Only the first framework's import is frozen (~300k objects every collection then skips):
     # a later one may come with a swap, and freezing then would pin the serving model for good.
     first = not any(f"{__name__}.{m}" in sys.modules for m in ADAPTERS.values())

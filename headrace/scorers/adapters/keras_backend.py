@@ -16,11 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from headrace.codecs import codec, keras_feeder
+from headrace.codecs import codec
+from headrace.codecs.feeds import keras_ids
 from headrace.core.errors import ConfigError, PermanentError
-from headrace.store import tokens
 from headrace.store.manifest import Manifest
-from headrace.store.signature import ModelInput
 
 MODEL_FILE = "model.keras"
 
@@ -67,22 +66,11 @@ def refuse_strings(manifest: Manifest, backend: str) -> None:
                              f"runtime feeds; the {backend} runtime cannot run this model")
 
 
-Feeder = Callable[[np.ndarray], np.ndarray]
-
-
-def feeder(inp: ModelInput, version_path: Path) -> Feeder | None:
-    """The input's host-side ids (text and categories, with the vocabulary file the version
-    ships), made by its codec as the trainer made them; None: the model takes the decoded
-    array."""
-    vocab = tokens.read_vocabulary(version_path / inp.vocabulary) if inp.vocabulary else []
-    return keras_feeder(inp, vocab, exported=True)
-
-
 def host_feed(manifest: Manifest, version_path: Path) -> Callable[[dict[str, np.ndarray]],
                                                                    dict[str, np.ndarray]]:
     """The decoded inputs -> the arrays the model takes (ids made on the host, each input in
     the dtype the model casts from)."""
-    feeders = {inp.name: feeder(inp, version_path) for inp in manifest.input_signature()}
+    feeders = {inp.name: keras_ids(inp, version_path) for inp in manifest.input_signature()}
     dtypes: dict[str, np.dtype[Any]] = {
         inp.name: np.dtype(np.int32 if feeders[inp.name] else codec(inp.kind).dtype(inp))
         for inp in manifest.input_signature()}

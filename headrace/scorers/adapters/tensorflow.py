@@ -18,6 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from headrace.codecs import codec
+from headrace.codecs.feeds import Feeder, keras_ids
 from headrace.core.errors import ConfigError
 from headrace.scorers.adapters import (
     Inputs,
@@ -28,7 +29,7 @@ from headrace.scorers.adapters import (
     chunked_inputs,
     rows_of,
 )
-from headrace.scorers.adapters.keras_backend import MODEL_FILE, Feeder, check_backend, feeder
+from headrace.scorers.adapters.keras_backend import MODEL_FILE, check_backend
 from headrace.scorers.buffers import is_aligned
 from headrace.store.manifest import Manifest
 from headrace.store.signature import ModelInput
@@ -104,7 +105,7 @@ def load_inputs(*, version_path: Path, manifest: Manifest, device: str,
         model = keras.saving.load_model(version_path / MODEL_FILE, compile=False)
     signature = manifest.input_signature()
     outputs = manifest.output_signature()
-    feeders = {inp.name: feeder(inp, version_path) for inp in signature}
+    feeders = {inp.name: keras_ids(inp, version_path) for inp in signature}
     specs = {inp.name: _spec(inp, feeders[inp.name]) for inp in signature}
     names = [o.name for o in outputs]
     # A model whose string input is (batch, 1) takes the texts as a column.

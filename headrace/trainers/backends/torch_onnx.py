@@ -1,9 +1,10 @@
-"""A published torch version (``model.pt2``) as ONNX, and ONNX Runtime to check it.
+"""A published torch version (``model.pt2``) as ONNX.
 
 ``torch.onnx``'s torch.export-based exporter needs ``onnxscript`` (not installed here); the
 TorchScript-based one traces the loaded program, which refuses ``train()``: a thin wrapper keeps
 it in inference mode. The ONNX graph takes what ``model.pt2`` takes (float32 inputs ``x0``,
-``x1``... in signature order, any batch size) and gives what it gives.
+``x1``... in signature order, any batch size: the ``float32`` feed of ``codecs.feeds``) and
+gives what it gives.
 """
 
 from __future__ import annotations
@@ -11,17 +12,15 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 
-from headrace.store import tokens
-from headrace.store.signature import ModelInput
-from headrace.trainers.backends.base import PREDICT_BATCH
+from headrace.store.manifest import Manifest
 from headrace.trainers.backends.torch_families import dummy_inputs
 from headrace.trainers.backends.torch_nn import MODEL_FILE
-from headrace.trainers.inputs import Inputs, ModelPlan, as_inputs, host_arrays
+from headrace.trainers.inputs import ModelPlan
 
 OPSET = 17
+FEED = "float32"
 
 
 class _Inference(torch.nn.Module):
@@ -37,7 +36,9 @@ class _Inference(torch.nn.Module):
         return out
 
 
-def export(version_path: Path, signature: tuple[ModelInput, ...], out: Path) -> None:
+def export(version_path: Path, manifest: Manifest, out: Path) -> list[str]:
+    """Write ``out``; the graph's input names in signature order."""
+    signature = manifest.input_signature()
     program = torch.export.load(version_path / MODEL_FILE).module()
     plan = ModelPlan("?", signature, (), 0)
     names = [f"x{i}" for i in range(len(signature))]
@@ -48,26 +49,5 @@ def export(version_path: Path, signature: tuple[ModelInput, ...], out: Path) -> 
         torch.onnx.export(_Inference(program), dummy_inputs(plan), str(out), dynamo=False,
                           input_names=names, output_names=["y"], dynamic_axes=axes,
                           opset_version=OPSET)
+    return names
 
-
-class OnnxPredictor:
-    """``model.onnx`` on ONNX Runtime (CPU), fed as the torch version is."""
-
-    def __init__(self, path: Path, version_path: Path,
-                 signature: tuple[ModelInput, ...]) -> None:
-        import onnxruntime
-
-        self.session = onnxruntime.InferenceSession(str(path),
-                                                    providers=["CPUExecutionProvider"])
-        self.plan = ModelPlan("?", signature, (), 0)
-        self.vocabularies = {i.name: tokens.read_vocabulary(version_path / i.vocabulary)
-                             for i in signature if i.vocabulary}
-
-    def predict(self, x: Inputs | np.ndarray) -> np.ndarray:
-        inp = as_inputs(x)
-        outs = []
-        for i in range(0, len(inp), PREDICT_BATCH):
-            arrays = host_arrays(inp[i:i + PREDICT_BATCH], self.plan, self.vocabularies)
-            feed = {f"x{k}": a for k, a in enumerate(arrays)}
-            outs.append(np.asarray(self.session.run(None, feed)[0], np.float32))
-        return np.concatenate(outs) if outs else np.zeros((0, 1), np.float32)
