@@ -1,8 +1,9 @@
 """ONNX export of Keras (TensorFlow) versions: a text version trained by a real job exports
 through Keras's ``model.export(format="onnx")`` (tf2onnx), checked by ONNX Runtime on its
 validation split and recorded with the ``keras`` feed (text as its codec's ids, by input name);
-``headrace predict --runtime onnxruntime`` then gives the TensorFlow runtime's labels. A version
-with a string input (a category looked up inside the graph) is refused in one line.
+``headrace predict --runtime onnxruntime`` then gives the TensorFlow runtime's labels; so does a
+category version (format 2: its ids made on the host). A version before format 2, whose graph
+looks strings up itself, is refused in one line.
 
 The export needs tf2onnx (the ``onnx`` extra): skipped where it is not installed (the refusal
 runs before tf2onnx is needed).
@@ -85,12 +86,45 @@ def test_a_keras_text_version_exports_to_onnx_and_scores_on_onnx_runtime(
     assert diff.max() <= record["check"]["tolerance"]
 
 
-def test_a_keras_version_with_a_string_input_is_refused_in_one_line(
-        dfs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    mv = _train(dfs, tmp_path, "mixed", "tensorflow")  # colour: a category, looked up in-graph
+@pytest.mark.slow
+def test_a_keras_category_version_exports_and_scores_on_onnx_runtime(
+        dfs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """From model format 2 a category takes the ids its codec makes on the host (no
+    ``StringLookup`` in the graph), so tf2onnx converts the whole model."""
+    pytest.importorskip("tf2onnx")
+    mv = _train(dfs, tmp_path, "mixed", "tensorflow")
     capsys.readouterr()
     assert main(["--dfs-root", str(dfs), "models", "export", f"mixed:{mv.version}", "--format",
-                 "onnx"]) != 0
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "input 'colour' takes strings" in err[0], err
-    assert not (mv.path / "exports").exists()
+                 "onnx"]) == 0, capsys.readouterr().err
+    export = read_export(mv.path, "onnx")
+    assert export is not None and export.record["check"]["labels_identical"]
+    rows = tmp_path / "held.jsonl"
+    rows.write_text("".join(json.dumps({"colour": c, "size": s}) + "\n" for c, s in
+                            [("red", 900.0), ("green", 1500.0), ("purple", 700.0),
+                             ("blue", 1250.0)]))  # purple: never seen in training
+    want = _predict(capsys, monkeypatch, dfs, f"mixed:{mv.version}", str(rows))
+    got = _predict(capsys, monkeypatch, dfs, f"mixed:{mv.version}", str(rows),
+                   "--runtime", "onnxruntime")
+    assert [g["label"] for g in got] == [w["label"] for w in want]
+    diff = np.abs(np.asarray([g["scores"] for g in got]) - np.asarray([w["scores"] for w in want]))
+    assert diff.max() <= export.record["check"]["tolerance"]
+
+
+def test_a_keras_version_looking_strings_up_in_its_graph_is_refused_in_one_line(
+        tmp_path: Path) -> None:
+    """A version before model format 2 (no vocabulary file: ``StringLookup`` in the graph):
+    tf2onnx leaves the lookup as ``LookupTableFindV2``, which ONNX Runtime cannot run."""
+    from headrace.core.errors import ValidationFailed
+    from headrace.store.manifest import Manifest
+    from headrace.store.signature import InputKind, ModelInput
+    from headrace.trainers.backends import keras_onnx
+
+    colour = ModelInput(name="colour", kind=InputKind.CATEGORY, dtype="string",
+                        preprocessing=("vocabulary", "one_hot"))
+    m = Manifest(name="old", version=1, framework="tensorflow", task="classifier",
+                 features=("colour",), label="label", classes=("0", "1"), inputs=(colour,),
+                 format_version=1)
+    with pytest.raises(ValidationFailed, match="input 'colour' takes strings"):
+        keras_onnx.export(tmp_path, m, tmp_path / "model.onnx")
+    assert not (tmp_path / "model.onnx").exists()

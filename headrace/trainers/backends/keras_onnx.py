@@ -1,11 +1,12 @@
-"""A published Keras version (``model.keras``) as ONNX: Keras's own ``model.export(format=
-"onnx")``, which converts the model's traced TensorFlow graph with ``tf2onnx`` (the ``onnx``
-extra; it works with TensorFlow 2.21 and NumPy 1.26 and 2, Keras patching tf2onnx for NumPy 2).
+"""A published Keras version (``model.keras``) as ONNX: its inference function traced by
+TensorFlow, weights and captured constants frozen into the graph, converted by ``tf2onnx`` (the
+``onnx`` extra; tf2onnx 1.17 works with TensorFlow 2.21 on NumPy 1.26 and 2).
 
-The ONNX graph takes what ``model.keras`` takes, by input name (text as its codec's ids; numbers
-and images as decoded): the ``keras`` feed of ``codecs.feeds``. A version with a string input
-(categories, looked up inside the graph by ``StringLookup``) is refused: tf2onnx leaves that
-lookup as ``LookupTableFindV2``, an op ONNX Runtime does not have.
+The ONNX graph takes what ``model.keras`` takes, by input name (text and categories as their
+codecs' ids; numbers and images as decoded): the ``keras`` feed of ``codecs.feeds``. A version
+before model format 2 whose graph looks strings up itself (``StringLookup``,
+``TextVectorization``) is refused: tf2onnx leaves that lookup as ``LookupTableFindV2``, an op
+ONNX Runtime does not have.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import keras
-import numpy as np
 
 from headrace.codecs import codec, keras_feeder
 from headrace.core.errors import ValidationFailed
@@ -42,22 +42,41 @@ def export(version_path: Path, manifest: Manifest, out: Path) -> list[str]:
         raise ValidationFailed("exporting a Keras model to ONNX needs tf2onnx: pip install "
                                "'headrace[onnx]'")
     model = keras.saving.load_model(version_path / MODEL_FILE, compile=False)
-    model(keras.tree.map_structure(_zeros, model.input), training=False)  # export needs a call
-    with warnings.catch_warnings():  # Keras's tf2onnx patch probes np.object (FutureWarning)
-        warnings.simplefilter("ignore", FutureWarning)
-        model.export(str(out), format="onnx", verbose=False, opset_version=OPSET)
-    import onnx
-
-    graph = onnx.load(str(out), load_external_data=False).graph
-    names = [i.name for i in graph.input]
+    names = _convert(model, out)
     if len(signature) == 1 and len(names) == 1:
         return names
-    if sorted(names) != sorted(i.name for i in signature):
+    by_input = {n.split(":")[0]: n for n in names}
+    if sorted(by_input) != sorted(i.name for i in signature):
         raise ValidationFailed(f"the ONNX graph's inputs {names} are not the signature's "
                                f"{[i.name for i in signature]}")
-    return [i.name for i in signature]
+    return [by_input[i.name] for i in signature]
 
 
-def _zeros(t: Any) -> np.ndarray:
-    """One row of zeros shaped and typed as the Keras input ``t`` (unknown sizes: 1)."""
-    return np.zeros((1, *(d or 1 for d in t.shape[1:])), str(t.dtype))
+def _convert(model: Any, out: Path) -> list[str]:
+    """The model's inference graph, its weights and captured constants frozen in, as ONNX;
+    the graph's input names. Keras's own ``model.export(format="onnx")`` leaves constants a
+    layer captured (a ``Normalization`` given its mean and variance) as graph inputs."""
+    import tensorflow as tf
+    import tf2onnx
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    ins = list(model.inputs)
+    specs = [tf.TensorSpec((None, *t.shape[1:]), t.dtype, name=t.name.split(":")[0])
+             for t in ins]
+    if len(specs) == 1:
+        fn = tf.function(lambda x: model(x, training=False), input_signature=specs)
+    else:
+        keys = [s.name for s in specs]
+        fn = tf.function(lambda *xs: model(dict(zip(keys, xs, strict=True)), training=False),
+                         input_signature=specs)
+    frozen = convert_variables_to_constants_v2(fn.get_concrete_function())
+    with warnings.catch_warnings():  # tf2onnx probes np.object (FutureWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        tf2onnx.convert.from_graph_def(
+            frozen.graph.as_graph_def(), input_names=[t.name for t in frozen.inputs],
+            output_names=[t.name for t in frozen.outputs], opset=OPSET, output_path=str(out))
+    import onnx
+
+    return [i.name for i in onnx.load(str(out), load_external_data=False).graph.input]
