@@ -58,6 +58,9 @@ def _convert(model: Any, out: Path) -> list[str]:
     layer captured (a ``Normalization`` given its mean and variance) as graph inputs."""
     import tensorflow as tf
     import tf2onnx
+    from keras.src.export.tf2onnx_lib import patch_tf2onnx
+
+    patch_tf2onnx()  # Keras's fixes of tf2onnx's NumPy 2 gaps (np.object, np.cast ...)
     from tensorflow.python.framework.convert_to_constants import (
         convert_variables_to_constants_v2,
     )
