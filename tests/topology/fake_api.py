@@ -1,7 +1,8 @@
 """A recording fake of the Kubernetes API server, plugged in as the real client's transport
 (``ApiClient().rest_client``): it keeps objects by URL and answers as an API server would --
 201 on create, 409 on an existing name, 200/404 on get, patch and delete, 415 for a whole object
-sent as a JSON Patch, and lists filtered by ``labelSelector`` (``key=value`` terms)."""
+sent as a JSON Patch, a server-side apply (``application/apply-patch+yaml``) as a create (201) or
+a replace (200), and lists filtered by ``labelSelector`` (``key=value`` terms)."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ class FakeApiServer:
             status = 200 if self.objects.pop(path, None) is not None else 404
         elif ctype == "application/json-patch+json" and not isinstance(body, list):
             status = 415
+        elif ctype == "application/apply-patch+yaml":
+            body = json.loads(body)
+            status = 200 if path in self.objects else 201
         else:
             status = 200 if path in self.objects else 404
         if method in ("POST", "PATCH") and status in (200, 201):
