@@ -163,8 +163,13 @@ class Component:
 class KubeCluster:
     """etcd + kube-apiserver + controller-manager + scheduler + kwok under one folder."""
 
-    def __init__(self, root: Path | None = None, *, bin_dir: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, *, bin_dir: Path | None = None,
+                 apiserver_args: Sequence[str] = (), controllers: bool = True) -> None:
+        """``apiserver_args``: more kube-apiserver flags; ``controllers=False``: etcd and the
+        API server only (no controller-manager, scheduler or kwok)."""
         self._own_root = root is None
+        self.apiserver_args = list(apiserver_args)
+        self.controllers = controllers
         self.root = root or Path(tempfile.mkdtemp(prefix="headrace-kube-"))
         self.bin = bin_dir or resolve_bin()
         self.components: dict[str, Component] = {}
@@ -243,7 +248,7 @@ class KubeCluster:
             "--enable-admission-plugins", "NamespaceLifecycle,ServiceAccount,PodSecurity,"
             "LimitRanger,ResourceQuota,DefaultTolerationSeconds,DefaultStorageClass",
             "--allow-privileged=false", "--profiling=false", "--cert-dir", str(pki),
-            "--endpoint-reconciler-type", "none", "--v", "1"],
+            "--endpoint-reconciler-type", "none", "--v", "1", *self.apiserver_args],
             r / "kube-apiserver.log")
         c["kube-controller-manager"] = Component("kube-controller-manager", [
             str(b / "kube-controller-manager"), "--kubeconfig", str(r / "cm.kubeconfig"),
@@ -282,12 +287,19 @@ class KubeCluster:
             self.components["kube-apiserver"].start()
             self._wait(lambda: self._http(f"{self.server}/readyz"), deadline,
                        "kube-apiserver ready")
-            for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
-                self.components[name].start()
-            # The default ServiceAccount appears once the controller-manager runs its controllers.
-            self._wait(lambda: self._http(
-                f"{self.server}/api/v1/namespaces/default/serviceaccounts/default"),
-                deadline, "the controller-manager's ServiceAccount controller")
+            if not self.controllers:
+                for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+                    del self.components[name]
+                self._wait(lambda: self._http(f"{self.server}/api/v1/namespaces/default"),
+                           deadline, "the default namespace")
+            else:
+                for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+                    self.components[name].start()
+                # The default ServiceAccount appears once the controller-manager runs its
+                # controllers.
+                self._wait(lambda: self._http(
+                    f"{self.server}/api/v1/namespaces/default/serviceaccounts/default"),
+                    deadline, "the controller-manager's ServiceAccount controller")
         except BaseException:
             self.stop()
             raise
