@@ -194,7 +194,8 @@ class KubeCluster:
     def version(self) -> str:
         return self.bin.parent.name
 
-    def _write_kubeconfig(self, path: Path, token: str) -> None:
+    def write_kubeconfig(self, path: Path, token: str) -> None:
+        """A kubeconfig for this server acting with ``token``."""
         ca = base64.b64encode((self.root / "pki" / "ca.crt").read_bytes()).decode()
         path.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "headrace-test",
@@ -217,9 +218,9 @@ class KubeCluster:
             # Its controllers act under its own name (no per-controller accounts): all rights.
             f'{tokens["cm"]},system:kube-controller-manager,uid-cm,"system:masters"\n'
             f'{tokens["kwok"]},kwok,uid-kwok,"system:masters"\n')
-        self._write_kubeconfig(self.kubeconfig, tokens["admin"])
+        self.write_kubeconfig(self.kubeconfig, tokens["admin"])
         for who in ("scheduler", "cm", "kwok"):
-            self._write_kubeconfig(self.root / f"{who}.kubeconfig", tokens[who])
+            self.write_kubeconfig(self.root / f"{who}.kubeconfig", tokens[who])
         b, r = self.bin, self.root
         c = self.components
         c["etcd"] = Component("etcd", [

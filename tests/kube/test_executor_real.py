@@ -5,14 +5,12 @@ them, and the test decides how each pod ends."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from headrace.contracts import Framework, Resources
-from headrace.topology import commands, kube_access
+from headrace.topology import kube_access
 from headrace.trainers.executors.base import JobOutcome, JobSpec
 from headrace.trainers.executors.kubernetes import KubernetesExecutor, KubernetesExecutorConfig
 from tests.kube import inventory
@@ -32,15 +30,6 @@ def as_account(kube: KubeCluster, namespace: str, account: str) -> Any:
                               f"system:serviceaccount:{namespace}:{account}")
     client.set_default_header("Impersonate-Group", "system:serviceaccounts")
     return client
-
-
-@pytest.fixture
-def applied(tmp_path: Path, api_client: Any, namespace: str) -> str:
-    """The chart applied to the namespace (its ServiceAccounts, Role and RoleBinding)."""
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(inventory.cluster_file()))
-    commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
-    return namespace
 
 
 def can(api: Api, verb: str, resource: str, ns: str, *, group: str = "",
