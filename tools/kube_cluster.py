@@ -249,7 +249,11 @@ class KubeCluster:
             "--enable-admission-plugins", "NamespaceLifecycle,ServiceAccount,PodSecurity,"
             "LimitRanger,ResourceQuota,DefaultTolerationSeconds,DefaultStorageClass",
             "--allow-privileged=false", "--profiling=false", "--cert-dir", str(pki),
-            "--endpoint-reconciler-type", "none", "--v", "1", *self.apiserver_args],
+            "--endpoint-reconciler-type", "none",
+            # Pod logs come from kwok's kubelet API on the node's InternalIP (127.0.0.1); the
+            # nodes' Hostname addresses do not resolve.
+            "--kubelet-preferred-address-types", "InternalIP",
+            "--v", "1", *self.apiserver_args],
             r / "kube-apiserver.log")
         c["kube-controller-manager"] = Component("kube-controller-manager", [
             str(b / "kube-controller-manager"), "--kubeconfig", str(r / "cm.kubeconfig"),
@@ -269,13 +273,44 @@ class KubeCluster:
             "--leader-elect=false", "--v", "1"],
             r / "kube-scheduler.log")
         stages = self.bin.parent / "stages"
+        configs = [*sorted(stages.glob("*.yaml")), self._logs_config()]
+        kubelet = free_port()
         c["kwok"] = Component("kwok", [
             str(b / "kwok"), "--kubeconfig", str(r / "kwok.kubeconfig"),
-            "--config", ",".join(str(p) for p in sorted(stages.glob("*.yaml"))),
+            "--config", ",".join(str(p) for p in configs),
             "--manage-all-nodes=false", "--manage-nodes-with-label-selector", "type=kwok",
             "--node-lease-duration-seconds", "40", "--cidr", "10.244.0.0/16",
-            "--node-ip", "10.0.0.1", "--server-address", f"127.0.0.1:{free_port()}"],
+            # Every node's kubelet API (logs) is kwok's server: the API server reaches it at
+            # the node's InternalIP and kubelet port, over TLS it does not verify.
+            "--node-ip", "127.0.0.1", "--node-port", str(kubelet),
+            "--server-address", f"127.0.0.1:{kubelet}",
+            "--tls-cert-file", str(pki / "apiserver.crt"),
+            "--tls-private-key-file", str(pki / "apiserver.key")],
             r / "kwok.log")
+
+    @property
+    def pod_log(self) -> Path:
+        """The log every kwok pod's containers serve (the kubelet's CRI log format)."""
+        return self.root / "pod-logs" / "containers.log"
+
+    def _logs_config(self) -> Path:
+        self.pod_log.parent.mkdir(parents=True, exist_ok=True)
+        self.pod_log.touch()
+        path = self.root / "kwok-logs.yaml"
+        path.write_text(json.dumps({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",
+            "metadata": {"name": "every-pod"},
+            "spec": {"selector": {}, "logs": [{"logsFile": str(self.pod_log),
+                                               "follow": False}]}}))
+        return path
+
+    def write_pod_log(self, lines: Sequence[str]) -> None:
+        """What every pod's container printed (stdout, stamped now): what the API server's
+        pod log endpoint returns through kwok from now on."""
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+        frac = f"{now % 1:.9f}"[1:]
+        self.pod_log.write_text("".join(f"{stamp}{frac}Z stdout F {line}\n" for line in lines))
 
     def start(self, *, timeout_s: float = 180.0) -> KubeCluster:
         t0 = time.monotonic()

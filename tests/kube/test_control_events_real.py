@@ -3,7 +3,8 @@ ServiceAccount (a token the real API server issued), on a real broker: what it p
 ``events.jobs`` is what the API server, the scheduler and the Job controller report -- the
 Job created (QUEUED), a pod the scheduler cannot place (QUEUED again, with the scheduler's
 reason), a pod bound and running (STARTED, naming the node), a pod failure retried by the Job
-controller (RETRYING), and the Job failed at its backoff limit (FAILED, with the reason)."""
+controller (RETRYING), and the Job failed at its backoff limit (FAILED, with the reason); its
+pods' logs, read through the API server from kwok, are what ``headrace jobs logs`` prints."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from tools.kube_cluster import KubeCluster
 pytestmark = pytest.mark.slow
 
 IMAGE = "registry.example/headrace:0.1.0"
+PRINTED = ["epoch 1 loss 0.693", "MemoryError: out of memory"]
 
 
 def account_kubeconfig(kube: KubeCluster, api: Api, ns: str, account: str,
@@ -100,11 +102,20 @@ def test_the_control_plane_publishes_what_the_api_server_reports(
                                    if p["metadata"]["name"] != first["metadata"]["name"]
                                    and p["status"].get("phase") == "Running"],
                           timeout_s=120, what="the Job controller's second pod Running")[0]
+        # What the trainer printed, served by kwok's kubelet API for every pod.
+        kube.write_pod_log(PRINTED)
         end_pod(api, ns, second, exit_code=1)  # its backoff limit (1 retry) is reached
         done = wait_events(conn, topics.jobs, lambda evs: any(
             e.kind == JobEventKind.FAILED for e in of(evs, a)), timeout=120)
     finally:
         stop(proc)
+    # A failed job's pod logs, read through the API server (pods/log), are what
+    # `headrace jobs logs` prints: each of its two failed pods' lines.
+    out = subprocess.run([sys.executable, "-c", "from headrace.cli import main; main()", "jobs",
+                          "logs", a], cwd=REPO, env=job_env(broker, dfs), capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == PRINTED * 2, out.stdout
     kinds = [e.kind for e in of(done, a)]
     assert kinds == [JobEventKind.QUEUED, JobEventKind.STARTED, JobEventKind.RETRYING,
                      JobEventKind.FAILED], kinds

@@ -150,6 +150,9 @@ def test_a_training_job_runs_retries_and_completes_under_the_control_account(
     assert node.get("gpuType") == "a100", node  # the scheduler read the GPU request and type
     wait_for(lambda: ex.poll() or "started" in [e[0] for e in events], timeout_s=30,
              what="the executor to see the job running")
+    # `jobs logs` on a running job: its pod's log through the API server (kwok serves it).
+    kube.write_pod_log(["epoch 1 loss 0.693", "epoch 2 loss 0.412"])
+    assert ex.logs("churn-1") == ["epoch 1 loss 0.693", "epoch 2 loss 0.412"]
 
     end_pod(api, ns, first, exit_code=1)  # the worker crashes: the Job controller retries it
     second = running_pod(api, ns, other_than=frozenset({first["metadata"]["name"]}))
@@ -254,7 +257,11 @@ def test_a_job_waiting_for_gpus_is_not_started(kube: KubeCluster, api: Api, appl
              what="the pod refused by the scheduler and counted active by the Job controller")
     for _ in range(3):
         ex.poll()
-    assert [e[0] for e in events] == ["queued"], events
+    # Not started; the scheduler's reason reported (once) instead.
+    assert [e[0] for e in events] == ["queued", "waiting"], events
+    reason = events[1][2]["reason"]
+    assert reason.startswith("Unschedulable: 0/6 nodes are available") and \
+        "Insufficient nvidia.com/gpu" in reason, reason
     assert ex.cancel("big-1")
 
 
