@@ -385,7 +385,11 @@ class KubernetesExecutor:
             self._emit("failed", spec, "kubernetes job disappeared", reason="deleted")
             return JobOutcome(spec.job_id, False, None, t.failed + 1, "kubernetes job deleted")
         failed = int(st.failed or 0) if st else 0
-        if st is not None and _running(st) > 0 and t.state == "queued":
+        # A gang has started when every member runs: until then its members cannot train
+        # (they wait for each other), and the missing ones' reason is what to report.
+        # (A JobSet reports no ready count: its first active pod stands in.)
+        need = 1 if spec.uses_jobset else spec.pods
+        if st is not None and t.state == "queued" and _running(st) >= need:
             t.state = "running"
             t.running_since = time.time()
             self._emit("started", spec, f"{_running(st)} of {spec.workers} worker(s) running"
