@@ -131,15 +131,34 @@ def _stale(rest: Rest, aset: ApplySet, kinds: set[str],
     return sorted(stale, key=lambda r: (-_order(r), r.name))
 
 
-def plan_changes(rest: Rest, aset: ApplySet, manifests: list[dict[str, Any]]) -> list[Change]:
-    """What an apply would do (reads only)."""
+def plan_changes(rest: Rest, aset: ApplySet, manifests: list[dict[str, Any]], *,
+                 server_side: bool = True, force: bool = False) -> list[Change]:
+    """What an apply would do, writing nothing. Server-side, each existing member is applied
+    as a server dry run: ``unchanged`` when the server's answer is the object as it is, and a
+    conflict is refused as the apply would refuse it."""
     previous = _previous_kinds(rest, aset)
-    changes = [Change("patch" if rest.get(Ref.of(m)) is not None else "create", Ref.of(m))
-               for m in manifests]
+    changes = [Change(_would(rest, aset.member(m), server_side=server_side, force=force),
+                      Ref.of(m)) for m in manifests]
     wanted = {Ref.of(m) for m in manifests}
     changes += [Change("delete", r)
                 for r in _stale(rest, aset, previous | _group_kinds(manifests), wanted)]
     return changes
+
+
+def _would(rest: Rest, member: dict[str, Any], *, server_side: bool, force: bool) -> str:
+    live = rest.get(Ref.of(member))
+    if live is None:
+        return "create"
+    if not server_side or _client_side_owned(live, member["apiVersion"]):
+        return "patch"  # (taking a client-side apply's fields over is a write)
+    _, after = rest.apply(member, force=force, dry_run=True)
+    return "unchanged" if _content(after) == _content(live) else "patch"
+
+
+def _content(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without its field-ownership record (a dry run restamps its times)."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
 
 
 def apply_set(rest: Rest, aset: ApplySet, manifests: list[dict[str, Any]], *,
@@ -196,15 +215,10 @@ def upgrade_client_side(rest: Rest, manifest: dict[str, Any],
     meta = live.get("metadata") or {}
     entries = list(meta.get("managedFields") or [])
     version = manifest["apiVersion"]
-
-    def mine(e: dict[str, Any], managers: tuple[str, ...], op: str) -> bool:
-        return (e.get("manager") in managers and e.get("operation") == op
-                and not e.get("subresource") and e.get("apiVersion") == version)
-
-    old = [e for e in entries if mine(e, CLIENT_SIDE_MANAGERS, "Update")]
+    old = _client_side_owned(live, version)
     if not old:
         return live
-    applied = [e for e in entries if mine(e, (FIELD_MANAGER,), "Apply")]
+    applied = [e for e in entries if _entry_of(e, (FIELD_MANAGER,), "Apply", version)]
     fields: dict[str, Any] = {}
     for e in old + applied:
         _union(fields, e.get("fieldsV1") or {})
@@ -216,6 +230,17 @@ def upgrade_client_side(rest: Rest, manifest: dict[str, Any],
         {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
         {"op": "replace", "path": "/metadata/managedFields", "value": [*keep, merged]}])
     return rest.get(Ref.of(manifest)) or live
+
+
+def _entry_of(e: dict[str, Any], managers: tuple[str, ...], op: str, version: str) -> bool:
+    return (e.get("manager") in managers and e.get("operation") == op
+            and not e.get("subresource") and e.get("apiVersion") == version)
+
+
+def _client_side_owned(live: dict[str, Any], version: str) -> list[dict[str, Any]]:
+    """The object's field-ownership entries a client-side apply wrote."""
+    return [e for e in (live.get("metadata") or {}).get("managedFields") or []
+            if _entry_of(e, CLIENT_SIDE_MANAGERS, "Update", version)]
 
 
 def _union(into: dict[str, Any], more: dict[str, Any]) -> None:

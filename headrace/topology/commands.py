@@ -130,6 +130,7 @@ def run_apply(*, cluster_path: Path, namespace: str | None = None, dry_run: bool
         return plan, [yaml.safe_dump_all([aset.member(m) for m in manifests], sort_keys=False)]
     rest = Rest(api_client or kube_api_client(context))
     if dry_run:
-        return plan, [c.line(done=False) for c in plan_changes(rest, aset, manifests)]
+        return plan, [c.line(done=False) for c in plan_changes(
+            rest, aset, manifests, server_side=server_side, force=force_conflicts)]
     changes = apply_set(rest, aset, manifests, server_side=server_side, force=force_conflicts)
     return plan, [c.line(done=True) for c in changes]

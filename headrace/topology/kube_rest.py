@@ -157,13 +157,14 @@ class Rest:
                                   what=f"patching {ref}")
         self._ok(f"patching {ref}", status, data)
 
-    def apply(self, manifest: dict[str, Any], *, force: bool = False,
+    def apply(self, manifest: dict[str, Any], *, force: bool = False, dry_run: bool = False,
               field_manager: str = FIELD_MANAGER) -> tuple[bool, dict[str, Any]]:
         """Server-side apply as ``field_manager``: (created, the object the server holds). A
         field another manager set to another value is a conflict, refused unless ``force``
-        (the field is then taken over)."""
+        (the field is then taken over). ``dry_run``: the server's answer, nothing written."""
         ref = Ref.of(manifest)
-        query = [("fieldManager", field_manager)] + ([("force", "true")] if force else [])
+        query = [("fieldManager", field_manager)] + ([("force", "true")] if force else []) \
+            + ([("dryRun", "All")] if dry_run else [])
         status, data = self._call("PATCH", ref.path(), body=json.dumps(manifest), query=query,
                                   content_type=_APPLY, what=f"applying {ref}")
         if status == 409:

@@ -241,6 +241,9 @@ def test_server_side_apply_takes_over_removes_dropped_fields_and_refuses_conflic
             assert not {m for m, _ in owners} & set(CLIENT_SIDE_MANAGERS), (kind, owners)
     _, again = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
     assert all(line.startswith("unchanged ") for line in again), again
+    _, dry = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client,
+                                dry_run=True)  # server dry runs: the same answer, no write
+    assert all(line.startswith("unchanged ") for line in dry), dry
 
     # Someone scales the scorers by hand: server-side apply will not silently undo it.
     replicas = api.get(sts)["spec"]["replicas"]
@@ -248,6 +251,9 @@ def test_server_side_apply_takes_over_removes_dropped_fields_and_refuses_conflic
                             query=[("fieldManager", "kubectl-edit")],
                             content_type="application/merge-patch+json")
     assert status == 200
+    with pytest.raises(ConfigError, match=r"\.spec\.replicas.*kubectl-edit"):
+        commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client,
+                           dry_run=True)  # a dry run meets the same conflict
     with pytest.raises(ConfigError, match=r"\.spec\.replicas.*kubectl-edit") as refused:
         commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
     assert "\n" not in str(refused.value) and "--force-conflicts" in str(refused.value)
@@ -264,6 +270,10 @@ def test_server_side_apply_takes_over_removes_dropped_fields_and_refuses_conflic
     assert any(t.get("key") == inventory.GPU for t in pod.get("tolerations", []))
     data["scorer"] = {"gpus": 0, "cpuMillis": 500, "memoryMiB": 512, "maxPartitionsPerPod": 4}
     write(tmp_path, data)
+    _, dry = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client,
+                                dry_run=True)
+    assert "patch StatefulSet/headrace-clicks-r1" in dry and \
+        "unchanged ServiceAccount/headrace-scorer" in dry, dry
     _, cpu = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
     assert "patched StatefulSet/headrace-clicks-r1" in cpu, cpu
     pod = api.get(sts)["spec"]["template"]["spec"]
