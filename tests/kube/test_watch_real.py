@@ -65,6 +65,7 @@ def etcd_served() -> Iterator[KubeCluster]:
     cluster.stop()
 
 
+@pytest.mark.kube  # (its own control plane, not the `kube` fixture's)
 def test_a_watch_whose_version_etcd_compacted_lists_again_and_resumes(
         etcd_served: KubeCluster) -> None:
     from kubernetes import client
