@@ -276,10 +276,10 @@ class _Stream:
 
 
 def pod(name: str, phase: str = "Running", exit_code: int | None = None,
-        disrupted: bool = False) -> Any:
-    """A pod as the client returns it: its phase, trainer exit code and conditions."""
+        disrupted: bool = False, node: str | None = None) -> Any:
+    """A pod as the client returns it: its node, phase, trainer exit code and conditions."""
     term = NS(exit_code=exit_code, finished_at="2024-01-01T00:00:00Z") if exit_code else None
     cs = NS(name="trainer", state=NS(terminated=term))
     conds = [NS(type="DisruptionTarget", status="True")] if disrupted else []
-    return NS(metadata=NS(name=name), status=NS(phase=phase, container_statuses=[cs],
-                                                conditions=conds))
+    return NS(metadata=NS(name=name), spec=NS(node_name=node),
+              status=NS(phase=phase, container_statuses=[cs], conditions=conds))

@@ -12,6 +12,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,17 @@ def cluster() -> KubeCluster:
             _failed = f"cannot start the Kubernetes control plane: {exc}"
             pytest.fail(_failed)
     return _cluster
+
+
+def own_cluster(**options: Any) -> KubeCluster:
+    """A control plane of the caller's own (``KubeCluster`` options: other API server flags,
+    no controllers), started now; the caller stops it. Skips or fails as :func:`cluster`."""
+    if cached_bin() is None:
+        cluster()  # skips or fails, saying why
+    try:
+        return KubeCluster(bin_dir=cached_bin(), **options).start()
+    except KubeUnavailable as exc:
+        pytest.fail(f"cannot start a Kubernetes control plane: {exc}")
 
 
 def started() -> KubeCluster | None:

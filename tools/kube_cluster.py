@@ -163,8 +163,13 @@ class Component:
 class KubeCluster:
     """etcd + kube-apiserver + controller-manager + scheduler + kwok under one folder."""
 
-    def __init__(self, root: Path | None = None, *, bin_dir: Path | None = None) -> None:
+    def __init__(self, root: Path | None = None, *, bin_dir: Path | None = None,
+                 apiserver_args: Sequence[str] = (), controllers: bool = True) -> None:
+        """``apiserver_args``: more kube-apiserver flags; ``controllers=False``: etcd and the
+        API server only (no controller-manager, scheduler or kwok)."""
         self._own_root = root is None
+        self.apiserver_args = list(apiserver_args)
+        self.controllers = controllers
         self.root = root or Path(tempfile.mkdtemp(prefix="headrace-kube-"))
         self.bin = bin_dir or resolve_bin()
         self.components: dict[str, Component] = {}
@@ -189,7 +194,8 @@ class KubeCluster:
     def version(self) -> str:
         return self.bin.parent.name
 
-    def _write_kubeconfig(self, path: Path, token: str) -> None:
+    def write_kubeconfig(self, path: Path, token: str) -> None:
+        """A kubeconfig for this server acting with ``token``."""
         ca = base64.b64encode((self.root / "pki" / "ca.crt").read_bytes()).decode()
         path.write_text(json.dumps({
             "apiVersion": "v1", "kind": "Config", "current-context": "headrace-test",
@@ -212,9 +218,9 @@ class KubeCluster:
             # Its controllers act under its own name (no per-controller accounts): all rights.
             f'{tokens["cm"]},system:kube-controller-manager,uid-cm,"system:masters"\n'
             f'{tokens["kwok"]},kwok,uid-kwok,"system:masters"\n')
-        self._write_kubeconfig(self.kubeconfig, tokens["admin"])
+        self.write_kubeconfig(self.kubeconfig, tokens["admin"])
         for who in ("scheduler", "cm", "kwok"):
-            self._write_kubeconfig(self.root / f"{who}.kubeconfig", tokens[who])
+            self.write_kubeconfig(self.root / f"{who}.kubeconfig", tokens[who])
         b, r = self.bin, self.root
         c = self.components
         c["etcd"] = Component("etcd", [
@@ -243,7 +249,11 @@ class KubeCluster:
             "--enable-admission-plugins", "NamespaceLifecycle,ServiceAccount,PodSecurity,"
             "LimitRanger,ResourceQuota,DefaultTolerationSeconds,DefaultStorageClass",
             "--allow-privileged=false", "--profiling=false", "--cert-dir", str(pki),
-            "--endpoint-reconciler-type", "none", "--v", "1"],
+            "--endpoint-reconciler-type", "none",
+            # Pod logs come from kwok's kubelet API on the node's InternalIP (127.0.0.1); the
+            # nodes' Hostname addresses do not resolve.
+            "--kubelet-preferred-address-types", "InternalIP",
+            "--v", "1", *self.apiserver_args],
             r / "kube-apiserver.log")
         c["kube-controller-manager"] = Component("kube-controller-manager", [
             str(b / "kube-controller-manager"), "--kubeconfig", str(r / "cm.kubeconfig"),
@@ -263,13 +273,44 @@ class KubeCluster:
             "--leader-elect=false", "--v", "1"],
             r / "kube-scheduler.log")
         stages = self.bin.parent / "stages"
+        configs = [*sorted(stages.glob("*.yaml")), self._logs_config()]
+        kubelet = free_port()
         c["kwok"] = Component("kwok", [
             str(b / "kwok"), "--kubeconfig", str(r / "kwok.kubeconfig"),
-            "--config", ",".join(str(p) for p in sorted(stages.glob("*.yaml"))),
+            "--config", ",".join(str(p) for p in configs),
             "--manage-all-nodes=false", "--manage-nodes-with-label-selector", "type=kwok",
             "--node-lease-duration-seconds", "40", "--cidr", "10.244.0.0/16",
-            "--node-ip", "10.0.0.1", "--server-address", f"127.0.0.1:{free_port()}"],
+            # Every node's kubelet API (logs) is kwok's server: the API server reaches it at
+            # the node's InternalIP and kubelet port, over TLS it does not verify.
+            "--node-ip", "127.0.0.1", "--node-port", str(kubelet),
+            "--server-address", f"127.0.0.1:{kubelet}",
+            "--tls-cert-file", str(pki / "apiserver.crt"),
+            "--tls-private-key-file", str(pki / "apiserver.key")],
             r / "kwok.log")
+
+    @property
+    def pod_log(self) -> Path:
+        """The log every kwok pod's containers serve (the kubelet's CRI log format)."""
+        return self.root / "pod-logs" / "containers.log"
+
+    def _logs_config(self) -> Path:
+        self.pod_log.parent.mkdir(parents=True, exist_ok=True)
+        self.pod_log.touch()
+        path = self.root / "kwok-logs.yaml"
+        path.write_text(json.dumps({
+            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",
+            "metadata": {"name": "every-pod"},
+            "spec": {"selector": {}, "logs": [{"logsFile": str(self.pod_log),
+                                               "follow": False}]}}))
+        return path
+
+    def write_pod_log(self, lines: Sequence[str]) -> None:
+        """What every pod's container printed (stdout, stamped now): what the API server's
+        pod log endpoint returns through kwok from now on."""
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+        frac = f"{now % 1:.9f}"[1:]
+        self.pod_log.write_text("".join(f"{stamp}{frac}Z stdout F {line}\n" for line in lines))
 
     def start(self, *, timeout_s: float = 180.0) -> KubeCluster:
         t0 = time.monotonic()
@@ -282,12 +323,19 @@ class KubeCluster:
             self.components["kube-apiserver"].start()
             self._wait(lambda: self._http(f"{self.server}/readyz"), deadline,
                        "kube-apiserver ready")
-            for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
-                self.components[name].start()
-            # The default ServiceAccount appears once the controller-manager runs its controllers.
-            self._wait(lambda: self._http(
-                f"{self.server}/api/v1/namespaces/default/serviceaccounts/default"),
-                deadline, "the controller-manager's ServiceAccount controller")
+            if not self.controllers:
+                for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+                    del self.components[name]
+                self._wait(lambda: self._http(f"{self.server}/api/v1/namespaces/default"),
+                           deadline, "the default namespace")
+            else:
+                for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
+                    self.components[name].start()
+                # The default ServiceAccount appears once the controller-manager runs its
+                # controllers.
+                self._wait(lambda: self._http(
+                    f"{self.server}/api/v1/namespaces/default/serviceaccounts/default"),
+                    deadline, "the controller-manager's ServiceAccount controller")
         except BaseException:
             self.stop()
             raise

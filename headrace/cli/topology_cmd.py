@@ -118,14 +118,21 @@ def apply_cmd(
         "--context", help="The kubeconfig context (default: its current one).")] = None,
     previous: PreviousOpt = None,
     chart: ChartOpt = None,
+    server_side: Annotated[bool, typer.Option(
+        "--server-side/--client-side", help="Server-side apply as field manager 'headrace' "
+        "(default), or create and strategic-merge patch.")] = True,
+    force_conflicts: Annotated[bool, typer.Option(
+        "--force-conflicts", help="Take over fields another field manager set (server-side "
+        "apply refuses such conflicts otherwise).")] = False,
 ) -> None:
     """Render the chart with the plan's values and apply the scorer objects and the executor's
-    RBAC as one ApplySet: create or patch each, delete what an earlier apply made and this one
-    no longer wants."""
+    RBAC as one ApplySet: apply each, delete what an earlier apply made and this one no longer
+    wants."""
     from headrace.topology import commands
 
     _, lines = commands.run_apply(cluster_path=cluster, namespace=namespace, dry_run=dry_run,
                                  render=render, context=context, previous_path=previous,
-                                 chart=chart)
+                                 chart=chart, server_side=server_side,
+                                 force_conflicts=force_conflicts)
     for line in lines:
         typer.echo(line.rstrip("\n"))

@@ -11,11 +11,17 @@ An apply, in the KEP's order:
 1. read the parent; refuse a parent another tool manages;
 2. write the parent with the union of the old and new group-kinds (a crash after this still
    leaves every member findable);
-3. create or patch each member, labelled part-of;
+3. apply each member, labelled part-of: server-side apply as field manager ``headrace``
+   (a field another manager changed is a conflict, taken over only with ``force``), or,
+   client-side, create it or patch it with a strategic merge;
 4. list each group-kind by the part-of label; delete the members no longer wanted (the
    newest kinds first: a ScaledObject before its Deployment);
 5. write the parent with the new group-kinds only.
 A dry run does 1 and the reads of 3 and 4 and reports creates, patches and deletes.
+
+Server-side apply is the default: a field an earlier apply set and this one no longer renders
+(a GPU limit of a scorer turned CPU-only) is removed by the server; a strategic merge patch
+keeps it (client-side, kept for clusters or proxies without server-side apply).
 """
 
 from __future__ import annotations
@@ -27,7 +33,13 @@ from typing import Any
 
 from headrace import __version__
 from headrace.core.errors import ConfigError
-from headrace.topology.kube_rest import Ref, Rest, parse_group_kind
+from headrace.topology.kube_rest import (
+    CLIENT_SIDE_MANAGERS,
+    FIELD_MANAGER,
+    Ref,
+    Rest,
+    parse_group_kind,
+)
 
 PARENT_NAME = "headrace-topology"
 TOOLING = f"headrace/v{__version__}"
@@ -76,11 +88,12 @@ class ApplySet:
 
 @dataclass(frozen=True)
 class Change:
-    action: str  # create | patch | delete
+    action: str  # create | patch | unchanged | delete
     ref: Ref
 
     def line(self, *, done: bool) -> str:
-        verb = {"create": "created", "patch": "patched", "delete": "deleted"}[self.action]
+        verb = {"create": "created", "patch": "patched", "unchanged": "unchanged",
+                "delete": "deleted"}[self.action]
         return f"{verb if done else self.action} {self.ref}"
 
 
@@ -118,36 +131,118 @@ def _stale(rest: Rest, aset: ApplySet, kinds: set[str],
     return sorted(stale, key=lambda r: (-_order(r), r.name))
 
 
-def plan_changes(rest: Rest, aset: ApplySet, manifests: list[dict[str, Any]]) -> list[Change]:
-    """What an apply would do (reads only)."""
+def plan_changes(rest: Rest, aset: ApplySet, manifests: list[dict[str, Any]], *,
+                 server_side: bool = True, force: bool = False) -> list[Change]:
+    """What an apply would do, writing nothing. Server-side, each existing member is applied
+    as a server dry run: ``unchanged`` when the server's answer is the object as it is, and a
+    conflict is refused as the apply would refuse it."""
     previous = _previous_kinds(rest, aset)
-    changes = [Change("patch" if rest.get(Ref.of(m)) is not None else "create", Ref.of(m))
-               for m in manifests]
+    changes = [Change(_would(rest, aset.member(m), server_side=server_side, force=force),
+                      Ref.of(m)) for m in manifests]
     wanted = {Ref.of(m) for m in manifests}
     changes += [Change("delete", r)
                 for r in _stale(rest, aset, previous | _group_kinds(manifests), wanted)]
     return changes
 
 
-def apply_set(rest: Rest, aset: ApplySet, manifests: list[dict[str, Any]]) -> list[Change]:
-    """Apply ``manifests`` as the whole set: create or patch each, prune the rest."""
+def _would(rest: Rest, member: dict[str, Any], *, server_side: bool, force: bool) -> str:
+    live = rest.get(Ref.of(member))
+    if live is None:
+        return "create"
+    if not server_side or _client_side_owned(live, member["apiVersion"]):
+        return "patch"  # (taking a client-side apply's fields over is a write)
+    _, after = rest.apply(member, force=force, dry_run=True)
+    return "unchanged" if _content(after) == _content(live) else "patch"
+
+
+def _content(obj: dict[str, Any]) -> dict[str, Any]:
+    """The object without its field-ownership record (a dry run restamps its times)."""
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {**obj, "metadata": meta}
+
+
+def apply_set(rest: Rest, aset: ApplySet, manifests: list[dict[str, Any]], *,
+              server_side: bool = True, force: bool = False) -> list[Change]:
+    """Apply ``manifests`` as the whole set: apply each, prune the rest. ``server_side``:
+    server-side apply (``force``: take over fields other managers set); else create or
+    strategic-merge patch each."""
     previous = _previous_kinds(rest, aset)                               # 1
     current = _group_kinds(manifests)
-    _put(rest, aset.parent(previous | current))                          # 2
-    changes = []
-    for m in manifests:                                                  # 3
-        member = aset.member(m)
-        changes.append(Change("create" if rest.create(member) else "patch", Ref.of(m)))
-        if changes[-1].action == "patch":
-            rest.patch(member)
+    put = Writer(rest, server_side=server_side, force=force)
+    put(aset.parent(previous | current))                                 # 2
+    changes = [Change(put(aset.member(m)), Ref.of(m)) for m in manifests]  # 3
     wanted = {Ref.of(m) for m in manifests}
     for ref in _stale(rest, aset, previous | current, wanted):           # 4
         rest.delete(ref)
         changes.append(Change("delete", ref))
-    _put(rest, aset.parent(current))                                     # 5
+    put(aset.parent(current))                                            # 5
     return changes
 
 
-def _put(rest: Rest, manifest: dict[str, Any]) -> None:
-    if not rest.create(manifest):
-        rest.patch(manifest)
+@dataclass(frozen=True)
+class Writer:
+    """Writes one object; says whether it was created, patched or left unchanged."""
+
+    rest: Rest
+    server_side: bool = True
+    force: bool = False
+
+    def __call__(self, manifest: dict[str, Any]) -> str:
+        if not self.server_side:
+            if self.rest.create(manifest):
+                return "create"
+            self.rest.patch(manifest)
+            return "patch"
+        before = self.rest.get(Ref.of(manifest))
+        if before is not None:
+            before = upgrade_client_side(self.rest, manifest, before)
+        created, after = self.rest.apply(manifest, force=self.force)
+        if created or before is None:
+            return "create"
+        # The server writes nothing for an apply that changes nothing: same resourceVersion.
+        rv = (before.get("metadata") or {}).get("resourceVersion")
+        return "unchanged" if rv and rv == (after.get("metadata") or {}).get(
+            "resourceVersion") else "patch"
+
+
+def upgrade_client_side(rest: Rest, manifest: dict[str, Any],
+                        live: dict[str, Any]) -> dict[str, Any]:
+    """Hand the fields an earlier client-side apply owns to the server-side manager, as
+    ``kubectl apply --server-side`` does after ``kubectl apply``: otherwise the first
+    server-side apply conflicts with them (the server stored ``1Gi`` for ``1024Mi``), and a
+    field the render drops later stays, still owned by the old manager. Returns ``live`` as
+    it is now."""
+    meta = live.get("metadata") or {}
+    entries = list(meta.get("managedFields") or [])
+    version = manifest["apiVersion"]
+    old = _client_side_owned(live, version)
+    if not old:
+        return live
+    applied = [e for e in entries if _entry_of(e, (FIELD_MANAGER,), "Apply", version)]
+    fields: dict[str, Any] = {}
+    for e in old + applied:
+        _union(fields, e.get("fieldsV1") or {})
+    merged = {"manager": FIELD_MANAGER, "operation": "Apply", "apiVersion": version,
+              "time": (old + applied)[-1].get("time"), "fieldsType": "FieldsV1",
+              "fieldsV1": fields}
+    keep = [e for e in entries if e not in old and e not in applied]
+    rest.json_patch(Ref.of(manifest), [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": meta["resourceVersion"]},
+        {"op": "replace", "path": "/metadata/managedFields", "value": [*keep, merged]}])
+    return rest.get(Ref.of(manifest)) or live
+
+
+def _entry_of(e: dict[str, Any], managers: tuple[str, ...], op: str, version: str) -> bool:
+    return (e.get("manager") in managers and e.get("operation") == op
+            and not e.get("subresource") and e.get("apiVersion") == version)
+
+
+def _client_side_owned(live: dict[str, Any], version: str) -> list[dict[str, Any]]:
+    """The object's field-ownership entries a client-side apply wrote."""
+    return [e for e in (live.get("metadata") or {}).get("managedFields") or []
+            if _entry_of(e, CLIENT_SIDE_MANAGERS, "Update", version)]
+
+
+def _union(into: dict[str, Any], more: dict[str, Any]) -> None:
+    for key, sub in more.items():
+        _union(into.setdefault(key, {}), sub or {})

@@ -110,9 +110,11 @@ def kube_api_client(context: str | None = None) -> Any:
 def run_apply(*, cluster_path: Path, namespace: str | None = None, dry_run: bool = False,
               render: bool = False, previous_path: Path | None = None, api_client: Any = None,
               context: str | None = None, chart: Path | None = None,
-              options: ScorerOptions | None = None) -> tuple[Plan, list[str]]:
-    """Plan, render the chart, validate, then apply the objects as one ApplySet (creating,
-    patching, and deleting what an earlier apply made and this one no longer wants).
+              options: ScorerOptions | None = None, server_side: bool = True,
+              force_conflicts: bool = False) -> tuple[Plan, list[str]]:
+    """Plan, render the chart, validate, then apply the objects as one ApplySet (server-side
+    apply as field manager ``headrace``, or client-side create and patch; deleting what an
+    earlier apply made and this one no longer wants).
 
     ``render``: the objects as YAML, no cluster needed. ``dry_run``: the creates, patches and
     deletes an apply would make (reads the cluster, changes nothing).
@@ -128,5 +130,7 @@ def run_apply(*, cluster_path: Path, namespace: str | None = None, dry_run: bool
         return plan, [yaml.safe_dump_all([aset.member(m) for m in manifests], sort_keys=False)]
     rest = Rest(api_client or kube_api_client(context))
     if dry_run:
-        return plan, [c.line(done=False) for c in plan_changes(rest, aset, manifests)]
-    return plan, [c.line(done=True) for c in apply_set(rest, aset, manifests)]
+        return plan, [c.line(done=False) for c in plan_changes(
+            rest, aset, manifests, server_side=server_side, force=force_conflicts)]
+    changes = apply_set(rest, aset, manifests, server_side=server_side, force=force_conflicts)
+    return plan, [c.line(done=True) for c in changes]

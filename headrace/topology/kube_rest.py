@@ -1,5 +1,6 @@
-"""Create, patch, get, list and delete the kinds ``topology apply`` owns, through the kubernetes
-client's transport (its auth, TLS and proxy settings) with one code path for every kind.
+"""Apply (server-side), create, patch, get, list and delete the kinds ``topology apply`` owns,
+through the kubernetes client's transport (its auth, TLS and proxy settings) with one code path
+for every kind.
 
 The typed APIs need one method name per kind and deserialise into models that reject partial
 objects; apply only needs JSON in and out, so it sends plain REST requests.
@@ -32,6 +33,13 @@ KINDS: dict[tuple[str, str], tuple[str, str]] = {
 _STRATEGIC = "application/strategic-merge-patch+json"
 _MERGE = "application/merge-patch+json"
 _CUSTOM_GROUPS = {"keda.sh", "monitoring.coreos.com"}
+# Server-side apply: the server merges by its schema and owns the diff (fields this manager
+# applied before and no longer sends are removed); JSON is YAML.
+_APPLY = "application/apply-patch+yaml"
+_JSON_PATCH = "application/json-patch+json"
+FIELD_MANAGER = "headrace"
+# Who owns what the client-side path writes (before it named itself: the client's user agent).
+CLIENT_SIDE_MANAGERS = ("headrace-client-side", "OpenAPI-Generator")
 
 
 def group_of(api_version: str) -> str:
@@ -128,6 +136,7 @@ class Rest:
         """Create it; ``False`` if it already exists."""
         ref = Ref.of(manifest)
         status, data = self._call("POST", ref.path(collection=True), body=manifest,
+                                  query=[("fieldManager", CLIENT_SIDE_MANAGERS[0])],
                                   content_type="application/json", what=f"creating {ref}")
         if status == 409:
             return False
@@ -138,8 +147,31 @@ class Rest:
         ref = Ref.of(manifest)
         ctype = _MERGE if ref.group in _CUSTOM_GROUPS else _STRATEGIC
         status, data = self._call("PATCH", ref.path(), body=manifest, content_type=ctype,
+                                  query=[("fieldManager", CLIENT_SIDE_MANAGERS[0])],
                                   what=f"patching {ref}")
         self._ok(f"patching {ref}", status, data)
+
+    def json_patch(self, ref: Ref, ops: list[dict[str, Any]]) -> None:
+        """A JSON Patch (RFC 6902); a failed ``test`` op is a 422 -> ConfigError."""
+        status, data = self._call("PATCH", ref.path(), body=ops, content_type=_JSON_PATCH,
+                                  what=f"patching {ref}")
+        self._ok(f"patching {ref}", status, data)
+
+    def apply(self, manifest: dict[str, Any], *, force: bool = False, dry_run: bool = False,
+              field_manager: str = FIELD_MANAGER) -> tuple[bool, dict[str, Any]]:
+        """Server-side apply as ``field_manager``: (created, the object the server holds). A
+        field another manager set to another value is a conflict, refused unless ``force``
+        (the field is then taken over). ``dry_run``: the server's answer, nothing written."""
+        ref = Ref.of(manifest)
+        query = [("fieldManager", field_manager)] + ([("force", "true")] if force else []) \
+            + ([("dryRun", "All")] if dry_run else [])
+        status, data = self._call("PATCH", ref.path(), body=json.dumps(manifest), query=query,
+                                  content_type=_APPLY, what=f"applying {ref}")
+        if status == 409:
+            raise ConfigError(
+                f"applying {ref}: {_conflicts(data)} "
+                "(another field manager set these fields; --force-conflicts takes them over)")
+        return status == 201, dict(self._ok(f"applying {ref}", status, data))
 
     def names(self, ref: Ref, *, label_selector: str) -> list[str]:
         """Names of the objects of ``ref``'s kind and namespace carrying the labels."""
@@ -161,3 +193,12 @@ class Rest:
 def _one_line(exc: Any) -> str:
     lines = str(exc).strip().splitlines()
     return lines[0][:300] if lines else type(exc).__name__
+
+
+def _conflicts(status: Any) -> str:
+    """The server's conflict Status on one line: each field with its manager."""
+    causes = ((status or {}).get("details") or {}).get("causes") or []
+    if not causes:
+        return _one_line((status or {}).get("message") or "conflict")
+    return "conflicts: " + "; ".join(f"{c.get('field', '?')} ({c.get('message', '')})"
+                                     for c in causes)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from headrace.topology import kube_access
 from tests import real_kube
@@ -129,3 +130,14 @@ def namespace(api: Api) -> Iterator[str]:
     for obj in inventory.volume_objects(ns):
         if obj["kind"] == "PersistentVolume":
             api.request("DELETE", f"/api/v1/persistentvolumes/{obj['metadata']['name']}")
+
+
+@pytest.fixture
+def applied(tmp_path: Path, api_client: Any, namespace: str) -> str:
+    """The chart applied to the namespace (its ServiceAccounts, Role and RoleBinding)."""
+    from headrace.topology import commands
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(inventory.cluster_file()))
+    commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
+    return namespace

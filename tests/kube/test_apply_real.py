@@ -1,7 +1,8 @@
 """``headrace topology apply`` against a real kube-apiserver (tests/real_kube.py): the chart
 rendered for several value sets is admitted under the ``restricted`` Pod Security Standard, a
 second apply changes nothing, a removed stream's objects are pruned, and the scheduler binds the
-scorer pods where the placement plan says."""
+scorer pods where the placement plan says. Server-side apply: field ownership, conflicts with
+another manager refused unless forced, a dropped field removed, a client-side apply taken over."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
+from headrace.core.errors import ConfigError
 from headrace.topology import commands
 from headrace.topology.applyset import PART_OF, ApplySet
-from headrace.topology.kube_rest import KINDS
+from headrace.topology.kube_rest import CLIENT_SIDE_MANAGERS, KINDS
 from headrace.topology.values import ScorerOptions
 from tests.kube import inventory
 from tests.kube.conftest import Api, wait_for
@@ -135,11 +137,12 @@ def test_the_chart_is_admitted_placed_idempotent_and_pruned(
                 assert node["name"] in next(v["nodes"] for v in inventory.VOLUMES
                                             if v["name"] == g.volume)
 
-    # A second apply of the same file changes nothing on the server.
+    # A second apply of the same file changes nothing on the server (server-side apply
+    # writes nothing: each member's resourceVersion is the one read before).
     before = member_paths(api, namespace)
     _, second = commands.run_apply(cluster_path=path, namespace=namespace,
                                    api_client=api_client, options=options)
-    assert all(line.startswith("patched ") for line in second), second
+    assert all(line.startswith("unchanged ") for line in second), second
     assert member_paths(api, namespace) == before
 
     # A stream removed from the file: its objects are deleted, the others stay.
@@ -208,3 +211,71 @@ def all_pods_bound_except(api: Api, ns: str, group: str) -> bool:
                 != w["spec"]["replicas"]:
             return False
     return True
+
+
+def managers(obj: dict[str, Any]) -> set[tuple[str, str]]:
+    return {(e["manager"], e["operation"]) for e in obj["metadata"].get("managedFields", [])
+            if not e.get("subresource")}
+
+
+def test_server_side_apply_takes_over_removes_dropped_fields_and_refuses_conflicts(
+        tmp_path: Path, api: Api, api_client: Any, namespace: str) -> None:
+    """The client-side applier first (as a cluster applied before server-side apply), then
+    server-side: its fields are handed to the ``headrace`` manager; another manager's edit is
+    a conflict, refused unless forced; a GPU scorer turned CPU-only loses its GPU limit and
+    toleration (a strategic merge patch kept them)."""
+    data = inventory.cluster_file(streams=[{"name": "clicks", "partitions": 2,
+                                            "rackCycle": ["r1"], "replicationFactor": 1}])
+    path = write(tmp_path, data)
+    sts = f"/apis/apps/v1/namespaces/{namespace}/statefulsets/headrace-clicks-r1"
+    commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client,
+                       server_side=False)
+    assert ("headrace-client-side", "Update") in managers(api.get(sts))
+
+    _, taken = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
+    assert taken and not [line for line in taken if line.startswith(("created", "deleted"))]
+    for kind, plural in WORKLOADS.items():
+        for o in api.items(f"/apis/apps/v1/namespaces/{namespace}/{plural}"):
+            owners = managers(o)
+            assert ("headrace", "Apply") in owners, (kind, owners)
+            assert not {m for m, _ in owners} & set(CLIENT_SIDE_MANAGERS), (kind, owners)
+    _, again = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
+    assert all(line.startswith("unchanged ") for line in again), again
+    _, dry = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client,
+                                dry_run=True)  # server dry runs: the same answer, no write
+    assert all(line.startswith("unchanged ") for line in dry), dry
+
+    # Someone scales the scorers by hand: server-side apply will not silently undo it.
+    replicas = api.get(sts)["spec"]["replicas"]
+    status, _ = api.request("PATCH", sts, {"spec": {"replicas": replicas + 3}},
+                            query=[("fieldManager", "kubectl-edit")],
+                            content_type="application/merge-patch+json")
+    assert status == 200
+    with pytest.raises(ConfigError, match=r"\.spec\.replicas.*kubectl-edit"):
+        commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client,
+                           dry_run=True)  # a dry run meets the same conflict
+    with pytest.raises(ConfigError, match=r"\.spec\.replicas.*kubectl-edit") as refused:
+        commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
+    assert "\n" not in str(refused.value) and "--force-conflicts" in str(refused.value)
+    assert api.get(sts)["spec"]["replicas"] == replicas + 3
+    _, forced = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client,
+                                   force_conflicts=True)
+    assert "patched StatefulSet/headrace-clicks-r1" in forced
+    assert api.get(sts)["spec"]["replicas"] == replicas
+
+    # The scorers lose their GPU: the server drops the limit and the toleration headrace
+    # applied before and no longer renders.
+    pod = api.get(sts)["spec"]["template"]["spec"]
+    assert pod["containers"][0]["resources"]["limits"].get("nvidia.com/gpu") == "1"
+    assert any(t.get("key") == inventory.GPU for t in pod.get("tolerations", []))
+    data["scorer"] = {"gpus": 0, "cpuMillis": 500, "memoryMiB": 512, "maxPartitionsPerPod": 4}
+    write(tmp_path, data)
+    _, dry = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client,
+                                dry_run=True)
+    assert "patch StatefulSet/headrace-clicks-r1" in dry and \
+        "unchanged ServiceAccount/headrace-scorer" in dry, dry
+    _, cpu = commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
+    assert "patched StatefulSet/headrace-clicks-r1" in cpu, cpu
+    pod = api.get(sts)["spec"]["template"]["spec"]
+    assert "nvidia.com/gpu" not in pod["containers"][0]["resources"].get("limits", {}), pod
+    assert not any(t.get("key") == inventory.GPU for t in pod.get("tolerations", [])), pod

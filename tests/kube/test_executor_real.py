@@ -5,14 +5,12 @@ them, and the test decides how each pod ends."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from headrace.contracts import Framework, Resources
-from headrace.topology import commands, kube_access
+from headrace.topology import kube_access
 from headrace.trainers.executors.base import JobOutcome, JobSpec
 from headrace.trainers.executors.kubernetes import KubernetesExecutor, KubernetesExecutorConfig
 from tests.kube import inventory
@@ -32,15 +30,6 @@ def as_account(kube: KubeCluster, namespace: str, account: str) -> Any:
                               f"system:serviceaccount:{namespace}:{account}")
     client.set_default_header("Impersonate-Group", "system:serviceaccounts")
     return client
-
-
-@pytest.fixture
-def applied(tmp_path: Path, api_client: Any, namespace: str) -> str:
-    """The chart applied to the namespace (its ServiceAccounts, Role and RoleBinding)."""
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(inventory.cluster_file()))
-    commands.run_apply(cluster_path=path, namespace=namespace, api_client=api_client)
-    return namespace
 
 
 def can(api: Api, verb: str, resource: str, ns: str, *, group: str = "",
@@ -161,6 +150,9 @@ def test_a_training_job_runs_retries_and_completes_under_the_control_account(
     assert node.get("gpuType") == "a100", node  # the scheduler read the GPU request and type
     wait_for(lambda: ex.poll() or "started" in [e[0] for e in events], timeout_s=30,
              what="the executor to see the job running")
+    # `jobs logs` on a running job: its pod's log through the API server (kwok serves it).
+    kube.write_pod_log(["epoch 1 loss 0.693", "epoch 2 loss 0.412"])
+    assert ex.logs("churn-1") == ["epoch 1 loss 0.693", "epoch 2 loss 0.412"]
 
     end_pod(api, ns, first, exit_code=1)  # the worker crashes: the Job controller retries it
     second = running_pod(api, ns, other_than=frozenset({first["metadata"]["name"]}))
@@ -265,7 +257,11 @@ def test_a_job_waiting_for_gpus_is_not_started(kube: KubeCluster, api: Api, appl
              what="the pod refused by the scheduler and counted active by the Job controller")
     for _ in range(3):
         ex.poll()
-    assert [e[0] for e in events] == ["queued"], events
+    # Not started; the scheduler's reason reported (once) instead.
+    assert [e[0] for e in events] == ["queued", "waiting"], events
+    reason = events[1][2]["reason"]
+    assert reason.startswith("Unschedulable: 0/6 nodes are available") and \
+        "Insufficient nvidia.com/gpu" in reason, reason
     assert ex.cancel("big-1")
 
 
@@ -342,3 +338,42 @@ def test_a_job_past_its_deadline_is_failed_by_the_job_controller(
     [outcome] = outcomes
     assert not outcome.succeeded and "DeadlineExceeded" in (outcome.reason or ""), outcome
     assert events[-1][0] == "failed"
+
+
+def test_a_gang_that_only_partly_fits_is_bound_in_part_and_not_started(
+        kube: KubeCluster, api: Api, applied: str) -> None:
+    """No gang scheduler installed: the real scheduler binds each member where it fits. Four
+    CPU workers of 10 cores; three CPU nodes of 16 (the GPU nodes' taint keeps them off): three
+    run, one stays Pending. The executor does not call the gang started (its members wait for
+    each other) and reports the scheduler's reason for the fourth."""
+    ns = applied
+    events: list[tuple[str, str, dict[str, Any]]] = []
+    control = as_account(kube, ns, "headrace-control")
+    from kubernetes import client
+
+    ex = KubernetesExecutor(
+        config=KubernetesExecutorConfig(image=IMAGE, gpu_image=f"{IMAGE}-gpu", namespace=ns,
+                                        gang="none"),
+        batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
+        custom_api=client.CustomObjectsApi(control),
+        networking_api=client.NetworkingV1Api(control),
+        on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
+    ex.submit(JobSpec(job_id="gang-4", model_name="churn", framework=Framework.TENSORFLOW,
+                      resources=Resources(gpus=0, workers=4, cpu=10, memory_gib=2)))
+
+    def split() -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+        ex.poll()
+        pods = trainer_pods(api, ns)
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        refused = [p for p in pods if not p["spec"].get("nodeName") and any(
+            c["type"] == "PodScheduled" and c["status"] == "False"
+            for c in p["status"].get("conditions", []))]
+        return (running, refused) if len(running) == 3 and len(refused) == 1 else None
+
+    running, _ = wait_for(split, timeout_s=120, what="three workers Running, one refused")
+    assert {p["spec"]["nodeName"] for p in running} == {"cpu-c1", "cpu-c2", "cpu-c3"}
+    wait_for(lambda: ex.poll() or "waiting" in [e[0] for e in events], timeout_s=30,
+             what="the executor to report why the fourth waits")
+    assert [e[0] for e in events] == ["queued", "waiting"], events
+    assert "Insufficient cpu" in events[1][2]["reason"], events[1]
+    assert ex.cancel("gang-4")

@@ -1,7 +1,9 @@
 """A recording fake of the Kubernetes API server, plugged in as the real client's transport
 (``ApiClient().rest_client``): it keeps objects by URL and answers as an API server would --
 201 on create, 409 on an existing name, 200/404 on get, patch and delete, 415 for a whole object
-sent as a JSON Patch, and lists filtered by ``labelSelector`` (``key=value`` terms)."""
+sent as a JSON Patch, a server-side apply (``application/apply-patch+yaml``) as a create (201) or
+a replace (200) (``dryRun=All``: stored nowhere), and lists filtered by ``labelSelector``
+(``key=value`` terms)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ class FakeApiServer:
     def __init__(self) -> None:
         self.objects: dict[str, Any] = {}
         self.requests: list[tuple[str, str, str | None]] = []
+        self.queries: list[dict[str, str]] = []  # each request's query, in the same order
 
     def _list(self, path: str, query: dict[str, str]) -> dict[str, Any]:
         terms = [t.split("=", 1) for t in query.get("labelSelector", "").split(",") if t]
@@ -31,6 +34,7 @@ class FakeApiServer:
         path, query = parsed.path or "", dict(parse_qsl(parsed.query or ""))
         ctype = (headers or {}).get("Content-Type")
         self.requests.append((method, path, ctype))
+        self.queries.append(query)
         out: Any = {}
         if method == "POST":
             path = f"{path}/{body['metadata']['name']}"
@@ -43,10 +47,14 @@ class FakeApiServer:
             status = 200 if self.objects.pop(path, None) is not None else 404
         elif ctype == "application/json-patch+json" and not isinstance(body, list):
             status = 415
+        elif ctype == "application/apply-patch+yaml":
+            body = json.loads(body)
+            status = 200 if path in self.objects else 201
         else:
             status = 200 if path in self.objects else 404
         if method in ("POST", "PATCH") and status in (200, 201):
-            self.objects[path] = body
+            if query.get("dryRun") != "All":
+                self.objects[path] = body
             out = body
         resp = urllib3.HTTPResponse(body=json.dumps(out).encode(), status=status,
                                     headers={"Content-Type": "application/json"},

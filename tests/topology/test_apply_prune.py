@@ -56,7 +56,8 @@ def test_removing_a_stream_then_apply_deletes_its_objects(two_streams: Path) -> 
     views = ["PodDisruptionBudget/headrace-views-r2", "StatefulSet/headrace-views-r2",
              "Service/headrace-views-r2"]  # the reverse of creation order
     assert [line for line in dry if line.startswith("delete ")] == [f"delete {v}" for v in views]
-    assert {line.split()[0] for line in dry} == {"patch", "delete"}
+    # The others, applied server-side as a dry run, would not change.
+    assert {line.split()[0] for line in dry} == {"unchanged", "delete"}
     assert names(server, STS) >= {"headrace-views-r2"}  # a dry run changes nothing
 
     before = len(server.requests)
@@ -81,7 +82,10 @@ def test_a_dry_run_reads_only(two_streams: Path) -> None:
     before = len(server.requests)
     _, dry = commands.run_apply(cluster_path=two_streams, namespace="ml", api_client=api,
                                 dry_run=True)
-    assert {m for m, _, _ in server.requests[before:]} == {"GET"}
+    # Reads, and server-side applies as dry runs (the server writes nothing).
+    sent = list(zip(server.requests[before:], server.queries[before:], strict=True))
+    assert {m for (m, _, _), _ in sent} == {"GET", "PATCH"}
+    assert all(q.get("dryRun") == "All" for (m, _, _), q in sent if m != "GET")
     assert server.objects == snapshot and "delete StatefulSet/headrace-views-r2" in dry
     # With nothing applied yet, a dry run lists creates only.
     _, fresh = commands.run_apply(cluster_path=two_streams, namespace="ml",

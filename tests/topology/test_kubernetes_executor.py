@@ -68,7 +68,7 @@ def test_status_transitions_come_from_one_watch_and_logs_are_read_only_on_demand
     ex, fake, events = rig
     ex.submit(job())
     fake.status.active = 1
-    fake.pods = [pod("p0")]
+    fake.pods = [pod("p0", node="gpu-1")]
     fake.logs["p0"] = "2024-01-01T00:00:01Z epoch 1\n2024-01-01T00:00:02Z epoch 2\n"
     assert ex.poll() == []
     fake.status.failed = 1  # the pod crashed once; the Job controller retries it
@@ -79,16 +79,16 @@ def test_status_transitions_come_from_one_watch_and_logs_are_read_only_on_demand
     assert (outcome.succeeded, outcome.attempts) == (True, 2)
     assert [(k, m) for k, m, _ in events] == [
         ("queued", "kubernetes job train-job-1 created"),
-        ("started", "1 of 1 worker(s) running"),
+        ("started", "1 of 1 worker(s) running on gpu-1"),
         ("retrying", "worker failed (1 of 4 attempts used); resuming from the last checkpoint"),
         ("succeeded", "kubernetes job complete"),
     ]
     assert ex.active() == []
-    # One list, then one watch per pass: no per-job status reads, no pod lists, no logs
-    # but the one asked for.
+    # One list, then one watch per pass: no per-job status reads, no logs but the one asked
+    # for; the pods are listed once when they start (where they run) and for those logs.
     assert fake.count("get", "Job") == 0 and fake.count("list", "Job") == 1
     assert fake.count("watch", "Job") == 3
-    assert fake.count("log") == 1 and fake.count("list", "Pod") == 1
+    assert fake.count("log") == 1 and fake.count("list", "Pod") == 2
 
 
 def test_a_failed_jobs_pod_logs_are_mirrored_once_it_fails(rig: Any) -> None:

@@ -186,13 +186,15 @@ def test_dry_run_apply_is_the_chart_rendered_with_the_plan_values(
 def test_apply_creates_then_patches_every_object_through_the_kubernetes_client(
     cluster_file: Path,
 ) -> None:
+    """The client-side path (``--client-side``): POST, then strategic merge patches."""
     from headrace.topology import commands
 
     server = FakeApiServer()
     api = fake_client(server)
     _, dry = commands.run_apply(cluster_path=cluster_file, namespace="ml", render=True)
     manifests = [d for d in yaml.safe_load_all(dry[0]) if d]
-    _, first = commands.run_apply(cluster_path=cluster_file, namespace="ml", api_client=api)
+    _, first = commands.run_apply(cluster_path=cluster_file, namespace="ml", api_client=api,
+                                  server_side=False)
     assert first == [f"created {m['kind']}/{m['metadata']['name']}" for m in manifests]
     parent = server.objects.pop("/api/v1/namespaces/ml/configmaps/headrace-topology")
     assert sorted(server.objects.values(), key=_kind_name) == sorted(manifests, key=_kind_name)
@@ -200,7 +202,8 @@ def test_apply_creates_then_patches_every_object_through_the_kubernetes_client(
     assert "/apis/apps/v1/namespaces/ml/statefulsets/headrace-clicks-r1" in server.objects
     assert "/apis/rbac.authorization.k8s.io/v1/namespaces/ml/roles/headrace-control" in (
         server.objects)
-    _, again = commands.run_apply(cluster_path=cluster_file, namespace="ml", api_client=api)
+    _, again = commands.run_apply(cluster_path=cluster_file, namespace="ml", api_client=api,
+                                  server_side=False)
     assert again == [f"patched {m['kind']}/{m['metadata']['name']}" for m in manifests]
     patches = {ctype for method, _, ctype in server.requests if method == "PATCH"}
     assert patches == {"application/strategic-merge-patch+json"}
@@ -216,7 +219,7 @@ def test_keda_objects_are_applied_through_the_custom_objects_api(cluster_file: P
     opts = ScorerOptions(mode="consumer-group", keda=True, service_monitor=True)
     for _ in range(2):
         commands.run_apply(cluster_path=cluster_file, namespace="ml", api_client=api,
-                           options=opts)
+                           options=opts, server_side=False)
     scaled = {p for p in server.objects if "/apis/keda.sh/v1alpha1/namespaces/ml/" in p}
     assert scaled == {f"/apis/keda.sh/v1alpha1/namespaces/ml/scaledobjects/headrace-clicks-r{i}"
                       for i in (1, 2, 3)}

@@ -206,7 +206,8 @@ class ControlPlane:
 
     def on_executor_event(self, kind: str, message: str, *, job_id: str, **fields: Any) -> None:
         """Lifecycle an executor reports itself (the Kubernetes one: pods started, a pod
-        failed and the Job retries). Queued and the end are published by this class (from
+        failed and the Job retries, a pod the scheduler cannot place: ``waiting``, published
+        as QUEUED with the scheduler's reason). Queued and the end are published by this class (from
         ``submit`` and ``poll``); log lines and progress by the job itself. Pod log lines
         (read when a Kubernetes job fails) go to the job's log file, for ``jobs logs``."""
         if kind == JobEventKind.LOG:
@@ -216,18 +217,34 @@ class ControlPlane:
             except OSError as exc:
                 log.warning("job %s: cannot append to its log: %s", job_id, exc)
             return
-        if kind not in (JobEventKind.STARTED, JobEventKind.RETRYING):
+        if kind not in (JobEventKind.STARTED, JobEventKind.RETRYING, "waiting"):
             return
         try:
             req = jobs.read_request(self.root, job_id)
         except HeadraceError:
             return
         attempt = max(1, int(fields.get("attempt") or 1))
+        if kind == "waiting":  # still queued, and the scheduler says why
+            self._waiting(job_id, req, attempt, message, str(fields.get("reason") or message))
+            return
         reason = message if kind == JobEventKind.RETRYING else None
         if kind == JobEventKind.STARTED:
             self._mark_running(job_id)
         self._event(job_id, req, JobEventKind(kind), attempt=attempt, message=message,
                     reason=reason)
+
+    def _waiting(self, jid: str, req: TrainRequested, attempt: int, message: str,
+                 reason: str) -> None:
+        """A queued job whose pods the scheduler cannot place yet: ``jobs show`` and a second
+        QUEUED event (with the reason) say why."""
+        try:
+            st = jobs.read_status(self.root, jid)
+            if st is not None and st.state == JobState.QUEUED:
+                jobs.update_status(self.root, jid, reason=reason[:4096])
+        except (HeadraceError, OSError) as exc:
+            log.warning("job %s: cannot record why it waits: %s", jid, exc)
+        self._event(jid, req, JobEventKind.QUEUED, attempt=attempt, message=message[:16_384],
+                    reason=reason[:4096])
 
     def _mark_running(self, jid: str) -> None:
         """Pods run: ``status.json`` says so before the chief writes it (a member may block

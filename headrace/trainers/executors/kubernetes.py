@@ -86,6 +86,8 @@ class _Tracked:
     tried: bool = False  # a create was sent: a later 409 is our own Job, not a duplicate
     seen: set[str] = field(default_factory=set)  # Jobs the watch has shown (gone = deleted)
     running_since: float = 0.0  # wall time the attempt's pods were first seen running
+    waiting: str | None = None  # the scheduler's last reason for a Pending pod, as reported
+    waiting_checked: float = 0.0  # monotonic time the pods were last read for it
     last_log: dict[str, str] = field(default_factory=dict)  # pod -> last timestamp mirrored
 
 
@@ -109,6 +111,7 @@ class KubernetesExecutor:
         watch_s: float = 2.0,
         backoff_s: float = 0.5,
         api_tries: int = 4,
+        waiting_check_s: float = 5.0,
     ) -> None:
         self._config = config
         self._batch = batch_api
@@ -121,6 +124,9 @@ class KubernetesExecutor:
         self._watch_s = watch_s
         self._backoff_s = backoff_s
         self._api_tries = max(1, api_tries)
+        # A Job whose pods are not all running: its pods are read this often for the
+        # scheduler's reason (only then; a running job costs no pod reads).
+        self._waiting_check_s = waiting_check_s
         self._jobs: dict[str, _Tracked] = {}
         self._pending: list[str] = []  # job ids whose objects are still to be created
         self._outcomes: list[JobOutcome] = []
@@ -379,15 +385,25 @@ class KubernetesExecutor:
             self._emit("failed", spec, "kubernetes job disappeared", reason="deleted")
             return JobOutcome(spec.job_id, False, None, t.failed + 1, "kubernetes job deleted")
         failed = int(st.failed or 0) if st else 0
-        if st is not None and _running(st) > 0 and t.state == "queued":
+        # A gang has started when every member runs: until then its members cannot train
+        # (they wait for each other), and the missing ones' reason is what to report.
+        # (A JobSet reports no ready count: its first active pod stands in.)
+        need = 1 if spec.uses_jobset else spec.pods
+        if st is not None and t.state == "queued" and _running(st) >= need:
             t.state = "running"
             t.running_since = time.time()
-            self._emit("started", spec, f"{_running(st)} of {spec.workers} worker(s) running",
-                       attempt=failed + 1)
+            self._emit("started", spec, f"{_running(st)} of {spec.workers} worker(s) running"
+                       f"{self._nodes(spec)}", attempt=failed + 1)
+        elif st is not None and t.state == "queued" and int(st.active or 0) > _running(st):
+            self._report_waiting(t, attempt=failed + 1)
         if failed > t.failed:
             t.failed = failed
-            self._emit("retrying", spec, f"worker failed ({failed} of {spec.max_retries + 1} "
-                       "attempts used); resuming from the last checkpoint", attempt=failed + 1)
+            # The failure that ends the Job is not a retry (the Job controller marks it
+            # FailureTarget, then Failed; its pod count can arrive first).
+            if failed <= spec.max_retries and not _ending(st):
+                self._emit("retrying", spec, f"worker failed ({failed} of "
+                           f"{spec.max_retries + 1} attempts used); resuming from the last "
+                           "checkpoint", attempt=failed + 1)
         why = (verdict(Path(spec.dfs_root), spec.job_id, since=t.running_since,
                        watchdog_s=self._config.watchdog_s, startup_s=self._config.startup_s)
                if t.state == "running" else None)
@@ -447,6 +463,37 @@ class KubernetesExecutor:
         return _Status(sum(int(st.active or 0) for st in statuses),
                        max(int(st.failed or 0) for st in statuses), done + failed,
                        None if None in readies else sum(int(r) for r in readies if r))
+
+    def _pods(self, spec: TrainingJobSpec) -> list[Any]:
+        pods = self._call(lambda: self._core.list_namespaced_pod(
+            spec.namespace, label_selector=_selector(spec), _request_timeout=self._timeout),
+            missing_ok=True)
+        return list((pods.items if pods else None) or [])
+
+    def _nodes(self, spec: TrainingJobSpec) -> str:
+        """`` on NODE[, NODE]``: where the scheduler bound the attempt's running pods."""
+        try:
+            nodes = sorted({p.spec.node_name for p in self._pods(spec)
+                            if p.spec and p.spec.node_name and p.status
+                            and p.status.phase == "Running"})
+        except HeadraceError:  # the start is reported all the same
+            return ""
+        return f" on {', '.join(nodes)}" if nodes else ""
+
+    def _report_waiting(self, t: _Tracked, *, attempt: int) -> None:
+        """A pod of the attempt the scheduler cannot place: its reason, once per change."""
+        now = time.monotonic()
+        if t.waiting_checked and now - t.waiting_checked < self._waiting_check_s:
+            return
+        t.waiting_checked = now
+        try:
+            why = _unscheduled(self._pods(t.spec))
+        except HeadraceError:
+            return
+        if why is not None and why != t.waiting:
+            t.waiting = why
+            self._emit("waiting", t.spec, f"waiting for a node: {why}", reason=why,
+                       attempt=attempt)
 
     def logs(self, job_id: str) -> list[str]:
         """The job's pods' log lines now (``jobs logs``), tagged by gang member."""
@@ -570,6 +617,23 @@ def _member_tag(spec: TrainingJobSpec, pod: str) -> str | None:
         index = pod[len(prefix):].split("-", 1)[0] if pod.startswith(prefix) else ""
         if index.isdecimal():
             return tag if role == "scheduler" else f"{tag}{index}"
+    return None
+
+
+def _ending(st: Any) -> bool:
+    return any(c.type in ("Failed", "FailureTarget") and c.status == "True"
+               for c in (st.conditions or []))
+
+
+def _unscheduled(pods: list[Any]) -> str | None:
+    """``Reason: message`` of the first Pending pod the scheduler refused (``PodScheduled``
+    False), e.g. ``Unschedulable: 0/6 nodes are available: 6 Insufficient nvidia.com/gpu``."""
+    for pod in sorted(pods, key=lambda p: p.metadata.name):
+        if not pod.status or pod.status.phase != "Pending":
+            continue
+        for cond in pod.status.conditions or []:
+            if cond.type == "PodScheduled" and cond.status == "False":
+                return f"{cond.reason or 'Unschedulable'}: {cond.message or ''}".strip(": ")
     return None
 
 
