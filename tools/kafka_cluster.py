@@ -12,11 +12,9 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -27,6 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from headrace.core.child_process import die_with_parent
+from headrace.core.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 JARS_SCRIPT = HERE / "kafka_jars.sh"
@@ -81,18 +82,6 @@ def _cluster_id() -> str:
             return cid
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    # A broker must never outlive the process that started it (a killed pytest, a killed launcher).
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 @dataclass
 class KafkaNode:
     """One combined broker+controller node: its ports, its directory, its JVM."""
@@ -140,7 +129,7 @@ class KafkaNode:
         log.flush()
         self.proc = subprocess.Popen(self.java("kafka.Kafka", str(self.config_path)),
                                      stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         log.close()
 
     def signal(self, sig: int) -> None:

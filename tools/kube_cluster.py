@@ -15,13 +15,11 @@ from __future__ import annotations
 import argparse
 import base64
 import contextlib
-import ctypes
 import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -34,6 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from headrace.core.child_process import die_with_parent
+from headrace.core.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 BUILD_SCRIPT = HERE / "kube_build.sh"
@@ -77,18 +78,6 @@ def resolve_bin(*, build: bool = True) -> Path:
     if out.returncode != 0:
         raise KubeUnavailable(f"tools/kube_build.sh failed: {out.stderr.strip()[-2000:]}")
     return Path(out.stdout.strip().splitlines()[-1])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    # A component must never outlive the process that started it (a killed pytest).
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _etcd_minor(etcd: Path) -> int:
@@ -135,7 +124,7 @@ class Component:
     def start(self) -> None:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child holds it
         self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                                     stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         log.close()
 
     def alive(self) -> bool:

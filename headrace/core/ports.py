@@ -1,8 +1,10 @@
-"""Binding a listening port with an error that names the port and the setting that moves it."""
+"""Binding a listening port with an error that names the port and the setting that moves it,
+and choosing free loopback ports for the processes Headrace starts (one home for both)."""
 
 from __future__ import annotations
 
 import errno
+import socket
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -24,3 +26,25 @@ def bind(make: Callable[[], T], *, host: str, port: int, setting: str) -> T:
             raise ConfigError(f"cannot listen on {host}: no such local address ({setting})"
                               ) from None
         raise
+
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_ports(n: int, host: str = LOOPBACK) -> list[int]:
+    """``n`` distinct free ports on ``host`` (held open together while choosing)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """One free port on ``host``."""
+    return free_ports(1, host)[0]

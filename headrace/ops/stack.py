@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import IO
 
 from headrace.core.errors import FatalError
+from headrace.core.ports import free_port
 from headrace.core.settings import Settings
 from headrace.streams.broker import (
     MEMORY_ONLY_NOTICE,
@@ -38,12 +38,6 @@ from headrace.streams.topics import catalog
 
 GRACE_S = 15.0
 CLI = [sys.executable, "-c", "import sys; from headrace.cli import main; sys.exit(main())"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -18,17 +18,11 @@ from pathlib import Path
 from typing import IO
 
 from headrace.core.errors import FatalError, RetriableError
-from headrace.core.ports import bind
+from headrace.core.ports import bind, free_port
 
 MEMORY_ONLY_NOTICE = (
     "embedded broker (Tansu, memory storage): data is kept in memory only and is lost when it stops"
 )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def broker_binary() -> str:
@@ -72,7 +66,7 @@ class EmbeddedBroker:
         attempts = 1 if self.requested_port else 5
         last: Exception | None = None
         for _ in range(attempts):
-            self.port = self.requested_port or _free_port()
+            self.port = self.requested_port or free_port()
             try:
                 self._spawn()
                 self._wait_ready(timeout_s)

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from headrace.core.ports import free_port
 from headrace.core.settings import Settings
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.topics import catalog, data_topic, predictions_topic
@@ -196,19 +196,13 @@ def _ready(port: int) -> bool:
         return False
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def scorer_container(image: Image, container_dir: Path, settings: Settings,
                      conn: KafkaConnection, dfs: Path) -> Iterator[tuple[Container, int]]:
     stream = settings.streams[0]
     ensure_topics(conn, catalog(settings))
     publish_tf(dfs, stream)
-    port = _free_port()
+    port = free_port()
     c = Container(image, container_dir, [
         *_entrypoint(image), "score", stream, "--partitions", "0,1,2", "--http-port", str(port),
         "--device", "cpu", "--batch-size", "64", "--grace-s", "10",

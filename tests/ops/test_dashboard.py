@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -18,6 +17,7 @@ import pytest
 
 from headrace.contracts import JobEvent, JobEventKind
 from headrace.core.errors import RecordRef, ValidationFailed
+from headrace.core.ports import free_port
 from headrace.core.settings import Settings, load_settings
 from headrace.ops.dashboard import Dashboard
 from headrace.scorers.metrics import ScorerMetrics
@@ -30,12 +30,6 @@ from tests.browser import chromium, needs_chromium
 from tests.fixtures import eventually
 from tests.ops.dashboard_data import HISTORY, KEPT_WHY, MATRIX, REFUSED_WHY, write_dfs
 from tests.ops.http_json import get
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -71,7 +65,7 @@ def scorer_metrics(streams: Streams) -> Iterator[str]:
     m.waiting.observe_many(waiting)
     m.scoring.observe_many(scoring)
     m.latency.observe_many(waiting + scoring)
-    port = _free_port()
+    port = free_port()
     server, _thread = start_http_server(port, addr="127.0.0.1", registry=m.registry)
     yield f"http://127.0.0.1:{port}/metrics"
     server.shutdown()

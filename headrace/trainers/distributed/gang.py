@@ -12,13 +12,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO
 
+from headrace.core.ports import LOOPBACK, free_ports
 from headrace.trainers.distributed.peers import (
     dmlc_env,
     member_env,
@@ -27,22 +27,6 @@ from headrace.trainers.distributed.peers import (
     threads_per_worker,
 )
 from headrace.trainers.distributed.plan import GangPlan
-
-LOOPBACK = "127.0.0.1"
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct free loopback ports (held open together while choosing)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 @dataclass(frozen=True)
