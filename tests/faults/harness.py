@@ -315,15 +315,44 @@ def good_record(i: int) -> bytes:
     return json.dumps(vals, separators=(",", ":")).encode()
 
 
+class DataTopicKeys:
+    """Where each key of a data topic sits, read incrementally by a fresh consumer."""
+
+    def __init__(self, conn: KafkaConnection, topic: str) -> None:
+        self.conn, self.topic = conn, topic
+        self.where: dict[bytes, set[tuple[int, int]]] = defaultdict(set)
+        self._consumer: Consumer | None = None
+
+    def locate(self, keys: set[bytes], timeout_s: float) -> dict[bytes, set[tuple[int, int]]]:
+        """The offsets of ``keys``, reading on until all are found or ``timeout_s`` passes."""
+        if self._consumer is None:
+            self._consumer = from_the_start(self.conn, self.topic)
+        deadline = time.monotonic() + timeout_s
+        while not keys <= self.where.keys() and time.monotonic() < deadline:
+            for m in self._consumer.consume(10_000, 0.3):
+                key = m.key()
+                if m.error() is None and isinstance(key, bytes):
+                    self.where[key].add((int(m.partition() or 0), int(m.offset() or 0)))
+        return {k: self.where[k] for k in keys if k in self.where}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+
 class LoadGenerator:
     """Produce JSON records to ``data.<stream>`` at ``rate`` per second; remember acked offsets.
 
     ``epoch`` separates acknowledgements from before and after a broker restart (a memory-only
-    broker restarts its offsets from 0).
+    broker restarts its offsets from 0). An idempotent producer's retry of a batch the broker
+    already had is acknowledged without an offset (DUPLICATE_SEQUENCE_NUMBER, offset -1001):
+    ``all_acked`` finds those records by key (keys are unique) in the data topic.
     """
 
     def __init__(self, conn: KafkaConnection, stream: Stream, *, rate: float, total: int,
-                 idempotent: bool = True, make: Callable[[int], bytes] = good_record) -> None:
+                 idempotent: bool = True, make: Callable[[int], bytes] = good_record,
+                 keys: DataTopicKeys | None = None) -> None:
         conf: dict[str, Any] = {**conn.base(), "acks": "all", "linger.ms": 5,
                                 "enable.idempotence": idempotent,
                                 "message.timeout.ms": 120_000}
@@ -331,9 +360,12 @@ class LoadGenerator:
         self.stream, self.rate, self.total, self.make = stream, rate, total, make
         self.acked: dict[int, set[tuple[int, int]]] = defaultdict(set)
         self.acked_keys: dict[int, set[bytes]] = defaultdict(set)
+        self.no_offset: dict[int, set[bytes]] = defaultdict(set)  # acked keys, offset unknown
         self.failed: list[str] = []
         self.epoch = 0
         self.sent = 0
+        self.keys = keys if keys is not None else DataTopicKeys(conn, stream.data)
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="loadgen")
 
@@ -345,8 +377,13 @@ class LoadGenerator:
         if err is not None:
             self.failed.append(err.str())
             return
-        self.acked[self.epoch].add((msg.partition(), msg.offset()))  # epoch at ack time
-        self.acked_keys[self.epoch].add(msg.key())
+        with self._lock:  # epoch at ack time
+            offset = msg.offset()
+            if offset is None or offset < 0:
+                self.no_offset[self.epoch].add(msg.key())
+            else:
+                self.acked[self.epoch].add((msg.partition(), offset))
+            self.acked_keys[self.epoch].add(msg.key())
 
     def _run(self) -> None:
         t0 = time.monotonic()
@@ -376,8 +413,22 @@ class LoadGenerator:
         self._stop.set()
         self.join()
 
-    def all_acked(self) -> set[tuple[int, int]]:
-        return self.acked[self.epoch]
+    def all_acked(self, locate_timeout_s: float = 30.0) -> set[tuple[int, int]]:
+        """Every acknowledged record of this epoch as (partition, offset), those acknowledged
+        without an offset located by key; one the data topic does not hold fails the test."""
+        with self._lock:
+            acked = set(self.acked[self.epoch])
+            unknown = set(self.no_offset[self.epoch])
+        if unknown:
+            found = self.keys.locate(unknown, locate_timeout_s)
+            lost = sorted(unknown - found.keys())
+            assert not lost, (f"{len(lost)} records acknowledged without an offset are not in "
+                              f"{self.stream.data}: keys {lost[:10]}")
+            for where in found.values():
+                acked |= where
+            if self._stop.is_set():
+                self.keys.close()
+        return acked
 
 
 def produce_all(conn: KafkaConnection, topic: str, values: Sequence[tuple[bytes | None, Any]],

@@ -177,11 +177,26 @@ class LiveComparison:
         return True
 
     def snapshots(self, *, all_partitions: bool = False) -> list[LiveCounts]:
-        """A ``LiveCounts`` per partition changed since the last call (or every one)."""
+        """A ``LiveCounts`` per partition changed since the last call (or every one), but
+        none behind one another replica already published: the follower keeps the highest
+        ``next_offset``, the log cleaner the last record, so a stale one sent after a newer
+        (a replica that lost the partition and flushed late) would be what a scorer restarted
+        on the compacted topic resumes from."""
         with self.lock:
             which = sorted(self.parts) if all_partitions else sorted(self.dirty)
             self.dirty.clear()
-            return [self._record(p, self.parts[p]) for p in which]
+            return [self._record(p, self.parts[p]) for p in which
+                    if not self._superseded(p, self.parts[p])]
+
+    def _superseded(self, partition: int, pc: PartitionCounts) -> bool:
+        newer = (self.follower.newest(self.pair, partition)
+                 if self.follower is not None else None)
+        if newer is not None and newer.next_offset > pc.next_offset:
+            log.warning("not publishing live counts of %s up to offset %d: another scorer "
+                        "published them up to %d", self.pair.key(partition).decode(),
+                        pc.next_offset, newer.next_offset)
+            return True
+        return False
 
     def _record(self, partition: int, pc: PartitionCounts) -> LiveCounts:
         pr = self.pair
