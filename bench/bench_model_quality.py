@@ -335,19 +335,24 @@ def _csv_values(path: Path, x: np.ndarray, y: np.ndarray) -> Path:
     return path
 
 
-# --baselines: name -> (make, family or "regressor", text field or None for columns/images)
-BASELINE_SETS: dict[str, tuple[Callable[[Path], Path], str, str | None]] = {
-    "reviews": (lambda out: quality_heldout.reviews(out / "reviews.jsonl"), "text", "review"),
-    "helpdesk": (lambda out: quality_heldout.helpdesk(out / "helpdesk.jsonl"), "text",
-                 "ticket"),
-    "friedman": (lambda out: quality_heldout.friedman(out / "friedman.csv"), "regressor", None),
+# --baselines: name -> (make(out, seed), family or "regressor", text field or None for
+# columns, the seeds --seeds 3 takes: held-out generators at 3000+, development ones below)
+BASELINE_SETS: dict[str, tuple[Callable[[Path, int], Path], str, str | None, int]] = {
+    "reviews": (lambda out, s: quality_heldout.reviews(out / f"reviews{s}.jsonl", seed=s),
+                "text", "review", quality_heldout.SEED),
+    "helpdesk": (lambda out, s: quality_heldout.helpdesk(out / f"helpdesk{s}.jsonl", seed=s),
+                 "text", "ticket", quality_heldout.SEED),
+    "friedman": (lambda out, s: quality_heldout.friedman(out / f"friedman{s}.csv", seed=s),
+                 "regressor", None, quality_heldout.SEED),
+    "linear": (lambda out, s: quality_heldout.linear(out / f"linear{s}.csv", seed=s),
+               "regressor", None, quality_heldout.SEED),
     # development sets: the defaults were chosen on these
-    "tickets": (lambda out: quality_tickets.write(out / "tickets.jsonl", 1005), "text",
-                "ticket"),
-    "intents": (lambda out: intents(out), "text", "utterance"),
-    "diabetes": (diabetes, "regressor", None),
+    "tickets": (lambda out, s: quality_tickets.write(out / f"tickets{s}.jsonl", s), "text",
+                "ticket", 1005),
+    "intents": (lambda out, s: intents(out), "text", "utterance", 0),
+    "diabetes": (lambda out, s: diabetes(out), "regressor", None, 0),
 }
-HELD_OUT = ("reviews", "helpdesk", "friedman")
+HELD_OUT = ("reviews", "helpdesk", "friedman", "linear")
 
 
 def print_baselines(rows: list[dict[str, object]]) -> None:
@@ -381,6 +386,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="append each JSON line to this file")
     ap.add_argument("--baselines", action="store_true",
                     help="each family against its simple baseline on held-out sets")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="--baselines: this many seeds a set (generator seed, and for a fixed "
+                         "set such as diabetes the test split's)")
     ap.add_argument("--table", type=Path, default=None,
                     help="print the table of the JSON lines in this file, run nothing")
     args = ap.parse_args()
@@ -394,14 +402,16 @@ def main() -> None:
         root = args.root or Path(tempfile.mkdtemp(prefix="quality-"))
         out: list[dict[str, object]] = []
         for name in names:
-            make, family, field = BASELINE_SETS[name]
-            for row in quality_baselines.run(root, name, make, family=family,
-                                             frameworks=args.frameworks.split(","),
-                                             text_field=field):
-                out.append(row)
-                if args.out:
-                    with args.out.open("a") as f:
-                        f.write(json.dumps(row) + "\n")
+            make, family, field, first = BASELINE_SETS[name]
+            for seed in range(first, first + args.seeds):
+                for row in quality_baselines.run(
+                        root, f"{name}{seed}", lambda out, s=seed, m=make: m(out, s),  # type: ignore[misc]
+                        family=family, frameworks=args.frameworks.split(","),
+                        text_field=field, split_seed=seed - first):
+                    out.append({**row, "dataset": name, "seed": seed})
+                    if args.out:
+                        with args.out.open("a") as f:
+                            f.write(json.dumps(out[-1]) + "\n")
         print_baselines(out)
         return
     SEED = args.seed
