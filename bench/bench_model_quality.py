@@ -367,7 +367,8 @@ def print_baselines(rows: list[dict[str, object]]) -> None:
             base, base_s = f"ridge {r['ridge']:.3f}", str(r["ridge_seconds"])
         metric = "accuracy" if "bigram_lr" in r else "R²"
         got = f"failed: {r['error']}" if "error" in r else f"{metric} {r['default']:.3f}"
-        print(f"| {r['dataset']} ({r['family']}) | {r['train_rows']} / {r['test_rows']} | "
+        print(f"| {r['dataset']} {r.get('seed', '')} ({r['family']}) | "
+              f"{r['train_rows']} / {r['test_rows']} | "
               f"{r['framework']} | {got} | {base} | {r['seconds']} | {base_s} |")
 
 
