@@ -175,21 +175,39 @@ class _Text(gluon.HybridBlock):
             self.embed = gluon.nn.Embedding(
                 vocab, spec.embedding_dim,
                 weight_initializer=mx.init.Uniform(text_codec.EMBEDDING_INIT))
-            self.conv = gluon.nn.Conv1D(text_codec.conv_filters(spec.embedding_dim),
-                                        text_codec.CONV_WIDTH,
-                                        padding=text_codec.CONV_WIDTH // 2, activation="relu")
+            # The convolution as a dense layer over each position's window of embeddings:
+            # MXNet 1.9's oneDNN Conv1D output fails a later copy ("to.IsDefaultData()").
+            self.conv = gluon.nn.Dense(text_codec.conv_filters(spec.embedding_dim),
+                                       activation="relu", flatten=False)
             self.hidden = gluon.nn.Dense(spec.hidden[0], activation=spec.activation)
             self.drop = gluon.nn.Dropout(spec.dropout) if spec.dropout else None
             self.out = gluon.nn.Dense(n_out)
             self.ngram_logits = gluon.nn.Embedding(vocab, n_out, weight_initializer="zeros")
+
+    def _windows(self, F: Any, emb: Any) -> Any:
+        """``(n, tokens, CONV_WIDTH * dim)``: each token's embedding with its neighbours'
+        (zeros past either end: a same-padded convolution's input)."""
+        n = self.length
+        tokens = F.slice_axis(emb, axis=1, begin=0, end=n)
+        zero = F.zeros_like(F.slice_axis(tokens, axis=1, begin=0, end=1))
+        shifted = []
+        for off in range(-(text_codec.CONV_WIDTH // 2), text_codec.CONV_WIDTH // 2 + 1):
+            if off == 0 or abs(off) >= n:
+                shifted.append(tokens if off == 0 else F.concat(*[zero] * n, dim=1))
+            elif off < 0:  # the token |off| places before
+                shifted.append(F.concat(*[zero] * -off,
+                                        F.slice_axis(tokens, axis=1, begin=0, end=n + off), dim=1))
+            else:
+                shifted.append(F.concat(F.slice_axis(tokens, axis=1, begin=off, end=n),
+                                        *[zero] * off, dim=1))
+        return F.concat(*shifted, dim=2)
 
     def hybrid_forward(self, F: Any, ids: Any) -> Any:
         mask = F.expand_dims(ids > 0, axis=2)
         count = F.maximum(F.sum(mask, axis=1), 1.0)
         emb = self.embed(ids)
         pooled = F.broadcast_div(F.sum(F.broadcast_mul(emb, mask), axis=1), count)
-        tokens = F.transpose(F.slice_axis(emb, axis=1, begin=0, end=self.length), axes=(0, 2, 1))
-        conv = F.max(self.conv(tokens), axis=2)
+        conv = F.max(self.conv(self._windows(F, emb)), axis=1)
         x = self.hidden(F.concat(pooled, conv, dim=1))
         if self.drop is not None:
             x = self.drop(x)
