@@ -8,7 +8,7 @@ that is not worse than that start on the validation rows, give or take one epoch
 The ridge is fitted on what the linear term sees (the standardised ``features`` input) against
 the standardised label (the model outputs label units through ``plan.target``), its penalty
 chosen from ``ALPHAS`` by exact leave-one-out error (the closed form scikit-learn's ``RidgeCV``
-uses), so nothing is hand-set. Only tabular plans (every input numeric) get a start.
+uses), so nothing is hand-set. Only tabular plans (the numeric matrix alone) get a start.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from headrace.codecs import codec
 from headrace.codecs.stats import InputStats
-from headrace.store.signature import InputKind, ModelInput
+from headrace.store.signature import ModelInput
 
 ALPHAS = tuple(float(a) for a in np.logspace(-3, 3, 13))
 
@@ -60,8 +61,8 @@ def ridge_start(inputs: tuple[ModelInput, ...], stats: dict[str, InputStats],
                 target: tuple[float, float] | None) -> LinearStart | None:
     """The start of a tabular regressor (one numeric input with learned mean/std); None for
     anything else (categories, tensors, images, text: their layers start as they did)."""
-    if target is None or len(inputs) != 1 or inputs[0].kind != InputKind.NUMERIC:
-        return None
+    if target is None or len(inputs) != 1 or not codec(inputs[0].kind).tabular:
+        return None  # the tabular matrix alone (its codec says), standardised by mean/std
     inp = inputs[0]
     st = stats.get(inp.name)
     x = columns.get(inp.name)
