@@ -8,7 +8,7 @@ of the default, epochs run / best, the grid's and the study's best, seconds).
 
     PYTHONPATH=. nice -n 19 .venv/bin/python bench/bench_model_quality.py \
         [--datasets tickets,tables,moons,intents,letters32,shapes48,digits32,digits64] \
-        [--frameworks tensorflow,mxnet] [--grid] [--tune 16 [--parallel 2] [--pruner median]]
+        [--frameworks tensorflow,mxnet,torch] [--grid] [--tune 16 [--parallel 2] [--pruner median]]
 
 Dataset seeds: ``--seed`` (default 2000, the reported table); 1000 was the development run on
 which the defaults' patience was chosen (the tests use 0-100). The digits are scikit-learn's
@@ -21,7 +21,8 @@ against bag-of-words and bigram logistic regression, ``friedman`` for the regres
 ridge), each scored on a test
 split no job saw (bench/quality_baselines.py); ``--datasets`` picks among those, and the
 development sets (``tickets``, ``intents``, ``diabetes``) the defaults were chosen on can be
-named too. One table: dataset x framework x default x baselines x seconds.
+named too. One table: dataset x framework x default x baselines x seconds; with ``--seeds N``
+each set runs N seeds and a second table gives each dataset and framework's mean and spread.
 
 ``--tune N``: also a ``headrace tune`` study of N trials per dataset and framework, every trial
 an ordinary job through an embedded broker, ``headrace control`` and its local executor
@@ -335,19 +336,24 @@ def _csv_values(path: Path, x: np.ndarray, y: np.ndarray) -> Path:
     return path
 
 
-# --baselines: name -> (make, family or "regressor", text field or None for columns/images)
-BASELINE_SETS: dict[str, tuple[Callable[[Path], Path], str, str | None]] = {
-    "reviews": (lambda out: quality_heldout.reviews(out / "reviews.jsonl"), "text", "review"),
-    "helpdesk": (lambda out: quality_heldout.helpdesk(out / "helpdesk.jsonl"), "text",
-                 "ticket"),
-    "friedman": (lambda out: quality_heldout.friedman(out / "friedman.csv"), "regressor", None),
+# --baselines: name -> (make(out, seed), family or "regressor", text field or None for
+# columns, the seeds --seeds 3 takes: held-out generators at 3000+, development ones below)
+BASELINE_SETS: dict[str, tuple[Callable[[Path, int], Path], str, str | None, int]] = {
+    "reviews": (lambda out, s: quality_heldout.reviews(out / f"reviews{s}.jsonl", seed=s),
+                "text", "review", quality_heldout.SEED),
+    "helpdesk": (lambda out, s: quality_heldout.helpdesk(out / f"helpdesk{s}.jsonl", seed=s),
+                 "text", "ticket", quality_heldout.SEED),
+    "friedman": (lambda out, s: quality_heldout.friedman(out / f"friedman{s}.csv", seed=s),
+                 "regressor", None, quality_heldout.SEED),
+    "linear": (lambda out, s: quality_heldout.linear(out / f"linear{s}.csv", seed=s),
+               "regressor", None, quality_heldout.SEED),
     # development sets: the defaults were chosen on these
-    "tickets": (lambda out: quality_tickets.write(out / "tickets.jsonl", 1005), "text",
-                "ticket"),
-    "intents": (lambda out: intents(out), "text", "utterance"),
-    "diabetes": (diabetes, "regressor", None),
+    "tickets": (lambda out, s: quality_tickets.write(out / f"tickets{s}.jsonl", s), "text",
+                "ticket", 1005),
+    "intents": (lambda out, s: intents(out), "text", "utterance", 0),
+    "diabetes": (lambda out, s: diabetes(out), "regressor", None, 0),
 }
-HELD_OUT = ("reviews", "helpdesk", "friedman")
+HELD_OUT = ("reviews", "helpdesk", "friedman", "linear")
 
 
 def print_baselines(rows: list[dict[str, object]]) -> None:
@@ -361,15 +367,39 @@ def print_baselines(rows: list[dict[str, object]]) -> None:
             base, base_s = f"ridge {r['ridge']:.3f}", str(r["ridge_seconds"])
         metric = "accuracy" if "bigram_lr" in r else "R²"
         got = f"failed: {r['error']}" if "error" in r else f"{metric} {r['default']:.3f}"
-        print(f"| {r['dataset']} ({r['family']}) | {r['train_rows']} / {r['test_rows']} | "
+        print(f"| {r['dataset']} {r.get('seed', '')} ({r['family']}) | "
+              f"{r['train_rows']} / {r['test_rows']} | "
               f"{r['framework']} | {got} | {base} | {r['seconds']} | {base_s} |")
+
+
+def summarise_baselines(rows: list[dict[str, object]]) -> None:
+    """Per dataset and framework over its seeds: mean (min..max) of the default and of the
+    baseline it must beat (bigram LR, ridge), how many seeds it won, mean seconds."""
+    groups: dict[tuple[str, str], list[dict[str, object]]] = {}
+    for r in rows:
+        if "error" not in r:
+            groups.setdefault((str(r["dataset"]), str(r["framework"])), []).append(r)
+    print("\n| dataset | framework | seeds | default: mean (min..max) | baseline: mean "
+          "(min..max) | default - baseline: mean (min..max) | default s (mean) | "
+          "baseline s (mean) |\n|---|---|---|---|---|---|---|---|")
+    for (name, fw), rs in groups.items():
+        key = "bigram_lr" if "bigram_lr" in rs[0] else "ridge"
+        d = np.array([float(r["default"]) for r in rs])  # type: ignore[arg-type]
+        b = np.array([float(r[key]) for r in rs])  # type: ignore[arg-type]
+        s = np.mean([float(r["seconds"]) for r in rs])  # type: ignore[arg-type]
+        bs = np.mean([float(r[f"{key}_seconds"]) for r in rs])  # type: ignore[arg-type]
+        seeds = ",".join(str(r.get("seed", "")) for r in rs)
+        print(f"| {name} | {fw} | {seeds} | {d.mean():.3f} ({d.min():.3f}..{d.max():.3f}) | "
+              f"{'bigram LR' if key == 'bigram_lr' else 'ridge'} {b.mean():.3f} "
+              f"({b.min():.3f}..{b.max():.3f}) | {(d - b).mean():+.3f} "
+              f"({(d - b).min():+.3f}..{(d - b).max():+.3f}) | {s:.0f} | {bs:.1f} |")
 
 
 def main() -> None:
     global SEED
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", default=",".join(DATASETS))
-    ap.add_argument("--frameworks", default="tensorflow,mxnet")
+    ap.add_argument("--frameworks", default="tensorflow,mxnet,torch")
     ap.add_argument("--root", type=Path, default=None, help="scratch DFS (default: a temp dir)")
     ap.add_argument("--seed", type=int, default=SEED, help="dataset seed (1000: development)")
     ap.add_argument("--grid", action="store_true",
@@ -381,12 +411,17 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="append each JSON line to this file")
     ap.add_argument("--baselines", action="store_true",
                     help="each family against its simple baseline on held-out sets")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="--baselines: this many seeds a set (generator seed, and for a fixed "
+                         "set such as diabetes the test split's)")
     ap.add_argument("--table", type=Path, default=None,
                     help="print the table of the JSON lines in this file, run nothing")
     args = ap.parse_args()
     if args.table:
         saved = [json.loads(line) for line in args.table.read_text().splitlines() if line]
         (print_baselines if args.baselines else print_table)(saved)
+        if args.baselines:
+            summarise_baselines(saved)
         return
     if args.baselines:
         names = (HELD_OUT if args.datasets == ",".join(DATASETS)
@@ -394,15 +429,18 @@ def main() -> None:
         root = args.root or Path(tempfile.mkdtemp(prefix="quality-"))
         out: list[dict[str, object]] = []
         for name in names:
-            make, family, field = BASELINE_SETS[name]
-            for row in quality_baselines.run(root, name, make, family=family,
-                                             frameworks=args.frameworks.split(","),
-                                             text_field=field):
-                out.append(row)
-                if args.out:
-                    with args.out.open("a") as f:
-                        f.write(json.dumps(row) + "\n")
+            make, family, field, first = BASELINE_SETS[name]
+            for seed in range(first, first + args.seeds):
+                for row in quality_baselines.run(
+                        root, f"{name}{seed}", lambda out, s=seed, m=make: m(out, s),  # type: ignore[misc]
+                        family=family, frameworks=args.frameworks.split(","),
+                        text_field=field, split_seed=seed - first):
+                    out.append({**row, "dataset": name, "seed": seed})
+                    if args.out:
+                        with args.out.open("a") as f:
+                            f.write(json.dumps(out[-1]) + "\n")
         print_baselines(out)
+        summarise_baselines(out)
         return
     SEED = args.seed
     root = args.root or Path(tempfile.mkdtemp(prefix="quality-"))

@@ -38,11 +38,11 @@ def read_rows(path: Path) -> Rows:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
-def split(rows: Rows, classifier: bool) -> tuple[Rows, Rows]:
+def split(rows: Rows, classifier: bool, seed: int = 0) -> tuple[Rows, Rows]:
     from sklearn.model_selection import train_test_split
 
     y = [r["label"] for r in rows] if classifier else None
-    train, test = train_test_split(rows, test_size=0.2, stratify=y, random_state=0)
+    train, test = train_test_split(rows, test_size=0.2, stratify=y, random_state=seed)
     return list(train), list(test)
 
 
@@ -145,13 +145,14 @@ def ridge_baseline(train: Rows, test: Rows) -> dict[str, float]:
 
 
 def run(root: Path, name: str, make: Callable[[Path], Path], *, family: str,
-        frameworks: list[str], text_field: str | None = None) -> list[dict[str, Any]]:
+        frameworks: list[str], text_field: str | None = None,
+        split_seed: int = 0) -> list[dict[str, Any]]:
     """One set: its split, the baselines, then each framework's default."""
     classifier = family != "regressor"
     src = root / "sources"
     src.mkdir(parents=True, exist_ok=True)
     path = make(src)
-    train, test = split(read_rows(path), classifier)
+    train, test = split(read_rows(path), classifier, split_seed)
     train_path = write_rows(src / f"{name}-train{path.suffix}", train)
     base = (text_baselines(text_field, train, test) if text_field else
             ridge_baseline(train, test))

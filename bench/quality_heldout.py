@@ -12,6 +12,11 @@ were chosen on the development sets (``tickets`` from bench/quality_tickets.py a
   and 3 % flipped labels.
 - ``friedman``: scikit-learn's Friedman #1 (10 features, 5 of them noise) with noise 1.0 and
   columns on scales from 0.01 to 100: a smooth nonlinear regression.
+- ``linear``: a linear target where ridge is the right model (400 rows, 20 correlated columns,
+  8 informative, heavy noise, columns on scales from 0.01 to 100): the regressor must not lose
+  to ridge where there is nothing nonlinear to find (added with the ridge start, never tuned on).
+
+``--seeds N`` runs seeds 3000 .. 3000+N-1 of each generator.
 """
 
 from __future__ import annotations
@@ -119,6 +124,21 @@ def friedman(path: Path, rows: int = 1500, seed: int = SEED) -> Path:
     from sklearn.datasets import make_friedman1
 
     x, y = make_friedman1(n_samples=rows, n_features=10, noise=1.0, random_state=seed)
+    rng = np.random.default_rng(seed)
+    x = x * 10 ** rng.uniform(-2, 2, x.shape[1])
+    cols = {f"x{i}": pa.array(x[:, i]) for i in range(x.shape[1])}
+    cols["label"] = pa.array(y)
+    pcsv.write_csv(pa.table(cols), path)
+    return path
+
+
+def linear(path: Path, rows: int = 400, seed: int = SEED) -> Path:
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    from sklearn.datasets import make_regression
+
+    x, y = make_regression(n_samples=rows, n_features=20, n_informative=8, effective_rank=10,
+                           noise=6.0, random_state=seed)
     rng = np.random.default_rng(seed)
     x = x * 10 ** rng.uniform(-2, 2, x.shape[1])
     cols = {f"x{i}": pa.array(x[:, i]) for i in range(x.shape[1])}

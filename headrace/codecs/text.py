@@ -42,6 +42,13 @@ TEXT_MIN_WORDS = 3.0  # a string column averaging this many words a row is text,
 DEFAULT_LENGTH = 64  # tokens fed when an input states no max_length
 BIGRAM_BUCKETS = 1 << 15  # hashed bigram ids of a new built-in family's input
 WIDE_SCALE = 16.0  # the text family's linear part: its mean of n-gram logits times this
+CONV_WIDTH = 3  # the text family's convolution: tokens a window (word order past bigrams)
+EMBEDDING_INIT = 0.05  # embeddings start uniform in +-this (Keras' default, every framework)
+
+
+def conv_filters(embedding_dim: int) -> int:
+    """The text family's convolution filters: twice the embedding's width."""
+    return 2 * embedding_dim
 _BIGRAMS = "bigrams:"
 _MIX = 1_000_003  # odd multiplier of the pair hash (a prime: ids spread over the buckets)
 
@@ -61,6 +68,11 @@ def in_graph(inp: ModelInput, *, exported: bool) -> bool:
     if exported:
         return inp.vocabulary is None
     return "vocabulary" not in inp.preprocessing
+
+
+def token_count(inp: ModelInput) -> int:
+    """Token ids a row (the first ids; hashed bigrams follow when the input carries them)."""
+    return inp.max_length or DEFAULT_LENGTH
 
 
 def width(inp: ModelInput) -> int:

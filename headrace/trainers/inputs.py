@@ -29,6 +29,7 @@ from headrace.store.signature import (
     default_outputs,
     tabular_inputs,
 )
+from headrace.trainers.linear_start import LinearStart, ridge_start
 
 __all__ = [
     "FEATURES",
@@ -92,6 +93,7 @@ class ModelPlan:
     stats: dict[str, InputStats] = field(default_factory=dict)
     init_weights: Path | None = None
     target: tuple[float, float] | None = None  # regressor: (mean, std) of the training labels
+    linear_start: LinearStart | None = None  # a tabular regressor's linear term starts here
 
 
 def host_arrays(x: Inputs | np.ndarray, plan: ModelPlan,
@@ -167,8 +169,11 @@ def plan_for(*, spec: ModelSpec, x_train: Inputs, classes: tuple[str, ...], root
         # The model outputs label units: its last layer scales by the training labels' spread.
         std = float(np.std(y_train, dtype=np.float64))
         target = (float(np.mean(y_train, dtype=np.float64)), std if std > 1e-12 else 1.0)
+    stats = learn_stats(x_train, max_tokens=spec.max_tokens)
+    start = (ridge_start(x_train.signature, stats, x_train.columns, y_train, target)
+             if y_train is not None and spec.model == "mlp" and init is None else None)
     return ModelPlan(spec.model, x_train.signature, default_outputs(spec.task, classes), n_out,
-                     learn_stats(x_train, max_tokens=spec.max_tokens), init, target)
+                     stats, init, target, start)
 
 
 def export_signature(plan: ModelPlan, framework: Framework) -> tuple[ModelInput, ...]:

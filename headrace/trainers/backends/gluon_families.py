@@ -32,6 +32,7 @@ from headrace.codecs import InputStats, codec  # noqa: E402
 from headrace.codecs import text as text_codec  # noqa: E402
 from headrace.contracts import ModelSpec, Task  # noqa: E402
 from headrace.trainers.inputs import ModelPlan  # noqa: E402
+from headrace.trainers.linear_start import LinearStart  # noqa: E402
 
 Builder = Callable[[ModelSpec, ModelPlan], gluon.HybridBlock]
 FAMILIES: dict[str, Builder] = {}
@@ -89,9 +90,10 @@ class Net(gluon.HybridBlock):
 
 class _Dense(gluon.HybridBlock):
     """Flatten and concatenate every input, then dense layers (mlp); a regressor's output also
-    gets a linear term of the inputs (as the Keras mlp's)."""
+    gets a linear term of the inputs (as the Keras mlp's), a tabular one started from the
+    training split's ridge solution with the deep part at zero."""
 
-    def __init__(self, spec: ModelSpec, n_out: int) -> None:
+    def __init__(self, spec: ModelSpec, n_out: int, start: LinearStart | None = None) -> None:
         super().__init__()
         with self.name_scope():
             self.net = gluon.nn.HybridSequential()
@@ -99,8 +101,16 @@ class _Dense(gluon.HybridBlock):
                 self.net.add(gluon.nn.Dense(h, activation=spec.activation))
                 if spec.dropout:
                     self.net.add(gluon.nn.Dropout(spec.dropout))
-            self.net.add(gluon.nn.Dense(n_out))
-            self.linear = gluon.nn.Dense(n_out) if spec.task == Task.REGRESSOR else None
+            self.net.add(gluon.nn.Dense(n_out, **({} if start is None else {
+                "weight_initializer": "zeros"})))
+            self.linear = None
+            if start is not None:
+                self.linear = gluon.nn.Dense(
+                    n_out, in_units=start.weights.shape[0],
+                    weight_initializer=mx.init.Constant(mx.nd.array(start.weights.T)),
+                    bias_initializer=mx.init.Constant(mx.nd.array(start.bias)))
+            elif spec.task == Task.REGRESSOR:
+                self.linear = gluon.nn.Dense(n_out)
 
     def hybrid_forward(self, F: Any, *xs: Any) -> Any:
         x = F.concat(*[F.flatten(v) for v in xs], dim=1) if len(xs) > 1 else F.flatten(xs[0])
@@ -110,7 +120,7 @@ class _Dense(gluon.HybridBlock):
 
 @register("mlp")
 def mlp(spec: ModelSpec, plan: ModelPlan) -> gluon.HybridBlock:
-    return _Dense(spec, plan.n_outputs)
+    return _Dense(spec, plan.n_outputs, plan.linear_start)
 
 
 def _spatial(plan: ModelPlan) -> tuple[int, int]:
@@ -155,28 +165,54 @@ for _name in ZOO:
 
 class _Text(gluon.HybridBlock):
     """Wide and deep, as the Keras text family: the scaled mean of per-id logits over the
-    tokens and hashed bigrams, plus their mean embedding through a dense layer (padding left
-    out)."""
+    tokens and hashed bigrams, plus the mean embedding of every id (padding left out) beside a
+    convolution over the tokens' embeddings (max over positions), through a dense layer."""
 
-    def __init__(self, spec: ModelSpec, vocab: int, n_out: int) -> None:
+    def __init__(self, spec: ModelSpec, vocab: int, n_out: int, length: int) -> None:
         super().__init__()
+        self.length = length
         with self.name_scope():
-            self.embed = gluon.nn.Embedding(vocab, spec.embedding_dim)
+            self.embed = gluon.nn.Embedding(
+                vocab, spec.embedding_dim,
+                weight_initializer=mx.init.Uniform(text_codec.EMBEDDING_INIT))
+            # The convolution as a dense layer over each position's window of embeddings:
+            # MXNet 1.9's oneDNN Conv1D output fails a later copy ("to.IsDefaultData()").
+            self.conv = gluon.nn.Dense(text_codec.conv_filters(spec.embedding_dim),
+                                       activation="relu", flatten=False)
             self.hidden = gluon.nn.Dense(spec.hidden[0], activation=spec.activation)
             self.drop = gluon.nn.Dropout(spec.dropout) if spec.dropout else None
             self.out = gluon.nn.Dense(n_out)
             self.ngram_logits = gluon.nn.Embedding(vocab, n_out, weight_initializer="zeros")
 
+    def _windows(self, F: Any, emb: Any) -> Any:
+        """``(n, tokens, CONV_WIDTH * dim)``: each token's embedding with its neighbours'
+        (zeros past either end: a same-padded convolution's input)."""
+        n = self.length
+        tokens = F.slice_axis(emb, axis=1, begin=0, end=n)
+        zero = F.zeros_like(F.slice_axis(tokens, axis=1, begin=0, end=1))
+        shifted = []
+        for off in range(-(text_codec.CONV_WIDTH // 2), text_codec.CONV_WIDTH // 2 + 1):
+            if off == 0 or abs(off) >= n:
+                shifted.append(tokens if off == 0 else F.concat(*[zero] * n, dim=1))
+            elif off < 0:  # the token |off| places before
+                shifted.append(F.concat(*[zero] * -off,
+                                        F.slice_axis(tokens, axis=1, begin=0, end=n + off), dim=1))
+            else:
+                shifted.append(F.concat(F.slice_axis(tokens, axis=1, begin=off, end=n),
+                                        *[zero] * off, dim=1))
+        return F.concat(*shifted, dim=2)
+
     def hybrid_forward(self, F: Any, ids: Any) -> Any:
         mask = F.expand_dims(ids > 0, axis=2)
-        emb = F.broadcast_mul(self.embed(ids), mask)
-        pooled = F.broadcast_div(F.sum(emb, axis=1),
-                                 F.maximum(F.sum(mask, axis=1), 1.0))
-        x = self.hidden(pooled)
+        count = F.maximum(F.sum(mask, axis=1), 1.0)
+        emb = self.embed(ids)
+        pooled = F.broadcast_div(F.sum(F.broadcast_mul(emb, mask), axis=1), count)
+        conv = F.max(self.conv(self._windows(F, emb)), axis=1)
+        x = self.hidden(F.concat(pooled, conv, dim=1))
         if self.drop is not None:
             x = self.drop(x)
         wide = F.broadcast_div(F.sum(F.broadcast_mul(self.ngram_logits(ids), mask), axis=1),
-                               F.maximum(F.sum(mask, axis=1), 1.0))
+                               count)
         return self.out(x) + wide * text_codec.WIDE_SCALE
 
 
@@ -184,4 +220,4 @@ class _Text(gluon.HybridBlock):
 def text(spec: ModelSpec, plan: ModelPlan) -> gluon.HybridBlock:
     inp = plan.inputs[0]
     rows = text_codec.id_count(inp, len(plan.stats[inp.name].vocabulary))
-    return _Text(spec, rows, plan.n_outputs)
+    return _Text(spec, rows, plan.n_outputs, text_codec.token_count(inp))

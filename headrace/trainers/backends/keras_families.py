@@ -10,6 +10,7 @@ returning logits) plugs in as ``lambda spec, feats, plan: user_model(feats)`` or
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -85,10 +86,15 @@ def mlp(spec: ModelSpec, feats: dict[str, Any], plan: ModelPlan) -> Any:
         x = keras.layers.Dense(h, activation=spec.activation)(x)
         if spec.dropout:
             x = keras.layers.Dropout(spec.dropout)(x)
-    out = keras.layers.Dense(plan.n_outputs, name="logits")(x)
+    start = plan.linear_start  # a tabular regressor: ridge's solution, the deep part at zero
+    out = keras.layers.Dense(plan.n_outputs, name="logits",
+                             **({} if start is None else {"kernel_initializer": "zeros"}))(x)
     if spec.task == Task.REGRESSOR:  # plus a linear term: never worse than ridge for long
+        init = {} if start is None else {
+            "kernel_initializer": keras.initializers.Constant(start.weights),
+            "bias_initializer": keras.initializers.Constant(start.bias)}
         out = keras.layers.Add(name="with_linear")(
-            [out, keras.layers.Dense(plan.n_outputs, name="linear")(inputs)])
+            [out, keras.layers.Dense(plan.n_outputs, name="linear", **init)(inputs)])
     return out
 
 
@@ -130,13 +136,27 @@ for _name in APPLICATIONS:
 def text(spec: ModelSpec, feats: dict[str, Any], plan: ModelPlan) -> Any:
     """Wide and deep over the tokens and their hashed bigrams (the ids the text codec makes,
     padding masked): per-id logits averaged and scaled (a linear model of the n-grams: bigrams
-    see "not good" where a bag of words sees "good") plus the mean embedding through a dense
-    layer. Built-in layers only: the export loads on any Keras backend without Headrace."""
+    see "not good" where a bag of words sees "good") plus a deep part: the mean embedding of
+    every id beside a convolution over the tokens' embeddings (``CONV_WIDTH`` tokens a window,
+    max over positions), through a dense layer. Built-in layers only: the export loads on any
+    Keras backend without Headrace."""
     name, ids = next(iter(feats.items()))
     (inp,) = (i for i in plan.inputs if i.name == name)
     rows = text_codec.id_count(inp, len(plan.stats[name].vocabulary))
-    x = keras.layers.Embedding(rows, spec.embedding_dim, mask_zero=True, name="embedding")(ids)
-    x = keras.layers.GlobalAveragePooling1D()(x)
+    init = keras.initializers.RandomUniform(-text_codec.EMBEDDING_INIT, text_codec.EMBEDDING_INIT)
+    emb = keras.layers.Embedding(rows, spec.embedding_dim, mask_zero=True,
+                                 embeddings_initializer=init, name="embedding")(ids)
+    mean = keras.layers.GlobalAveragePooling1D()(emb)
+    tokens = text_codec.token_count(inp)
+    with warnings.catch_warnings():  # the crop drops the mask on purpose: the convolution
+        warnings.simplefilter("ignore", UserWarning)  # sees every position, as in torch/Gluon
+        conv = keras.layers.Cropping1D((0, text_codec.width(inp) - tokens),
+                                       name="tokens")(emb)
+    conv = keras.layers.Conv1D(text_codec.conv_filters(spec.embedding_dim),
+                               text_codec.CONV_WIDTH, padding="same", activation="relu",
+                               name="conv")(conv)
+    conv = keras.layers.GlobalMaxPooling1D()(conv)
+    x = keras.layers.Concatenate()([mean, conv])
     x = keras.layers.Dense(spec.hidden[0], activation=spec.activation)(x)
     deep = _head(spec, x, plan)
     wide = keras.layers.Embedding(rows, plan.n_outputs, mask_zero=True,

@@ -23,6 +23,7 @@ from headrace.codecs import InputStats, codec
 from headrace.codecs import text as text_codec
 from headrace.contracts import ModelSpec, Task
 from headrace.trainers.inputs import ModelPlan
+from headrace.trainers.linear_start import LinearStart
 
 Builder = Callable[[ModelSpec, ModelPlan], nn.Module]
 FAMILIES: dict[str, Builder] = {}
@@ -78,17 +79,28 @@ def _head(spec: ModelSpec, n_out: int) -> list[nn.Module]:
 class _Dense(nn.Module):
     """Flatten and concatenate every input, then dense layers (mlp)."""
 
-    def __init__(self, spec: ModelSpec, n_out: int) -> None:
+    def __init__(self, spec: ModelSpec, n_out: int, start: LinearStart | None = None) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         for h in spec.hidden:
             layers += [nn.LazyLinear(h), ACTIVATIONS[spec.activation]()]
             if spec.dropout:
                 layers.append(nn.Dropout(spec.dropout))
-        self.net = nn.Sequential(*layers, nn.LazyLinear(n_out))
-        # A regressor adds a linear term of its inputs (as the Keras family does): never worse
-        # than ridge for long.
-        self.linear = nn.LazyLinear(n_out) if spec.task == Task.REGRESSOR else None
+        last = (nn.LazyLinear(n_out) if start is None else
+                nn.Linear(spec.hidden[-1] if spec.hidden else start.weights.shape[0], n_out))
+        self.net = nn.Sequential(*layers, last)
+        # A regressor adds a linear term of its inputs (as the Keras family does); a tabular
+        # one starts from the training split's ridge solution with the deep part at zero.
+        self.linear: nn.Module | None = None
+        if start is not None:
+            self.linear = nn.Linear(start.weights.shape[0], start.weights.shape[1])
+            with torch.no_grad():
+                self.linear.weight.copy_(torch.from_numpy(start.weights.T.copy()))
+                self.linear.bias.copy_(torch.from_numpy(start.bias.copy()))
+                last.weight.zero_()
+                last.bias.zero_()
+        elif spec.task == Task.REGRESSOR:
+            self.linear = nn.LazyLinear(n_out)
 
     def forward(self, *xs: torch.Tensor) -> torch.Tensor:
         x = torch.cat([x.flatten(1) for x in xs], dim=1)
@@ -98,7 +110,7 @@ class _Dense(nn.Module):
 
 @register("mlp")
 def mlp(spec: ModelSpec, plan: ModelPlan) -> nn.Module:
-    return _Dense(spec, plan.n_outputs)
+    return _Dense(spec, plan.n_outputs, plan.linear_start)
 
 
 def _spatial(plan: ModelPlan) -> tuple[int, int]:
@@ -196,21 +208,31 @@ for _name in ("mobilenet_v2", "resnet50", "mobilenet", "vgg16"):
 class _Text(nn.Module):
     """Wide and deep over the codec's token and hashed-bigram ids (0 the padding), as the Keras
     and Gluon families: per-id logits averaged and scaled (a linear model of the n-grams) plus
-    the mean embedding through a dense layer."""
+    a deep part: the mean embedding of every id beside a convolution over the tokens' embeddings
+    (``CONV_WIDTH`` tokens a window, max over positions), through a dense layer."""
 
-    def __init__(self, spec: ModelSpec, rows: int, n_out: int) -> None:
+    def __init__(self, spec: ModelSpec, rows: int, n_out: int, length: int) -> None:
         super().__init__()
-        self.embed = nn.Embedding(rows, spec.embedding_dim, padding_idx=0)
-        self.hidden = nn.Sequential(nn.Linear(spec.embedding_dim, spec.hidden[0]),
+        d = spec.embedding_dim
+        self.length = length
+        self.embed = nn.Embedding(rows, d)
+        nn.init.uniform_(self.embed.weight, -text_codec.EMBEDDING_INIT, text_codec.EMBEDDING_INIT)
+        filters = text_codec.conv_filters(d)
+        self.conv = nn.Conv1d(d, filters, text_codec.CONV_WIDTH,
+                              padding=text_codec.CONV_WIDTH // 2)
+        self.hidden = nn.Sequential(nn.Linear(d + filters, spec.hidden[0]),
                                     ACTIVATIONS[spec.activation]())
         self.out = nn.Sequential(*_head(spec, n_out))
-        self.wide = nn.Embedding(rows, n_out, padding_idx=0)
+        self.wide = nn.Embedding(rows, n_out)
         nn.init.zeros_(self.wide.weight)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         mask = (ids > 0).unsqueeze(2).float()
         count = mask.sum(1).clamp(min=1.0)
-        deep = self.out(self.hidden((self.embed(ids) * mask).sum(1) / count))
+        emb = self.embed(ids)
+        mean = (emb * mask).sum(1) / count
+        conv = torch.relu(self.conv(emb[:, :self.length].transpose(1, 2))).amax(2)
+        deep = self.out(self.hidden(torch.cat([mean, conv], dim=1)))
         wide = (self.wide(ids) * mask).sum(1) / count
         return deep + text_codec.WIDE_SCALE * wide
 
@@ -219,7 +241,7 @@ class _Text(nn.Module):
 def text(spec: ModelSpec, plan: ModelPlan) -> nn.Module:
     inp = plan.inputs[0]
     rows = text_codec.id_count(inp, len(plan.stats[inp.name].vocabulary))
-    return _Text(spec, rows, plan.n_outputs)
+    return _Text(spec, rows, plan.n_outputs, text_codec.token_count(inp))
 
 
 def dummy_inputs(plan: ModelPlan, batch: int = 2) -> tuple[torch.Tensor, ...]:
