@@ -11,6 +11,11 @@ record acknowledged after the restart (a real Kafka would also keep the ones bef
 The data topic comes back a few seconds after the broker (``TOPIC_GAP_S``): meanwhile the
 scorer's consumer gets error events (unknown topic or partition, a partition count that
 changed), which killed it with ``SystemError`` before ``client_errors`` classified them.
+First, a client that is not Headrace's produces to it, and the broker auto-creates it with its
+default partition count (4 on Tansu, the stream had 3): the scorers must read all four (CI once
+saw this by chance, D42/D43). Headrace's own clients create nothing: the scorers create their
+lost topics again as at start (the compacted ``control.lineage`` with 1 partition, not the
+broker's 4).
 (tests/faults/kafka/test_cluster_restart.py restarts a whole Apache Kafka cluster likewise.)
 """
 
@@ -21,13 +26,13 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 
 from headrace.contracts import JobEvent, JobEventKind, JobState
 from headrace.streams.broker import EmbeddedBroker
-from headrace.streams.clients import KafkaConnection
+from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.reading import read_events
-from headrace.streams.topics import ControlTopics
+from headrace.streams.topics import LINEAGE, ControlTopics
 from headrace.trainers import api, jobs
 from tests.faults.conftest import needs_scorer
 from tests.faults.harness import (
@@ -40,6 +45,7 @@ from tests.faults.harness import (
     committed,
     ensure_stream_topics,
     figures,
+    good_record,
     publish_tiny_model,
     wait_covered,
 )
@@ -80,7 +86,13 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
         time.sleep(DOWN_S)
         load.epoch = 1  # records produced from now on belong to the restarted broker
         own_broker.start()
-        time.sleep(TOPIC_GAP_S)  # the scorer meets a broker without its topic
+        # A user's producer (auto-creation on, the client's default) meets a broker without
+        # the topic: Tansu creates it with 4 partitions.
+        foreign = Producer({"bootstrap.servers": own_broker.bootstrap})
+        foreign.produce(stream.data, good_record(0), b"foreign")
+        assert foreign.flush(15) == 0
+        assert partition_count(conn, stream.data) == 4, "the broker's default partitions"
+        time.sleep(TOPIC_GAP_S)  # the scorer meets a broker without its other topics
         ensure_stream_topics(conn, stream)
         up_at = time.monotonic()
         # Recovery: the first prediction of a record acknowledged by the restarted broker.
@@ -113,6 +125,8 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
                                   f"restart instead of reconnecting:\n{each.log_tail()}")
         assert load.acked[1], f"the load producer did not reconnect: {load.failed[:3]}"
         assert recovered_s is not None, f"no prediction after the restart:\n{s.log_tail()}"
+        # Created again by the scorers as their catalog says, not by a produce.
+        assert partition_count(conn, LINEAGE) == 1
         assert not c.missing, (f"{len(c.missing)} acknowledged records unscored: "
                                f"{where_missing(conn, stream, c.missing)}; the scorers hold: "
                                f"{[holding(each) for each in (s, s2)]}")
