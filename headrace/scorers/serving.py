@@ -206,7 +206,10 @@ def run(settings: Settings, scorer_settings: ScorerSettings, stop_event: threadi
 
 
 def install_signal_handlers(stop: threading.Event, *, grace_s: float) -> None:
-    """SIGTERM/SIGINT set ``stop``; a watchdog exits the process if it outlives ``grace_s``."""
+    """SIGTERM/SIGINT set ``stop``; a watchdog exits the process if it outlives ``grace_s``.
+    A fatal signal (a native library's abort or crash) prints every thread's stack first, so
+    a scorer never dies with nothing in its log (D41)."""
+    faulthandler.enable(file=sys.stderr, all_threads=True)
 
     def handle(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
