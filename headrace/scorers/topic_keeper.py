@@ -5,12 +5,13 @@ partition count, no compaction for a control topic: D42), so a topic that disapp
 or a broker that lost its data) stays gone until someone creates it. The scorer created its
 topics at start; when its loop retries (a produce, a flush, a commit) or its consumer says a topic
 or partition is unknown, it checks them again, at most once per ``every_s``, and creates the
-missing ones as at start, in one warning line.
+missing ones as at start, in one warning line, on a thread of its own.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -30,9 +31,21 @@ class TopicKeeper:
         self.replication_factor = replication_factor
         self.every_s, self.clock, self._ensure = every_s, clock, ensure
         self._last: float | None = None
+        self._thread: threading.Thread | None = None
         self.recreated: list[str] = []  # every topic created again, in order
 
-    def check(self, why: str) -> list[str]:
+    def check(self, why: str) -> None:
+        """``check_now`` on a thread of its own: the scoring loop never waits for the broker
+        (a metadata request may take the connection's whole timeout while it is away)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        if self._last is not None and self.clock() - self._last < self.every_s:
+            return
+        self._thread = threading.Thread(target=self.check_now, args=(why,), daemon=True,
+                                        name="topic-keeper")
+        self._thread.start()
+
+    def check_now(self, why: str) -> list[str]:
         """Create the topics that are missing now (rate-limited); the names created."""
         now = self.clock()
         if self._last is not None and now - self._last < self.every_s:

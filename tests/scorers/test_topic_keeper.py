@@ -8,6 +8,8 @@ when its loop retries or its consumer says a topic is unknown.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import uuid
 from typing import Any
 
@@ -39,7 +41,7 @@ def test_a_deleted_topic_is_created_again_with_its_partitions(
     delete_topics(conn, [name])
     keeper = TopicKeeper(conn, [spec])
     with caplog.at_level(logging.WARNING, "headrace.scorers.topic_keeper"):
-        assert keeper.check("flush failed: 3 messages not acknowledged") == [name]
+        assert keeper.check_now("flush failed: 3 messages not acknowledged") == [name]
     assert partition_count(conn, name) == 3
     assert f"{name}: 3 partition(s)" in caplog.text and "flush failed" in caplog.text
     delete_topics(conn, [name])
@@ -59,10 +61,32 @@ def test_checks_are_rate_limited_and_a_broker_away_is_not_an_error() -> None:
 
     keeper = TopicKeeper(KafkaConnection("127.0.0.1:1"), [TopicSpec("t", 2, "test")],
                          every_s=5.0, clock=clock, ensure=ensure)
-    assert keeper.check("x") == []  # the broker is away: nothing, no exception
+    assert keeper.check_now("x") == []  # the broker is away: nothing, no exception
     clock.t += 1.0
-    assert keeper.check("x") == [] and len(calls) == 1  # within every_s: not asked
+    assert keeper.check_now("x") == [] and len(calls) == 1  # within every_s: not asked
     clock.t += 5.0
-    assert keeper.check("x") == ["t"] and keeper.recreated == ["t"]
+    assert keeper.check_now("x") == ["t"] and keeper.recreated == ["t"]
     clock.t += 5.0
-    assert keeper.check("x") == [] and len(calls) == 3
+    assert keeper.check_now("x") == [] and len(calls) == 3
+
+
+def test_the_loop_never_waits_for_the_check() -> None:
+    """The loop's call returns at once: the broker may take its whole timeout to answer."""
+    release = threading.Event()
+    asked: list[str] = []
+
+    def slow(conn: Any, specs: Any, **kw: Any) -> list[str]:
+        asked.append("x")
+        release.wait(10)
+        return []
+
+    keeper = TopicKeeper(KafkaConnection("127.0.0.1:1"), [TopicSpec("t", 2, "test")],
+                         every_s=0.0, ensure=slow)
+    t0 = time.monotonic()
+    keeper.check("commit failed")
+    keeper.check("commit failed")  # one check at a time
+    assert time.monotonic() - t0 < 1.0
+    release.set()
+    assert keeper._thread is not None
+    keeper._thread.join(5)
+    assert asked == ["x"]
