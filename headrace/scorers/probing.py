@@ -72,11 +72,9 @@ class ProbeState:
         """Why the scorer is stalled, or None."""
         if not self.started or self.stopping:
             return None
-        idle = self.group_standstill()
-        if idle is not None and idle[0] > self.stall_s:
-            return (f"stalled: holding no partition while the group has committed nothing for "
-                    f"{idle[0]:.0f}s (HEADRACE_SCORER_STALL_S={self.stall_s:g}) and "
-                    f"{idle[1]} records wait: no member is consuming them")
+        standstill = self._standstill()
+        if standstill is not None:
+            return standstill
         lag = self.lag()
         behind = {tp: n for tp, n in (lag or {}).items() if n > 0}
         if not behind:
@@ -94,6 +92,15 @@ class ProbeState:
         return (f"stalled: consumed nothing for {since:.0f}s (HEADRACE_SCORER_STALL_S="
                 f"{self.stall_s:g}) while {len(behind)} assigned partition(s) hold "
                 f"{sum(behind.values())} unconsumed records{cause}")
+
+    def _standstill(self) -> str | None:
+        """Holding no partition while the group commits nothing and records wait."""
+        idle = self.group_standstill()
+        if idle is None or idle[0] <= self.stall_s:
+            return None
+        return (f"stalled: holding no partition while the group has committed nothing for "
+                f"{idle[0]:.0f}s (HEADRACE_SCORER_STALL_S={self.stall_s:g}) and "
+                f"{idle[1]} records wait: no member is consuming them")
 
     def live(self) -> tuple[bool, dict[str, object]]:
         if not self.started:
@@ -126,7 +133,7 @@ class ProbeState:
         if not self.started:
             return self._verdict("ready", "starting", f"not scoring yet: {self.phase}", info)
         if parts <= 0:
-            stalled = self.stalled()  # the group's standstill, said rather than "none held"
+            stalled = self._standstill()  # said rather than "none held"
             if stalled is not None:
                 return self._verdict("ready", "stalled", stalled, info)
             return self._verdict("ready", "no_partitions", "no partitions assigned", info)
