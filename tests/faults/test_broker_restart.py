@@ -22,6 +22,7 @@ broker's 4).
 from __future__ import annotations
 
 import json
+import signal
 import time
 from pathlib import Path
 
@@ -85,12 +86,19 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
         down_at = time.monotonic()
         time.sleep(DOWN_S)
         load.epoch = 1  # records produced from now on belong to the restarted broker
-        own_broker.start()
-        # A user's producer (auto-creation on, the client's default) meets a broker without
-        # the topic: Tansu creates it with 4 partitions.
-        foreign = Producer({"bootstrap.servers": own_broker.bootstrap})
-        foreign.produce(stream.data, good_record(0), b"foreign")
-        assert foreign.flush(15) == 0
+        # A user's producer (auto-creation on, the client's default) meets the broker without
+        # the topic before the scorers do (they are paused for it: else they may create it
+        # first): Tansu creates it with 4 partitions.
+        for each in (s, s2):
+            each.signal(signal.SIGSTOP)
+        try:
+            own_broker.start()
+            foreign = Producer({"bootstrap.servers": own_broker.bootstrap})
+            foreign.produce(stream.data, good_record(0), b"foreign")
+            assert foreign.flush(15) == 0
+        finally:
+            for each in (s, s2):
+                each.signal(signal.SIGCONT)
         assert partition_count(conn, stream.data) == 4, "the broker's default partitions"
         time.sleep(TOPIC_GAP_S)  # the scorer meets a broker without its other topics
         ensure_stream_topics(conn, stream)
