@@ -208,8 +208,10 @@ def run(settings: Settings, scorer_settings: ScorerSettings, stop_event: threadi
 def install_signal_handlers(stop: threading.Event, *, grace_s: float) -> None:
     """SIGTERM/SIGINT set ``stop``; a watchdog exits the process if it outlives ``grace_s``.
     A fatal signal (a native library's abort or crash) prints every thread's stack first, so
-    a scorer never dies with nothing in its log (D41)."""
+    a scorer never dies with nothing in its log (D41); SIGUSR2 prints them and goes on (where
+    is a scorer that does nothing stuck?)."""
     faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True)
 
     def handle(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():

@@ -137,7 +137,8 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
         assert partition_count(conn, LINEAGE) == 1
         assert not c.missing, (f"{len(c.missing)} acknowledged records unscored: "
                                f"{where_missing(conn, stream, c.missing)}; the scorers hold: "
-                               f"{[holding(each) for each in (s, s2)]}")
+                               f"{[holding(each) for each in (s, s2)]}; where they are:\n"
+                               f"{stacks(s)}\n{stacks(s2)}")
         assert not c.non_identical
         for each in (s, s2):
             rc, _ = each.terminate()
@@ -206,6 +207,20 @@ def where_missing(conn: KafkaConnection, stream: Stream, missing: list[tuple[int
         return "; ".join(out)
     finally:
         c.close()
+
+
+def stacks(scorer: ScorerProcess) -> str:
+    """Every thread's stack, which a scorer prints on SIGUSR2, and its probes' bodies."""
+    if not scorer.alive():
+        return f"(exited {scorer.proc.returncode})"
+    before = scorer.log_path.stat().st_size
+    scorer.signal(signal.SIGUSR2)
+    time.sleep(1.0)
+    with scorer.log_path.open("rb") as f:
+        f.seek(before)
+        dump = f.read().decode(errors="replace")
+    probes = [(p, scorer.probe(p)) for p in ("/livez", "/readyz")]
+    return f"{scorer.log_path.name} {probes}:\n{dump[-6000:]}"
 
 
 def holding(scorer: ScorerProcess) -> str:

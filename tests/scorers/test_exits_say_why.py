@@ -55,6 +55,20 @@ def test_a_scorer_past_its_grace_says_where_it_was_stuck() -> None:
     assert "in stuck_in_a_flush" in r.stderr, r.stderr
 
 
+def test_sigusr2_prints_where_each_thread_is_and_the_scorer_goes_on() -> None:
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    p = subprocess.Popen([sys.executable, "-c", SCRIPT, "hang"], env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    assert p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGUSR2)
+    first = p.stderr.readline()
+    assert first.startswith(("Thread 0x", "Current thread")), first
+    assert p.poll() is None  # still running
+    p.kill()
+    p.communicate(timeout=30)
+
+
 def test_the_harness_says_how_a_process_ended() -> None:
     assert exit_note(None) == ""
     assert "SIGKILL (exit -9)" in exit_note(-9)
