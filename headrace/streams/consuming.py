@@ -210,22 +210,18 @@ class BatchConsumer:
     def rejoin(self, why: str) -> None:
         """A new member in place of this one (subscription only): seen after a broker restart,
         a member that lost its partitions polled on for minutes and was never given any again
-        while its group left the records unread (D45). The old consumer is closed first, on a
-        thread of its own waited for at most ``CLOSE_WAIT_S``; its callbacks are ignored."""
+        while its group left the records unread (D45). The old consumer is closed on a thread
+        of its own, its callbacks ignored (it may hang on a broker that forgot it)."""
         if self.partitions_static:
             return
         log.warning("rejoining the group with a new consumer: %s", why)
         old, self.consumer = self.consumer, Consumer(self._config)
         self._set_assigned(self.assignment(), add=False)
         self.rewinds += 1  # what was consumed before is stale: read again from the commits
-        # The old member leaves first: leaving after the new one joined would rebalance the
-        # group at once, the very step a member was seen never to come back from.
-        closing = threading.Thread(target=_close_quietly, args=(old,), daemon=True,
-                                   name="retired-consumer")
-        closing.start()
-        closing.join(CLOSE_WAIT_S)
         self.consumer.subscribe(self.topics, on_assign=self._assign_cb,
                                 on_revoke=self._revoke_cb, on_lost=self._revoke_cb)
+        threading.Thread(target=_close_quietly, args=(old,), daemon=True,
+                         name="retired-consumer").start()
 
     def _assign_cb(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         if consumer is not self.consumer:
@@ -343,9 +339,6 @@ class BatchConsumer:
             self.consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.warning("consumer close: %s", exc)
-
-
-CLOSE_WAIT_S = 10.0  # a retired consumer's close (it may hang on a broker that forgot it)
 
 
 def _close_quietly(consumer: Consumer) -> None:
