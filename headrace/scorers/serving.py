@@ -31,7 +31,7 @@ from headrace.scorers.probing import ProbeServer, ProbeState
 from headrace.scorers.role_registry import ROLES
 from headrace.scorers.roles import build as build_roles
 from headrace.scorers.settings import ScorerSettings
-from headrace.scorers.stall import GroupStandstill, LagWatch, Rejoin
+from headrace.scorers.stall import GroupStandstill, LagWatch
 from headrace.scorers.stream_io import ModelEventsListener, StreamIO
 from headrace.scorers.swapping import ModelWatcher
 from headrace.scorers.tap_registry import TAPS
@@ -151,8 +151,7 @@ class Scorer:
                                    message=MessageCaps(max_rows=s.max_message_rows,
                                                        max_bytes=s.max_message_bytes)),
                 top_k=s.top_k, max_batch_bytes=s.max_batch_bytes,
-                taps=build_taps(context, TAPS), routes=routes, on_retry=keeper.check,
-                rejoin_due=lambda: rejoin.due())
+                taps=build_taps(context, TAPS), routes=routes, on_retry=keeper.check)
             worker_box.append(worker)
             self.worker = worker
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0
@@ -167,7 +166,6 @@ class Scorer:
                                  also=standstill.refresh).start()
             self.state.lag = lag_watch.snapshot
             self.state.group_standstill = standstill.standstill
-            rejoin = Rejoin(standstill.standstill)
             self.state.start()
             log.info("scoring %s with %s", data, self.holder.current.ref if self.holder.current
                      else "?")

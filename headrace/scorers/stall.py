@@ -105,26 +105,3 @@ class GroupStandstill:
         if self._committed is None or self.holding() > 0 or self._waiting <= 0:
             return None
         return self.clock() - self._since, self._waiting
-
-
-class Rejoin:
-    """When a member holding nothing should rejoin its group with a new consumer: the group's
-    commits have stood still ``after_s`` with records waiting (``GroupStandstill``), at most
-    once per ``after_s`` (D45: after a broker restart both members of a group polled for
-    minutes, never given a partition again)."""
-
-    def __init__(self, standstill: Callable[[], tuple[float, int] | None], *,
-                 after_s: float = 20.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self.standstill, self.after_s, self.clock = standstill, after_s, clock
-        self._last: float | None = None
-
-    def due(self) -> str | None:
-        idle = self.standstill()
-        now = self.clock()
-        if idle is None or idle[0] < self.after_s:
-            return None
-        if self._last is not None and now - self._last < self.after_s:
-            return None
-        self._last = now
-        return (f"holding no partition while the group has committed nothing for {idle[0]:.0f}s "
-                f"and {idle[1]} records wait")

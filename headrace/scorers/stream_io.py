@@ -82,7 +82,6 @@ class StreamIO:
         self.committed = self._consumer.committed
         self.commit = self._consumer.commit
         self.rewind_to_committed = self._consumer.rewind_to_committed
-        self.rejoin = self._consumer.rejoin
 
     def positions_seen(self) -> dict[tuple[str, int], int]:
         """The positions the loop last read (``lag``, every few seconds) of the partitions

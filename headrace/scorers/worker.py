@@ -139,13 +139,10 @@ class Worker:
         taps: list[Tap] | None = None,
         routes: list[Routing] | None = None,
         on_retry: Callable[[str], object] | None = None,
-        rejoin_due: Callable[[], str | None] | None = None,
     ) -> None:
         self.io = io
         # Told what the loop retries (a missing topic is created again: ``TopicKeeper``).
         self.on_retry = on_retry
-        # Why this member should rejoin its group with a new consumer, when it should (D45).
-        self.rejoin_due = rejoin_due
         self.taps = list(taps or [])
         self.routes = list(routes or [])  # roles that split a batch between models (canary)
         self.holder = holder
@@ -565,10 +562,6 @@ class Worker:
 
     def _update_lag(self) -> None:
         self._next_lag = time.monotonic() + LAG_EVERY_S
-        why = self.rejoin_due() if self.rejoin_due is not None else None
-        if why is not None:
-            self.complete_pending()
-            self.io.rejoin(why)
         for (topic, partition), lag in self.io.lag().items():
             self.metrics.lag.labels(stream=self.metrics.stream, topic=topic,
                                     partition=str(partition)).set(lag)

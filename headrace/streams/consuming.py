@@ -188,9 +188,7 @@ class BatchConsumer:
         self._lock = threading.Lock()
         self.rewinds = 0  # seeks back to the committed offsets: consumed batches are stale
         self.positions_seen: dict[tuple[str, int], int] = {}  # by ``lag`` (the loop's thread)
-        self._config = conn.consumer_config(group_id, **overrides)
-        self.consumer = Consumer(self._config)
-        self.partitions_static = bool(partitions)
+        self.consumer = Consumer(conn.consumer_config(group_id, **overrides))
         if partitions:
             tps = [TopicPartition(t, p, OFFSET_INVALID) for t in self.topics for p in partitions]
             self.consumer.assign(tps)  # static ownership: start from the committed offsets
@@ -207,25 +205,7 @@ class BatchConsumer:
             else:
                 self._assigned -= set(tps)
 
-    def rejoin(self, why: str) -> None:
-        """A new member in place of this one (subscription only): seen after a broker restart,
-        a member that lost its partitions polled on for minutes and was never given any again
-        while its group left the records unread (D45). The old consumer is closed on a thread
-        of its own, its callbacks ignored (it may hang on a broker that forgot it)."""
-        if self.partitions_static:
-            return
-        log.warning("rejoining the group with a new consumer: %s", why)
-        old, self.consumer = self.consumer, Consumer(self._config)
-        self._set_assigned(self.assignment(), add=False)
-        self.rewinds += 1  # what was consumed before is stale: read again from the commits
-        self.consumer.subscribe(self.topics, on_assign=self._assign_cb,
-                                on_revoke=self._revoke_cb, on_lost=self._revoke_cb)
-        threading.Thread(target=_close_quietly, args=(old,), daemon=True,
-                         name="retired-consumer").start()
-
     def _assign_cb(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        if consumer is not self.consumer:
-            return  # a retired consumer, closing
         tps = [(tp.topic, tp.partition) for tp in parts]
         self._set_assigned(tps, add=True)
         log.info("partitions assigned: %s; holding %s", _names(tps), _names(self.assignment()))
@@ -233,8 +213,6 @@ class BatchConsumer:
             self._on_assign(tps)
 
     def _revoke_cb(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        if consumer is not self.consumer:
-            return  # a retired consumer, closing
         tps = [(tp.topic, tp.partition) for tp in parts]
         if self._on_revoke:
             self._on_revoke(tps)
@@ -339,13 +317,6 @@ class BatchConsumer:
             self.consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.warning("consumer close: %s", exc)
-
-
-def _close_quietly(consumer: Consumer) -> None:
-    try:
-        consumer.close()
-    except (KafkaException, RuntimeError) as exc:
-        log.warning("retired consumer close: %s", exc)
 
 
 class GroupLag:
