@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from headrace.contracts import JobEvent, JobEventKind, JobState
 from headrace.streams.broker import EmbeddedBroker
@@ -137,7 +138,8 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
         assert partition_count(conn, LINEAGE) == 1
         assert not c.missing, (f"{len(c.missing)} acknowledged records unscored: "
                                f"{where_missing(conn, stream, c.missing)}; the scorers hold: "
-                               f"{[holding(each) for each in (s, s2)]}; where they are:\n"
+                               f"{[holding(each) for each in (s, s2)]}; the group as the "
+                               f"broker holds it: {group_seen(conn, stream)}; where they are:\n"
                                f"{stacks(s)}\n{stacks(s2)}")
         assert not c.non_identical
         for each in (s, s2):
@@ -207,6 +209,32 @@ def where_missing(conn: KafkaConnection, stream: Stream, missing: list[tuple[int
         return "; ".join(out)
     finally:
         c.close()
+
+
+def group_seen(conn: KafkaConnection, stream: Stream) -> str:
+    """The group's state and members as the broker describes them, and whether a new member
+    is given partitions within 15 s (if not, the broker's group is wedged, not the scorers)."""
+    out = []
+    try:
+        admin = AdminClient(conn.base())
+        d = admin.describe_consumer_groups([stream.group])[stream.group].result(10)
+        out.append(f"state {d.state}, members " + ", ".join(
+            f"{m.member_id[-6:]}:{sorted(tp.partition for tp in m.assignment.topic_partitions)}"
+            for m in d.members))
+    except Exception as exc:
+        out.append(f"not described ({exc})")
+    got: list[int] = []
+    c = Consumer({**conn.base(), "group.id": stream.group, "enable.auto.commit": False})
+    try:
+        c.subscribe([stream.data], on_assign=lambda _c, ps: got.extend(p.partition for p in ps))
+        deadline = time.monotonic() + 15
+        while not got and time.monotonic() < deadline:
+            c.poll(0.2)
+        out.append(f"a new member was given {sorted(got)} within 15 s" if got
+                   else "a new member was given nothing within 15 s")
+    finally:
+        c.close()
+    return "; ".join(out)
 
 
 def stacks(scorer: ScorerProcess) -> str:
