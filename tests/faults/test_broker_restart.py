@@ -224,7 +224,7 @@ def group_seen(conn: KafkaConnection, stream: Stream) -> str:
     except Exception as exc:
         out.append(f"not described ({exc})")
     got: list[int] = []
-    c = Consumer({**conn.base(), "group.id": stream.group, "enable.auto.commit": False})
+    c = Consumer(conn.consumer_config(stream.group))  # a scorer's settings: joins as fast
     try:
         c.subscribe([stream.data], on_assign=lambda _c, ps: got.extend(p.partition for p in ps))
         deadline = time.monotonic() + 15
