@@ -3,8 +3,10 @@
 Liveness fails when the scoring loop has not turned for ``liveness_s`` (a hung thread), or
 when the scorer is **stalled**: it holds partitions whose records it is not reading (the
 broker's high watermark above its position, ``stall.LagWatch``) and has consumed nothing for
-``stall_s``. An empty poll is not progress: a scorer whose coordinator hung polls nothing
-forever. Before the loop starts, liveness holds (the startup probe covers model loading).
+``stall_s``, or when it holds no partition while the group's committed offsets stand still for
+``stall_s`` with records waiting (``stall.GroupStandstill``: nobody is reading them). An empty
+poll is not progress: a scorer whose coordinator hung polls nothing forever. Before the loop
+starts, liveness holds (the startup probe covers model loading).
 
 Readiness fails while there is no model (``phase`` says what is happening: waiting for a
 model, ``loading model NAME:VERSION``, ``warming NAME:VERSION``), without partitions, while
@@ -49,6 +51,8 @@ class ProbeState:
         self.last_progress: Callable[[], float] = clock  # the loop's last turn
         self.last_consumed: Callable[[], float | None] = lambda: None  # last non-empty batch
         self.lag: Callable[[], Lag | None] = lambda: None  # the broker's view, recent or None
+        # While it holds no partition: (s the group's commits stood still, records waiting).
+        self.group_standstill: Callable[[], tuple[float, int] | None] = lambda: None
         self.last_retry: Callable[[], tuple[float, str] | None] = lambda: None  # (when, what)
         self.model_ready: Callable[[], bool] = lambda: False
         self.assigned: Callable[[], int] = lambda: 0
@@ -68,6 +72,9 @@ class ProbeState:
         """Why the scorer is stalled, or None."""
         if not self.started or self.stopping:
             return None
+        standstill = self._standstill()
+        if standstill is not None:
+            return standstill
         lag = self.lag()
         behind = {tp: n for tp, n in (lag or {}).items() if n > 0}
         if not behind:
@@ -85,6 +92,15 @@ class ProbeState:
         return (f"stalled: consumed nothing for {since:.0f}s (HEADRACE_SCORER_STALL_S="
                 f"{self.stall_s:g}) while {len(behind)} assigned partition(s) hold "
                 f"{sum(behind.values())} unconsumed records{cause}")
+
+    def _standstill(self) -> str | None:
+        """Holding no partition while the group commits nothing and records wait."""
+        idle = self.group_standstill()
+        if idle is None or idle[0] <= self.stall_s:
+            return None
+        return (f"stalled: holding no partition while the group has committed nothing for "
+                f"{idle[0]:.0f}s (HEADRACE_SCORER_STALL_S={self.stall_s:g}) and "
+                f"{idle[1]} records wait: no member is consuming them")
 
     def live(self) -> tuple[bool, dict[str, object]]:
         if not self.started:
@@ -117,6 +133,9 @@ class ProbeState:
         if not self.started:
             return self._verdict("ready", "starting", f"not scoring yet: {self.phase}", info)
         if parts <= 0:
+            stalled = self._standstill()  # said rather than "none held"
+            if stalled is not None:
+                return self._verdict("ready", "stalled", stalled, info)
             return self._verdict("ready", "no_partitions", "no partitions assigned", info)
         stalled = self.stalled()
         if stalled is not None:

@@ -8,6 +8,7 @@ stop polling -> finish the batch and commit -> close the consumer (leave the gro
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import logging
 import os
 import signal
@@ -30,14 +31,16 @@ from headrace.scorers.probing import ProbeServer, ProbeState
 from headrace.scorers.role_registry import ROLES
 from headrace.scorers.roles import build as build_roles
 from headrace.scorers.settings import ScorerSettings
-from headrace.scorers.stall import LagWatch
+from headrace.scorers.stall import GroupStandstill, LagWatch
 from headrace.scorers.stream_io import ModelEventsListener, StreamIO
 from headrace.scorers.swapping import ModelWatcher
 from headrace.scorers.tap_registry import TAPS
 from headrace.scorers.taps import TapContext
 from headrace.scorers.taps import build as build_taps
+from headrace.scorers.topic_keeper import TopicKeeper
 from headrace.scorers.worker import Worker
 from headrace.streams import topics
+from headrace.streams.client_errors import is_missing_topic
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.connection import connection_for
 from headrace.streams.consuming import BatchConsumer, GroupLag
@@ -94,7 +97,9 @@ class Scorer:
         try:
             data = topics.data_topic(s.stream)
             model_events = topics.ControlTopics.of(self.settings).models  # HEADRACE_TOPIC_PREFIX
-            ensure_topics(self.conn, scorer_topics(self.settings, s.stream),
+            keeper = TopicKeeper(self.conn, scorer_topics(self.settings, s.stream),
+                                 replication_factor=self.settings.replication_factor)
+            ensure_topics(self.conn, keeper.specs,
                           replication_factor=self.settings.replication_factor)
             watcher = ModelWatcher(
                 root=self.settings.dfs_root, name=s.model_name, alias=s.alias, device=s.device,
@@ -133,7 +138,8 @@ class Scorer:
                 self.conn,
                 BatchConsumer(self.conn, group_id=topics.scorer_group(s.stream), topics=[data],
                               partitions=s.partitions, on_assign=assignment_changed,
-                              on_revoke=revoked),
+                              on_revoke=revoked, on_error=lambda err: (
+                                  keeper.check(err.str()) if is_missing_topic(err) else None)),
                 transactional_id=self.transactional_id() if s.transactional else None,
                 idempotent=s.idempotent,
                 producer_overrides={"message.max.bytes": s.message_max_bytes},
@@ -149,7 +155,7 @@ class Scorer:
                                    message=MessageCaps(max_rows=s.max_message_rows,
                                                        max_bytes=s.max_message_bytes)),
                 top_k=s.top_k, max_batch_bytes=s.max_batch_bytes,
-                taps=build_taps(context, TAPS), routes=routes)
+                taps=build_taps(context, TAPS), routes=routes, on_retry=keeper.check)
             worker_box.append(worker)
             self.worker = worker
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0
@@ -158,8 +164,12 @@ class Scorer:
             self.state.last_retry = lambda: worker.last_retry
             group_lag = GroupLag(self.conn, topics.scorer_group(s.stream))
             positions = io.positions_seen
-            lag_watch = LagWatch(lambda: group_lag(positions()), every_s=s.lag_check_s).start()
+            standstill = GroupStandstill(lambda: group_lag.topic_view(data),
+                                         lambda: len(io.assignment()) if io is not None else 0)
+            lag_watch = LagWatch(lambda: group_lag(positions()), every_s=s.lag_check_s,
+                                 also=standstill.refresh).start()
             self.state.lag = lag_watch.snapshot
+            self.state.group_standstill = standstill.standstill
             self.state.start()
             log.info("scoring %s with %s", data, self.holder.current.ref if self.holder.current
                      else "?")
@@ -200,7 +210,12 @@ def run(settings: Settings, scorer_settings: ScorerSettings, stop_event: threadi
 
 
 def install_signal_handlers(stop: threading.Event, *, grace_s: float) -> None:
-    """SIGTERM/SIGINT set ``stop``; a watchdog exits the process if it outlives ``grace_s``."""
+    """SIGTERM/SIGINT set ``stop``; a watchdog exits the process if it outlives ``grace_s``.
+    A fatal signal (a native library's abort or crash) prints every thread's stack first, so
+    a scorer never dies with nothing in its log (D41); SIGUSR2 prints them and goes on (where
+    is a scorer that does nothing stuck?)."""
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True)
 
     def handle(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
@@ -216,5 +231,7 @@ def install_signal_handlers(stop: threading.Event, *, grace_s: float) -> None:
 
 
 def _overdue(grace_s: float) -> None:
-    print(f"headrace: scorer did not stop within {grace_s:.0f}s; exiting", file=sys.stderr)
+    print(f"headrace: scorer did not stop within {grace_s:.0f}s; exiting; where each thread "
+          "was:", file=sys.stderr, flush=True)
+    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # why it hung, for the log
     os._exit(3)

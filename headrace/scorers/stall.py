@@ -21,8 +21,10 @@ Lag = dict[tuple[str, int], int]
 
 class LagWatch:
     def __init__(self, source: Callable[[], Lag], *, every_s: float = 5.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 also: Callable[[], None] | None = None) -> None:
         self.source, self.every_s, self.clock = source, every_s, clock
+        self.also = also  # run each period too (``GroupStandstill.refresh``)
         self._snapshot: tuple[float, Lag] | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -47,6 +49,8 @@ class LagWatch:
         def loop() -> None:
             while not self._stop.wait(self.every_s):
                 self.refresh()
+                if self.also is not None:
+                    self.also()
 
         self._thread = threading.Thread(target=loop, name="lag-watch", daemon=True)
         self._thread.start()
@@ -56,3 +60,48 @@ class LagWatch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+
+
+View = dict[tuple[str, int], tuple[int, int]]  # (topic, partition) -> (committed, end)
+
+
+class GroupStandstill:
+    """The group's progress on the topic, watched while this member holds none of it.
+
+    A member without partitions has nothing of its own to be stalled on, yet it may be the one
+    that should read them: after a broker restart both scorers of a group were seen holding
+    nothing for minutes while thousands of records waited, nothing committed, each `/livez`
+    green. While it holds none, this reads the group's committed offsets (the log's start where
+    there is none) and the ends; records waiting while the committed offsets stand still for
+    ``stall_s`` is a stall (``ProbeState.stalled``): nobody is consuming them.
+    """
+
+    def __init__(self, source: Callable[[], View], holding: Callable[[], int], *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.source, self.holding, self.clock = source, holding, clock
+        self._committed: dict[tuple[str, int], int] | None = None
+        self._since = 0.0
+        self._waiting = 0
+
+    def refresh(self) -> None:
+        if self.holding() > 0:
+            self._committed = None  # its own lag says how it does
+            return
+        try:
+            view = self.source()
+        except Exception as exc:  # never kill the watch: no view, no verdict
+            log.debug("group progress check failed: %s", exc)
+            return
+        if not view:
+            return
+        committed = {tp: c for tp, (c, _) in view.items()}
+        if committed != self._committed:
+            self._committed, self._since = committed, self.clock()
+        self._waiting = sum(max(0, end - c) for c, end in view.values())
+
+    def standstill(self) -> tuple[float, int] | None:
+        """(seconds the group's committed offsets have not moved, records waiting), while this
+        member holds nothing and records wait; else None."""
+        if self._committed is None or self.holding() > 0 or self._waiting <= 0:
+            return None
+        return self.clock() - self._since, self._waiting

@@ -37,6 +37,10 @@ SCORER_PRODUCER: dict[str, Any] = {
     "batch.num.messages": 100_000,
     "delivery.report.only.error": True,
     "compression.type": "lz4",
+    # The scorer creates its topics (at start, and again when gone: ``TopicKeeper``) with their
+    # partitions and config; a produce that auto-created them got the broker's default
+    # partition count (4 on Tansu) and no compaction for control.lineage (D42).
+    "allow.auto.create.topics": False,
 }
 
 # Without idempotence, one request in flight keeps each partition's order across retries; a

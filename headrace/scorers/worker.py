@@ -38,6 +38,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -137,8 +138,11 @@ class Worker:
         max_batch_bytes: int | None = None,
         taps: list[Tap] | None = None,
         routes: list[Routing] | None = None,
+        on_retry: Callable[[str], object] | None = None,
     ) -> None:
         self.io = io
+        # Told what the loop retries (a missing topic is created again: ``TopicKeeper``).
+        self.on_retry = on_retry
         self.taps = list(taps or [])
         self.routes = list(routes or [])  # roles that split a batch between models (canary)
         self.holder = holder
@@ -551,6 +555,8 @@ class Worker:
                 raise FatalError(f"gave up on {what} at shutdown: {exc}") from None
         log.warning("%s failed (%s); retrying in %.2fs", what, exc, delay)
         self.last_retry = (time.monotonic(), f"{what} failed: {exc}")
+        if self.on_retry is not None:
+            self.on_retry(f"{what} failed: {exc}")
         self.last_progress = time.monotonic()  # still alive: retrying is progress
         time.sleep(delay)
 

@@ -51,6 +51,16 @@ MESSAGE_REFUSED = frozenset({KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LI
 PRODUCER_ENDED = frozenset({KafkaError.PRODUCER_FENCED})
 
 
+# A topic or partition the broker does not know: gone (deleted, a broker that lost its data) or
+# not created yet. Retriable; a client that owns the topic may create it again.
+MISSING_TOPIC = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                           KafkaError._UNKNOWN_PARTITION})
+
+
+def is_missing_topic(err: KafkaError | None) -> bool:
+    return err is not None and err.code() in MISSING_TOPIC
+
+
 def kind_of(err: KafkaError | None, *, producing: bool = False) -> Kind:
     """How to treat ``err`` (a consumer error event, or a delivery error with ``producing``)."""
     if err is None:
@@ -111,7 +121,7 @@ def log_retriable(what: str, err: KafkaError, lines: RateLimitedLog = _consumer_
 
 
 def good_messages(msgs: Sequence[Any], *, what: str = "consumer",
-                  on_error: Callable[[KafkaError], None] | None = None) -> list[Any]:
+                  on_error: Callable[[KafkaError], object] | None = None) -> list[Any]:
     """The consumed messages that carry a record: error events dropped after classification
     (EOF ignored, retriable logged once in a while, fatal raised as ``FatalError``).
     ``on_error``: sees each non-informational error event first (e.g. to count it)."""
@@ -128,7 +138,7 @@ def good_messages(msgs: Sequence[Any], *, what: str = "consumer",
 
 
 def check_event(err: KafkaError, *, what: str = "consumer",
-                on_error: Callable[[KafkaError], None] | None = None) -> Kind:
+                on_error: Callable[[KafkaError], object] | None = None) -> Kind:
     """Classify one error event; raise ``FatalError`` if it is fatal, log it if retriable."""
     k = kind_of(err)
     if k is Kind.IGNORE:

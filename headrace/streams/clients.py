@@ -96,6 +96,9 @@ RESERVED: dict[str, str] = {
     "enable.auto.commit": "offsets are committed only after the outputs are acknowledged",
     "enable.auto.offset.store": "offsets are committed only after the outputs are acknowledged",
     "isolation.level": "records of aborted transactions are never read",
+    "allow.auto.create.topics": "consumers and scorers never auto-create: Headrace creates its "
+                                "topics with their partitions and config, which a broker's "
+                                "auto-creation knows neither",
     "max.in.flight.requests.per.connection": "a producer keeps each partition's order across "
                                               "retries",
     **{cb: "a Python callback Headrace sets" for cb in (
@@ -103,6 +106,7 @@ RESERVED: dict[str, str] = {
 }
 
 CONSUMER_DEFAULTS: dict[str, Any] = {
+    "allow.auto.create.topics": False,  # librdkafka's default for consumers; said, not assumed
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "auto.offset.reset": "earliest",

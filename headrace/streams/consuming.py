@@ -114,13 +114,14 @@ def from_messages(msgs: list[Any]) -> RawBatch:
     return _columns(msgs)
 
 
-def _columns(msgs: list[Any]) -> RawBatch:  # Message objects, typed loosely for speed
+def _columns(msgs: list[Any], on_error: Callable[[KafkaError], object] | None = None
+             ) -> RawBatch:  # Message objects, typed loosely for speed
     """The good messages as columns; error events classified by ``client_errors`` (EOF
     skipped, retriable logged, fatal raised). No ``KafkaError`` is compared to None with ``==``
     (``KafkaError.__eq__(None)`` raises; ``errors.count(None)`` was a ``SystemError``)."""
     # any(): truthiness, not ==: None is false, a KafkaError true. Rare: only then a rebuild.
     if any(map(Message.error, msgs)):
-        msgs = good_messages(msgs)
+        msgs = good_messages(msgs, on_error=on_error)
     n = len(msgs)
     # map() over the C methods, not comprehensions (each a Python frame per message).
     values: list[Any] = list(map(Message.value, msgs))
@@ -175,9 +176,11 @@ class BatchConsumer:
         partitions: Sequence[int] = (),
         on_assign: Callable[[Partitions], None] | None = None,
         on_revoke: Callable[[Partitions], None] | None = None,
+        on_error: Callable[[KafkaError], object] | None = None,
         **overrides: Any,
     ) -> None:
         self.conn = conn
+        self._on_error = on_error  # sees each consumer error event that is not informational
         self.topics = list(topics)
         self._on_assign = on_assign
         self._on_revoke = on_revoke
@@ -240,7 +243,7 @@ class BatchConsumer:
                     msgs += self.consumer.consume(num_messages=n - 1, timeout=0)
         except KafkaException as exc:
             raise classify(exc, "consume") from None
-        return _columns(msgs)
+        return _columns(msgs, self._on_error)
 
     def lag(self) -> dict[tuple[str, int], int]:
         """Per assigned partition: cached high watermark - position (clamped at 0).
@@ -341,18 +344,40 @@ class GroupLag:
             starts.update(self._committed(unknown))
         if not starts:
             return {}
-        futures = self.admin.list_offsets(
-            {TopicPartition(t, p): OffsetSpec.latest() for t, p in starts},
-            request_timeout=self.timeout_s)
+        ends = self._offsets(list(starts), OffsetSpec.latest())
+        return {tp: max(0, high - starts[tp]) for tp, high in ends.items()}
+
+    def topic_view(self, topic: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """Every partition of ``topic``: (the group's committed offset, or the log's start where
+        it has none; the log's end). Empty when the topic or the broker is not there now."""
+        try:  # all topics: a metadata request naming one auto-creates it on Tansu
+            t = self.admin.list_topics(timeout=self.timeout_s).topics.get(topic)
+        except Exception:
+            return {}
+        if t is None or t.error is not None or not t.partitions:
+            return {}
+        tps = [(topic, p) for p in sorted(t.partitions)]
+        starts = self._committed(tps)
+        unset = [tp for tp in tps if tp not in starts]
+        if unset:
+            starts.update(self._offsets(unset, OffsetSpec.earliest()))
+        ends = self._offsets([tp for tp in tps if tp in starts], OffsetSpec.latest())
+        return {tp: (starts[tp], end) for tp, end in ends.items()}
+
+    def _offsets(self, tps: list[tuple[str, int]], spec: OffsetSpec
+                 ) -> dict[tuple[str, int], int]:
+        """The broker's offsets (``spec``: latest, earliest) of ``tps``; one it cannot give
+        now is left out."""
+        futures = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in tps},
+                                          request_timeout=self.timeout_s)
         out: dict[tuple[str, int], int] = {}
         for tp, fut in futures.items():
             try:
-                high = int(fut.result(timeout=self.timeout_s + 1.0).offset)
+                off = int(fut.result(timeout=self.timeout_s + 1.0).offset)
             except Exception:  # KafkaException, a timeout: unknown for now
                 continue
-            if high >= 0:
-                key = (tp.topic, tp.partition)
-                out[key] = max(0, high - starts[key])
+            if off >= 0:
+                out[(tp.topic, tp.partition)] = off
         return out
 
     def _committed(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:

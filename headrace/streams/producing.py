@@ -13,7 +13,7 @@ caller can dead-letter their cause instead of producing them again forever.
 from __future__ import annotations
 
 import logging
-import threading
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,18 +92,18 @@ class Deliveries:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self.acked = 0
-        self.errors: list[KafkaError] = []
-        self.refused: list[Refused] = []
+        # Deques, no lock: a callback must never wait. One waiting on a lock here hung a
+        # scorer's flush for good after a fatal producer error (D44); append and popleft are
+        # atomic, so a failure reported while ``take_all`` drains is taken now or next time.
+        self._errors: deque[tuple[KafkaError, Refused | None]] = deque()
         self.max_offset: dict[int, int] = {}
 
     def __call__(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            with self._lock:
-                self.errors.append(err)
-                if err.code() in MESSAGE_REFUSED:
-                    self.refused.append(refused(msg.topic() or "", msg.value(), msg.key(), err))
+            gone = (refused(msg.topic() or "", msg.value(), msg.key(), err)
+                    if err.code() in MESSAGE_REFUSED else None)
+            self._errors.append((err, gone))
             return
         self.acked += 1
         p, o = msg.partition(), msg.offset()
@@ -116,10 +116,17 @@ class Deliveries:
 
     def take_all(self) -> tuple[list[KafkaError], list[Refused]]:
         """The failures so far and the refused messages among them (forgotten once taken)."""
-        with self._lock:
-            out, self.errors = self.errors, []
-            ref, self.refused = self.refused, []
-        return out, ref
+        out: list[KafkaError] = []
+        ref: list[Refused] = []
+        pop = self._errors.popleft
+        while True:
+            try:
+                err, gone = pop()
+            except IndexError:
+                return out, ref
+            out.append(err)
+            if gone is not None:
+                ref.append(gone)
 
     def raise_if_failed(self) -> None:
         errors, refusals = self.take_all()

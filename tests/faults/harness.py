@@ -234,12 +234,28 @@ class ScorerProcess:
         return rc
 
     def log_tail(self, chars: int = 3000) -> str:
+        """The log's end, then how the process ended if it has (a SIGKILL writes no line)."""
         if not self._log.closed:  # closed once the process was waited for (``terminate``)
             self._log.flush()
         try:
-            return self.log_path.read_text(errors="replace")[-chars:]
+            tail = self.log_path.read_text(errors="replace")[-chars:]
         except OSError:
-            return ""
+            tail = ""
+        return tail + exit_note(self.proc.poll())
+
+
+def exit_note(rc: int | None) -> str:
+    """How a process ended, for a failure message: its exit code, or the signal that killed it
+    (-9: SIGKILL, the kernel's OOM killer among others; -6: an abort)."""
+    if rc is None:
+        return ""
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"\n[the process was killed by {name} (exit {rc})]"
+    return f"\n[the process exited {rc}]"
 
 
 class ControlProcess:

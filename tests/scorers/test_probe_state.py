@@ -13,10 +13,11 @@ import pytest
 
 from headrace.scorers.metrics import ScorerMetrics
 from headrace.scorers.probing import ProbeState
-from headrace.scorers.stall import Lag, LagWatch
+from headrace.scorers.stall import GroupStandstill, Lag, LagWatch
 from headrace.scorers.stream_io import StreamIO
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.consuming import BatchConsumer, GroupLag
+from tests.faults.harness import produce_all
 
 
 class Clock:
@@ -195,3 +196,62 @@ def test_the_stall_check_counts_only_the_partitions_owned_now(conn: KafkaConnect
         assert lag({(topic, 0): 0}) == {(topic, 0): 0}  # an empty topic: nothing behind
     finally:
         io.close(timeout_s=1.0)
+
+
+def test_holding_nothing_while_the_group_commits_nothing_and_records_wait_is_a_stall() -> None:
+    """Seen after a broker restart (D43): both scorers of a group held no partition for minutes,
+    nothing committed and thousands of records waiting, each /livez green (readiness said only
+    "no partitions assigned", which a member of a group larger than its topic says too)."""
+    clock = Clock()
+    state, worker = running(clock, None, stall_s=60.0)
+    held = [0]
+    state.assigned = lambda: held[0]
+    view = {("data.s", 0): (0, 686), ("data.s", 1): (0, 691)}  # nothing committed yet
+    watch = GroupStandstill(lambda: view, lambda: held[0], clock=clock)
+    state.group_standstill = watch.standstill
+    watch.refresh()
+    for _ in range(6):  # a minute: the group may be rebalancing
+        clock.t += 10.0
+        worker["loop"] = clock.t
+        watch.refresh()
+        assert state.live()[0]
+    clock.t += 1.0
+    worker["loop"] = clock.t
+    live_ok, live = state.live()
+    ready = state.ready()[1]
+    assert not live_ok and live["reason_code"] == ready["reason_code"] == "stalled"
+    assert ("holding no partition while the group has committed nothing for 61s" in
+            str(ready["reason"])), ready
+    assert "1377 records wait" in str(ready["reason"])
+    # The group commits again (another member reads them): not this member's stall.
+    view = {("data.s", 0): (300, 700), ("data.s", 1): (0, 700)}
+    watch.refresh()
+    assert state.live()[0]
+    # Holding partitions: its own lag says how it does.
+    held[0] = 1
+    watch.refresh()
+    assert watch.standstill() is None
+
+
+def test_an_idle_member_of_an_idle_group_is_not_stalled() -> None:
+    clock = Clock()
+    state, worker = running(clock, None)
+    state.assigned = lambda: 0
+    watch = GroupStandstill(lambda: {("data.s", 0): (50, 50)}, lambda: 0, clock=clock)
+    state.group_standstill = watch.standstill
+    watch.refresh()
+    clock.t += 3600
+    worker["loop"] = clock.t
+    watch.refresh()
+    assert state.live()[0]
+    assert state.ready()[1]["reason_code"] == "no_partitions"
+
+
+def test_the_group_view_reads_the_log_start_where_nothing_is_committed(
+        conn: KafkaConnection, topic_factory: Any) -> None:
+    topic = topic_factory(partitions=2)
+    produce_all(conn, topic, [(b"{}", None)] * 5,  # round-robin: 3 and 2
+                **{"linger.ms": 0, "batch.num.messages": 1})  # Tansu: exact ends
+    view = GroupLag(conn, f"g-{topic}").topic_view(topic)
+    assert view == {(topic, 0): (0, 3), (topic, 1): (0, 2)}
+    assert GroupLag(conn, f"g-{topic}").topic_view("no-such-topic") == {}

@@ -105,6 +105,9 @@ def test_delivery_failures_are_fatal_if_any_is() -> None:
     assert isinstance(delivery_failure(errors[:1]), RetriableError)
 
 
+NO_MESSAGE: Any = None  # a delivery error of these codes never reads its message
+
+
 def _unreachable() -> KafkaConnection:
     """A connection nothing listens on: a producer is built, and flushes nothing, offline."""
     return KafkaConnection(bootstrap="127.0.0.1:9", timeout_s=1.0)
@@ -122,7 +125,8 @@ def test_a_producer_fenced_delivery_error_renews_an_idempotent_producer() -> Non
         assert kind_of(KafkaError(code), producing=True) is Kind.RETRIABLE
     p = BatchProducer(_unreachable())
     old = p.producer
-    p.deliveries.errors += [KafkaError(KafkaError._MSG_TIMED_OUT), fenced]
+    for err in (KafkaError(KafkaError._MSG_TIMED_OUT), fenced):
+        p.deliveries(err, NO_MESSAGE)  # as librdkafka reports them
     with pytest.raises(ProducerRenewed, match="PRODUCER_FENCED"):
         p.flush(1.0)  # was: DeliveryFailed, and the same fenced instance produced again
     assert p.producer is not old
@@ -131,7 +135,7 @@ def test_a_producer_fenced_delivery_error_renews_an_idempotent_producer() -> Non
 
 def test_a_producer_fenced_delivery_error_ends_a_transactional_producer() -> None:
     p = BatchProducer(_unreachable(), transactional_id="t-fenced")
-    p.deliveries.errors.append(KafkaError(KafkaError.PRODUCER_FENCED))
+    p.deliveries(KafkaError(KafkaError.PRODUCER_FENCED), NO_MESSAGE)
     with pytest.raises(FatalError, match="PRODUCER_FENCED"):
         p.flush(1.0)  # its fencing is the point: the process exits, never renews
 

@@ -76,7 +76,7 @@ def test_a_leader_stopped_or_killed_and_restarted_with_its_data_loses_no_acknowl
         # acknowledged record scored. Any other death fails the test.
         restarts = 0
         if not s.alive():
-            tail = s.log_tail()
+            tail = s.log_tail(50_000)  # the abort line, then every thread's stack
             assert "rdkafka" in tail and "Assertion" in tail, tail
             s = scorers.start()
             s.wait_ready(timeout_s=90)

@@ -81,7 +81,7 @@ def test_the_whole_cluster_restarted_with_its_data_under_two_scorers_and_a_contr
         restarts = 0
         for i, s in enumerate(pair):
             if not s.alive():
-                tail = s.log_tail()
+                tail = s.log_tail(50_000)  # the abort line, then every thread's stack
                 assert "rdkafka" in tail and "Assertion" in tail, tail
                 pair[i] = scorers.start()
                 pair[i].wait_ready(timeout_s=90)
