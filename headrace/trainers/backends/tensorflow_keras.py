@@ -20,6 +20,7 @@ import numpy as np
 import tensorflow as tf
 
 from headrace.codecs import codec, keras_feeder, vocabulary_file
+from headrace.codecs.feeds import keras_ids
 from headrace.contracts import CodeRef, Framework, ModelSpec, Task
 from headrace.store import tokens
 from headrace.store.signature import ModelInput
@@ -56,8 +57,7 @@ def exported_feeders(path: Path, signature: tuple[ModelInput, ...]) -> Feeders:
     """The same for an exported version: the vocabulary files its manifest names."""
     out: Feeders = {}
     for inp in signature:
-        vocab = tokens.read_vocabulary(path / inp.vocabulary) if inp.vocabulary else []
-        f = keras_feeder(inp, vocab, exported=True)
+        f = keras_ids(inp, path)
         if f is not None:
             out[inp.name] = f
     return out
