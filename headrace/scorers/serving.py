@@ -214,8 +214,12 @@ def install_signal_handlers(stop: threading.Event, *, grace_s: float) -> None:
     A fatal signal (a native library's abort or crash) prints every thread's stack first, so
     a scorer never dies with nothing in its log (D41); SIGUSR2 prints them and goes on (where
     is a scorer that does nothing stuck?)."""
-    faulthandler.enable(file=sys.stderr, all_threads=True)
-    faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True)
+    # The process's own stderr: sys.stderr may be a stream with no descriptor (a caller's
+    # capture), and faulthandler writes to a descriptor.
+    err = sys.__stderr__
+    if err is not None:
+        faulthandler.enable(file=err, all_threads=True)
+        faulthandler.register(signal.SIGUSR2, file=err, all_threads=True)
 
     def handle(signum: int, frame: FrameType | None) -> None:
         if stop.is_set():
@@ -233,5 +237,6 @@ def install_signal_handlers(stop: threading.Event, *, grace_s: float) -> None:
 def _overdue(grace_s: float) -> None:
     print(f"headrace: scorer did not stop within {grace_s:.0f}s; exiting; where each thread "
           "was:", file=sys.stderr, flush=True)
-    faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # why it hung, for the log
+    if sys.__stderr__ is not None:  # why it hung, for the log
+        faulthandler.dump_traceback(file=sys.__stderr__, all_threads=True)
     os._exit(3)

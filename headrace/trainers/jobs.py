@@ -5,6 +5,7 @@ Layout::
     jobs/<job_id>/request.json     the TrainRequested, created with O_EXCL (the dedup arbiter)
     jobs/<job_id>/status.json      state, timestamps, attempts, reason, progress, result
     jobs/<job_id>/log.txt          stdout/stderr of every attempt
+    jobs/<job_id>/pod-logs.json    per pod, the last log line copied into log.txt (Kubernetes)
     jobs/<job_id>/checkpoints/<step>/   complete checkpoints (see checkpoints.py)
     jobs/<job_id>/gate.json        the gate that applied, snapshotted when the job was accepted
 
@@ -33,6 +34,7 @@ from headrace.store.dfs import fsync_dir, job_dir, jobs_dir, write_atomic
 
 REQUEST = "request.json"
 STATUS = "status.json"
+POD_LOG_MARKS = "pod-logs.json"
 LOG = "log.txt"
 CHECKPOINTS = "checkpoints"
 GATE = "gate.json"
@@ -212,6 +214,28 @@ def list_jobs(root: Path) -> list[JobStatus]:
 
 def log_path(root: Path, job_id: str) -> Path:
     return job_dir(root, job_id) / LOG
+
+
+def append_pod_log(root: Path, job_id: str, line: str, *, pod: str | None = None,
+                   ts: str | None = None) -> bool:
+    """Append a pod's log line to the job's log, once: a line at or before the pod's last
+    appended timestamp (``pod-logs.json``) was appended by this or an earlier control plane
+    (one restarted, or re-adopting the job) and is skipped. False when skipped."""
+    marks_path = job_dir(root, job_id) / POD_LOG_MARKS
+    marks: dict[str, str] = {}
+    if pod and ts:
+        try:
+            got = json.loads(marks_path.read_text())
+            marks = {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
+        except (OSError, ValueError):
+            marks = {}
+        if pod in marks and ts <= marks[pod]:  # RFC 3339 times of one pod sort as strings
+            return False
+    with open(log_path(root, job_id), "a", encoding="utf-8") as f:
+        f.write(line.rstrip("\n") + "\n")
+    if pod and ts:
+        write_json(marks_path, {**marks, pod: ts})
+    return True
 
 
 def checkpoints_dir(root: Path, job_id: str) -> Path:

@@ -19,8 +19,9 @@ from headrace.scorers.stream_io import RawBatch, StreamIO
 from headrace.scorers.worker import Worker
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
-from headrace.streams.clients import KafkaConnection, make_producer
+from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.consuming import BatchConsumer
+from headrace.streams.topics import TopicSpec
 from tests.scorers import signature_models as sm
 from tests.scorers.conftest import read_topic
 
@@ -61,6 +62,9 @@ def _digits_worker(conn: KafkaConnection, dfs: Path, topic_factory: Callable[...
     the worker, its input topic and its output topic."""
     sm.tf_digits(dfs, "m")
     topic, out = topic_factory(), topic_factory()
+    # The scorer's producer creates no topic (D42): the dead-letter topic exists, as a
+    # stream's does.
+    ensure_topics(conn, [TopicSpec(out + ".dlq", 1, "test")])
     _send(conn, topic)
     return _worker(conn, dfs, topic, out), topic, out
 

@@ -212,8 +212,9 @@ class ControlPlane:
         (read when a Kubernetes job fails) go to the job's log file, for ``jobs logs``."""
         if kind == JobEventKind.LOG:
             try:
-                with open(jobs.log_path(self.root, job_id), "a", encoding="utf-8") as f:
-                    f.write(message.rstrip("\n") + "\n")
+                pod, ts = fields.get("pod"), fields.get("ts")
+                jobs.append_pod_log(self.root, job_id, message, pod=str(pod) if pod else None,
+                                    ts=str(ts) if ts else None)
             except OSError as exc:
                 log.warning("job %s: cannot append to its log: %s", job_id, exc)
             return

@@ -530,6 +530,9 @@ class KubernetesExecutor:
         return True
 
     def _mirror_logs(self, t: _Tracked, sink: Callable[[str], None] | None = None) -> None:
+        """Send the job's pods' new log lines as events (the control plane appends them to the
+        job's log, once each: it marks what it appended). With ``sink`` (``jobs logs``): every
+        line, to the sink, marking nothing here."""
         spec = t.spec
         pods = self._call(lambda: self._core.list_namespaced_pod(
             spec.namespace, label_selector=_selector(spec), _request_timeout=self._timeout))
@@ -537,20 +540,20 @@ class KubernetesExecutor:
             name = pod.metadata.name
             if (pod.status.phase if pod.status else None) == "Pending":
                 continue
-            since = t.last_log.get(name)
+            since = t.last_log.get(name) if sink is None else None
             text = self._call(self._log_reader(spec, name, since), missing_ok=True)
             for line in (text or "").splitlines():
                 ts, _, msg = line.partition(" ")
                 # RFC 3339 timestamps of one pod sort as strings; skip what was already sent.
                 if since is not None and ts <= since:
                     continue
-                t.last_log[name] = ts
                 tag = _member_tag(spec, name)
                 line = f"[{tag}] {msg}" if tag else msg
                 if sink is not None:
                     sink(line)
-                else:
-                    self._emit("log", spec, line, pod=name, ts=ts)
+                    continue
+                self._emit("log", spec, line, pod=name, ts=ts)
+                t.last_log[name] = ts
 
     def _log_reader(self, spec: TrainingJobSpec, pod: str, since: str | None) -> Callable[[], Any]:
         # After the first read only a recent window is fetched; timestamps drop the overlap.
@@ -798,3 +801,4 @@ __all__ = [
     "kube_apis",
     "load_kube_config",
 ]
+
