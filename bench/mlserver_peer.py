@@ -21,7 +21,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -30,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import _common as c
+
+from headrace.core.ports import free_port
 
 VENV = Path(os.environ.get("HEADRACE_MLSERVER_VENV", "/tmp/headrace-mlserver-venv"))
 MODEL = "bench"
@@ -93,12 +94,6 @@ def requests(values: list[bytes], kind: str = "image") -> list[bytes]:
     return out
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def run(a: Any, *, kind: str, side: int, keras_file: Path, make_values: Any) -> dict[str, Any]:
     """Start MLServer on ``a.input``/``a.output``, warm it up, print READY; with
     ``a.self_send`` send ``a.rows`` requests at once (the throughput run), else wait for a
@@ -115,8 +110,8 @@ def run(a: Any, *, kind: str, side: int, keras_file: Path, make_values: Any) -> 
         "parameters": {"uri": str(keras_file), "extra": {"kind": kind, "side": side}}}))
     (work / "settings.json").write_text(json.dumps({
         "kafka_enabled": True, "kafka_servers": a.bootstrap, "kafka_topic_input": a.input,
-        "kafka_topic_output": a.output, "http_port": _port(), "grpc_port": _port(),
-        "metrics_port": _port(), "parallel_workers": 0, "debug": False}))
+        "kafka_topic_output": a.output, "http_port": free_port(), "grpc_port": free_port(),
+        "metrics_port": free_port(), "parallel_workers": 0, "debug": False}))
     log = open(work / "mlserver.log", "w")  # noqa: SIM115  (lives as long as the server)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(work))
     proc = subprocess.Popen([str(VENV / "bin" / "mlserver"), "start", str(work)], cwd=work,

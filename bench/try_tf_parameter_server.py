@@ -11,22 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from typing import Any
 
-LOOPBACK = "127.0.0.1"
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind((LOOPBACK, 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+from headrace.core.ports import LOOPBACK, free_ports
 
 
 def serve(role: str) -> None:

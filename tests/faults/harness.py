@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from headrace.core.ports import free_port
 from headrace.store.manifest import Manifest
 from headrace.store.versions import ModelVersion, publish, set_alias
 from headrace.streams import headers as hdr
@@ -52,12 +52,6 @@ def figures(test: str, **values: object) -> str:
     line = f"FIGURES {test}: " + " ".join(f"{k}={v}" for k, v in values.items())
     print(line, flush=True)
     return line
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- a tiny TensorFlow model -----------------------------------------------------------------
