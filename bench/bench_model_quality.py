@@ -39,7 +39,6 @@ import json
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
@@ -58,13 +57,12 @@ import quality_heldout
 import quality_tickets
 from _control import control_plane
 
-from headrace.contracts import ModelSpec, TrainRequested
+from headrace.contracts import ModelSpec
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import history, jobs
 from headrace.trainers.dataset_files import put_dataset
-from headrace.trainers.job_process import run_job
 
 SEED = 2000  # --seed
 
@@ -239,15 +237,11 @@ TUNE_SPACE = "learning_rate=log:1e-4:1e-2 batch_size=16,32,64,128"
 def run_one(root: Path, uri: str, family: str, framework: str,
             params: dict[str, float] | None = None) -> dict[str, object]:
     spec = ModelSpec.model_validate({"model": family, **(params or {})})
-    req = TrainRequested(idempotency_key=uuid.uuid4().hex, model_name=f"q-{framework}",
-                         framework=framework, dataset_uri=uri, spec=spec)
-    jid, _ = jobs.create_request(root, req)
-    t0 = time.perf_counter()
-    code = run_job(root=root, job_id=jid, conn=None)
-    seconds = time.perf_counter() - t0
-    st = jobs.read_status(root, jid)
-    if code != 0 or st is None or st.version is None:
-        return {"error": st.reason if st else f"exit {code}", "seconds": round(seconds, 1)}
+    req, st, seconds, failed = quality_baselines.train_here(
+        root, uri=uri, spec=spec, framework=framework, model_name=f"q-{framework}")
+    if st is None or st.version is None:
+        return failed
+    jid = st.job_id
     mv = versions.load_version(root, req.model_name, st.version)
     h = history.read(root, jid)
     log = (root / "jobs" / jid / "log.txt")

@@ -57,6 +57,22 @@ def write_rows(path: Path, rows: Rows) -> Path:
     return path
 
 
+def train_here(root: Path, *, uri: str, spec: ModelSpec, framework: str, model_name: str
+               ) -> tuple[TrainRequested, jobs.JobStatus | None, float, dict[str, Any]]:
+    """One training job run in this process (no broker): its request, final status (None or
+    without a version when it failed), seconds, and the failure as a result row."""
+    req = TrainRequested(idempotency_key=uuid.uuid4().hex, model_name=model_name,
+                         framework=framework, dataset_uri=uri, spec=spec)
+    jid, _ = jobs.create_request(root, req)
+    t0 = time.perf_counter()
+    code = run_job(root=root, job_id=jid, conn=None)
+    seconds = time.perf_counter() - t0
+    st = jobs.read_status(root, jid)
+    failed = ({} if code == 0 and st is not None and st.version is not None else
+              {"error": st.reason if st else f"exit {code}", "seconds": round(seconds, 1)})
+    return req, (st if not failed else None), seconds, failed
+
+
 def headrace_score(root: Path, train_path: Path, test: Rows, *, name: str, family: str,
                    framework: str, classifier: bool) -> dict[str, Any]:
     """Train with no hyperparameters (the task aside), score the test rows offline."""
@@ -65,15 +81,10 @@ def headrace_score(root: Path, train_path: Path, test: Rows, *, name: str, famil
     uri = put_dataset(root=root, path=train_path, name=f"{name}-train").uri
     spec = ModelSpec.model_validate({"model": family,
                                      **({} if classifier else {"task": "regressor"})})
-    req = TrainRequested(idempotency_key=uuid.uuid4().hex, model_name=f"b-{name}-{framework}",
-                         framework=framework, dataset_uri=uri, spec=spec)
-    jid, _ = jobs.create_request(root, req)
-    t0 = time.perf_counter()
-    code = run_job(root=root, job_id=jid, conn=None)
-    seconds = time.perf_counter() - t0
-    st = jobs.read_status(root, jid)
-    if code != 0 or st is None or st.version is None:
-        return {"error": st.reason if st else f"exit {code}", "seconds": round(seconds, 1)}
+    req, st, seconds, failed = train_here(root, uri=uri, spec=spec, framework=framework,
+                                          model_name=f"b-{name}-{framework}")
+    if st is None or st.version is None:
+        return failed
     model = offline.load(root, f"{req.model_name}:{st.version}")
     feats = [{k: v for k, v in r.items() if k != "label"} for r in test]
     outs = model.predict(feats)
