@@ -35,6 +35,7 @@ from headrace.store.dfs import fsync_dir, job_dir, jobs_dir, write_atomic
 REQUEST = "request.json"
 STATUS = "status.json"
 POD_LOG_MARKS = "pod-logs.json"
+OWNER = ".owner.lock"  # held by the router that owns the job (Owned)
 LOG = "log.txt"
 CHECKPOINTS = "checkpoints"
 GATE = "gate.json"
@@ -142,6 +143,42 @@ def claim(root: Path, job_id: str) -> Iterator[bool]:
         os.close(fd)  # releases the lock
 
 
+class Owned:
+    """The jobs this router owns, each by a held ``jobs/<id>/.owner.lock`` (flock), from
+    acceptance until the job ends here. A router starting (its table rebuilt from the DFS) or
+    recovering never resumes a job another live router owns -- queued in that router's
+    executor, or running -- and the kernel frees a dead router's jobs for the next one."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._fds: dict[str, int] = {}
+
+    def take(self, job_id: str) -> bool:
+        """Own the job (True, also when already owned here); False when another owns it."""
+        if job_id in self._fds:
+            return True
+        try:
+            fd = os.open(job_dir(self.root, job_id) / OWNER, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RetriableError(f"job {job_id}: cannot open its owner lock: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._fds[job_id] = fd
+        return True
+
+    def release(self, job_id: str) -> None:
+        fd = self._fds.pop(job_id, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for jid in list(self._fds):
+            self.release(jid)
+
+
 class DfsNotWritable(PermanentError):
     """The DFS refuses writes (owner, mode, read-only mount): a retry will not help."""
 
@@ -217,24 +254,28 @@ def log_path(root: Path, job_id: str) -> Path:
 
 
 def append_pod_log(root: Path, job_id: str, line: str, *, pod: str | None = None,
-                   ts: str | None = None) -> bool:
-    """Append a pod's log line to the job's log, once: a line at or before the pod's last
-    appended timestamp (``pod-logs.json``) was appended by this or an earlier control plane
-    (one restarted, or re-adopting the job) and is skipped. False when skipped."""
+                   ts: str | None = None, seq: int = 0) -> bool:
+    """Append a pod's log line to the job's log, once. ``ts`` is the line's timestamp and
+    ``seq`` its place among the pod's lines with that timestamp; a line at or before the pod's
+    last appended (``pod-logs.json``) was appended by this or an earlier control plane (one
+    restarted, or re-adopting the job) and is skipped. False when skipped."""
     marks_path = job_dir(root, job_id) / POD_LOG_MARKS
-    marks: dict[str, str] = {}
+    marks: dict[str, Any] = {}
     if pod and ts:
         try:
             got = json.loads(marks_path.read_text())
-            marks = {str(k): str(v) for k, v in got.items()} if isinstance(got, dict) else {}
+            marks = got if isinstance(got, dict) else {}
         except (OSError, ValueError):
             marks = {}
-        if pod in marks and ts <= marks[pod]:  # RFC 3339 times of one pod sort as strings
+        last = marks.get(pod)
+        # RFC 3339 times of one pod sort as strings.
+        if isinstance(last, list) and len(last) == 2 and (ts, seq) <= (str(last[0]),
+                                                                         int(last[1])):
             return False
     with open(log_path(root, job_id), "a", encoding="utf-8") as f:
         f.write(line.rstrip("\n") + "\n")
     if pod and ts:
-        write_json(marks_path, {**marks, pod: ts})
+        write_json(marks_path, {**marks, pod: [ts, seq]})
     return True
 
 

@@ -125,6 +125,40 @@ def test_a_row_the_table_kept_is_not_touched(dfs: Path, dfs_jobs: dict[str, str]
     assert table[dfs_jobs["never_ran"]] is row
 
 
+def test_a_job_another_live_router_owns_is_not_resumed_by_a_router_starting_beside_it(
+        dfs: Path, demo: str, conn: KafkaConnection, topics: ControlTopics) -> None:
+    """D56: router B, started while router A held an accepted job queued, rebuilt its table
+    from the DFS and ran the job too (A's run hit the job's lock and was retried)."""
+    a, ex_a = plane(dfs, conn, topics)
+    b, ex_b = plane(dfs, conn, topics)  # its own owner locks: another router, to flock
+    try:
+        req = request("owned", demo)
+        ref = RecordRef(topic=topics.train_requests, partition=0, offset=0,
+                        value=req.model_dump_json().encode())
+        table_a: dict[str, Any] = {}
+        jid = a.on_request(ref, table_a)
+        assert jid is not None and ex_a.submitted == [jid]  # queued in A's executor
+        table_b: dict[str, Any] = {}
+        assert reconcile(dfs, table_b).requeued == [jid]  # B sees a job that never ran
+        b.on_ready(table_b)
+        assert ex_b.submitted == [] and table_b[jid]["owned"] is False
+        # The same request delivered to B: a duplicate, not a second run.
+        assert b.on_request(ref, table_b) is None and ex_b.submitted == []
+        # A stops (the kernel frees what it owned): a router starting now resumes the job.
+        a.owned.close()
+        c, ex_c = plane(dfs, conn, topics)
+        try:
+            table_c: dict[str, Any] = {}
+            reconcile(dfs, table_c)
+            c.on_ready(table_c)
+            assert ex_c.submitted == [jid]
+        finally:
+            c.close()
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_router_recording_the_job_right_now_is_left_to_it(dfs: Path, demo: str) -> None:
     jid = job(dfs, "busy", demo, state=None)
     table: dict[str, Any] = {}

@@ -10,6 +10,9 @@ Dedup, in two layers:
    holds the job's claim (``jobs.claim``) from before that file until the job's status, table
    row and submission exist; a ``request.json`` with no status and a free claim was left by a
    router killed in between, and the redelivery takes the job over.
+3. The owner lock (``jobs.Owned``): the router that accepted a job holds it until the job
+   ends there, so another router whose table was rebuilt from the DFS on start (or that
+   recovers) never resumes a job queued or running elsewhere (D56).
 
 Job ids derive from idempotency keys (``jobs.job_id_for``), so a duplicate is a name clash.
 """
@@ -69,6 +72,7 @@ class ControlPlane:
     now: Callable[[], datetime] = utcnow
     caps: RequestCaps = field(default_factory=RequestCaps)
     _sink: EventSink | None = None
+    _owned: jobs.Owned | None = None
     _bad_drift: BadRecords = field(default_factory=lambda: BadRecords(log, "drift record"))
 
     @property
@@ -76,6 +80,13 @@ class ControlPlane:
         if self._sink is None:
             self._sink = EventSink(self.conn)
         return self._sink
+
+    @property
+    def owned(self) -> jobs.Owned:
+        """The jobs this router owns (see ``jobs.Owned``)."""
+        if self._owned is None:
+            self._owned = jobs.Owned(self.root)
+        return self._owned
 
     # -- train requests -------------------------------------------------------------------
 
@@ -107,6 +118,9 @@ class ControlPlane:
                 # Another router owns it: remember the job, never resume it from here.
                 table[jid] = {**row_of(st.state, req), "owned": False}
                 self._duplicate(jid, req, "job directory already exists")
+                return None
+            if not self.owned.take(jid):  # a live router has it queued or running
+                self._duplicate(jid, req, "another router owns the job")
                 return None
             if not created:  # request.json, no status, claim free: its router died mid-way
                 log.warning("job %s was left without a status by a stopped router; "
@@ -177,6 +191,12 @@ class ControlPlane:
                     self.executor.reap(jid, handle)  # a leftover of a finished job
                 table[jid] = {**row, "state": st.state.value, "reason": st.reason}
                 continue
+            if not self.owned.take(jid):
+                # Another live router has it (a table rebuilt from the DFS on start holds
+                # every job there): it runs there, never here too.
+                log.info("job %s is owned by another live router; not resumed here", jid)
+                table[jid] = {**row, "owned": False}
+                continue
             spec = _job_spec(jid, req)
             if handle and isinstance(self.executor, Adopting):
                 if self.executor.adopt(spec, handle):
@@ -214,7 +234,7 @@ class ControlPlane:
             try:
                 pod, ts = fields.get("pod"), fields.get("ts")
                 jobs.append_pod_log(self.root, job_id, message, pod=str(pod) if pod else None,
-                                    ts=str(ts) if ts else None)
+                                    ts=str(ts) if ts else None, seq=int(fields.get("seq") or 0))
             except OSError as exc:
                 log.warning("job %s: cannot append to its log: %s", job_id, exc)
             return
@@ -278,6 +298,7 @@ class ControlPlane:
                     message=f"attempt {attempt} in {delay:.1f}s")
 
     def _ended(self, out: JobOutcome, table: Table) -> None:
+        self.owned.release(out.job_id)
         req = jobs.read_request(self.root, out.job_id)
         if out.succeeded:
             st = jobs.read_status(self.root, out.job_id)
@@ -290,6 +311,7 @@ class ControlPlane:
 
     def _failed(self, jid: str, req: TrainRequested, table: Table, reason: str, *,
                 attempts: int, exit_code: int | None = None) -> None:
+        self.owned.release(jid)
         reason = (reason.strip().splitlines() or ["failed"])[0]
         st = jobs.read_status(self.root, jid)
         if st is not None and st.state == JobState.SUCCEEDED:
@@ -387,6 +409,8 @@ class ControlPlane:
 
     def close(self) -> None:
         self.executor.close()
+        if self._owned is not None:
+            self._owned.close()  # what still runs is adopted or resumed by the next router
         if self._sink is not None:
             self._sink.close()
 

@@ -542,8 +542,10 @@ class KubernetesExecutor:
                 continue
             since = t.last_log.get(name) if sink is None else None
             text = self._call(self._log_reader(spec, name, since), missing_ok=True)
+            at: dict[str, int] = {}  # lines so far at each timestamp (several can share one)
             for line in (text or "").splitlines():
                 ts, _, msg = line.partition(" ")
+                seq = at[ts] = at.get(ts, -1) + 1
                 # RFC 3339 timestamps of one pod sort as strings; skip what was already sent.
                 if since is not None and ts <= since:
                     continue
@@ -552,7 +554,7 @@ class KubernetesExecutor:
                 if sink is not None:
                     sink(line)
                     continue
-                self._emit("log", spec, line, pod=name, ts=ts)
+                self._emit("log", spec, line, pod=name, ts=ts, seq=seq)
                 t.last_log[name] = ts
 
     def _log_reader(self, spec: TrainingJobSpec, pod: str, since: str | None) -> Callable[[], Any]:
