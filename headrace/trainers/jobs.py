@@ -125,7 +125,7 @@ def claim(root: Path, job_id: str) -> Iterator[bool]:
     d = job_dir(root, job_id)
     try:
         d.mkdir(parents=True, exist_ok=True)
-        fd = os.open(d / CLAIM, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _try_lock(d / CLAIM)
     except OSError as exc:
         if is_permission_error(exc):
             raise DfsNotWritable(f"job {job_id}: cannot create its directory: {exc} (the DFS "
@@ -133,14 +133,22 @@ def claim(root: Path, job_id: str) -> Iterator[bool]:
                                  "docs/topology.md)") from exc
         raise RetriableError(f"job {job_id}: cannot create its claim: {exc}") from exc
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        yield True
+        yield fd is not None
     finally:
-        os.close(fd)  # releases the lock
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def _try_lock(path: Path) -> int | None:
+    """The descriptor of ``path`` (created if need be) holding its flock, or None when another
+    open file holds it; closing the descriptor releases it (so does its holder's death)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 class Owned:
@@ -158,13 +166,10 @@ class Owned:
         if job_id in self._fds:
             return True
         try:
-            fd = os.open(job_dir(self.root, job_id) / OWNER, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = _try_lock(job_dir(self.root, job_id) / OWNER)
         except OSError as exc:
             raise RetriableError(f"job {job_id}: cannot open its owner lock: {exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        if fd is None:
             return False
         self._fds[job_id] = fd
         return True

@@ -803,4 +803,3 @@ __all__ = [
     "kube_apis",
     "load_kube_config",
 ]
-
