@@ -20,7 +20,7 @@ import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -258,30 +258,29 @@ def log_path(root: Path, job_id: str) -> Path:
     return job_dir(root, job_id) / LOG
 
 
-def append_pod_log(root: Path, job_id: str, line: str, *, pod: str | None = None,
-                   ts: str | None = None, seq: int = 0) -> bool:
-    """Append a pod's log line to the job's log, once. ``ts`` is the line's timestamp and
-    ``seq`` its place among the pod's lines with that timestamp; a line at or before the pod's
-    last appended (``pod-logs.json``) was appended by this or an earlier control plane (one
-    restarted, or re-adopting the job) and is skipped. False when skipped."""
+def append_pod_log(root: Path, job_id: str, pod: str,
+                   lines: Sequence[tuple[str, int, str]]) -> int:
+    """Append a pod's log lines -- (timestamp, place among the pod's lines of that instant,
+    text), in order -- to the job's log, each once: lines at or before the pod's last appended
+    (``pod-logs.json``) were appended by this or an earlier control plane (one restarted, or
+    re-adopting the job) and are skipped. How many were appended."""
     marks_path = job_dir(root, job_id) / POD_LOG_MARKS
-    marks: dict[str, Any] = {}
-    if pod and ts:
-        try:
-            got = json.loads(marks_path.read_text())
-            marks = got if isinstance(got, dict) else {}
-        except (OSError, ValueError):
-            marks = {}
-        last = marks.get(pod)
-        # RFC 3339 times of one pod sort as strings.
-        if isinstance(last, list) and len(last) == 2 and (ts, seq) <= (str(last[0]),
-                                                                         int(last[1])):
-            return False
+    try:
+        got = json.loads(marks_path.read_text())
+        marks: dict[str, Any] = got if isinstance(got, dict) else {}
+    except (OSError, ValueError):
+        marks = {}
+    last = marks.get(pod)
+    after = (str(last[0]), int(last[1])) if isinstance(last, list) and len(last) == 2 else None
+    # RFC 3339 times of one pod sort as strings.
+    new = [(ts, seq, text) for ts, seq, text in lines if after is None or (ts, seq) > after]
+    if not new:
+        return 0
     with open(log_path(root, job_id), "a", encoding="utf-8") as f:
-        f.write(line.rstrip("\n") + "\n")
-    if pod and ts:
-        write_json(marks_path, {**marks, pod: [ts, seq]})
-    return True
+        f.write("".join(text.rstrip("\n") + "\n" for _, _, text in new))
+    ts, seq, _ = max(new)
+    write_json(marks_path, {**marks, pod: [ts, seq]})
+    return len(new)
 
 
 def checkpoints_dir(root: Path, job_id: str) -> Path:

@@ -7,23 +7,29 @@ from pathlib import Path
 from types import SimpleNamespace as NS
 
 from headrace.contracts import Framework, Resources
+from headrace.streams.clients import KafkaConnection
 from headrace.trainers import jobs
+from headrace.trainers.control.plane import ControlPlane
 from headrace.trainers.executors.base import JobSpec
 from headrace.trainers.executors.kubernetes import KubernetesExecutor, KubernetesExecutorConfig
 from tests.kube_fake import FakeKube, pod
+from tests.trainers.recording_executor import RecordingExecutor
 
 
 def test_a_line_mirrored_again_is_appended_once_and_new_lines_after_it(tmp_path: Path) -> None:
     jobs.job_dir(tmp_path, "j").mkdir(parents=True)
     t1, t2 = "2024-01-01T00:00:01Z", "2024-01-01T00:00:02Z"
-    assert jobs.append_pod_log(tmp_path, "j", "boom", pod="p0", ts=t1)
     # A second line stamped the same instant (a kubelet does that) is the next line.
-    assert jobs.append_pod_log(tmp_path, "j", "same instant", pod="p0", ts=t1, seq=1)
-    assert not jobs.append_pod_log(tmp_path, "j", "boom", pod="p0", ts=t1)  # a second reader
-    assert not jobs.append_pod_log(tmp_path, "j", "same instant", pod="p0", ts=t1, seq=1)
-    assert jobs.append_pod_log(tmp_path, "j", "other pod", pod="p1", ts=t1)
-    assert jobs.append_pod_log(tmp_path, "j", "later", pod="p0", ts=t2)
-    assert jobs.append_pod_log(tmp_path, "j", "no pod: a local job's line")
+    first = [(t1, 0, "boom"), (t1, 1, "same instant")]
+    assert jobs.append_pod_log(tmp_path, "j", "p0", first) == 2
+    # A second reader of the same lines appends nothing, and only what is new after them.
+    assert jobs.append_pod_log(tmp_path, "j", "p0", first) == 0
+    assert jobs.append_pod_log(tmp_path, "j", "p1", [(t1, 0, "other pod")]) == 1
+    assert jobs.append_pod_log(tmp_path, "j", "p0", [first[1], (t2, 0, "later")]) == 1
+    # A line with no pod (not read from one) is appended as it comes.
+    plane = ControlPlane(root=tmp_path, conn=KafkaConnection(bootstrap="127.0.0.1:9"),
+                         executor=RecordingExecutor())
+    plane.on_executor_event("log", "no pod: a local job's line", job_id="j")
     assert jobs.log_path(tmp_path, "j").read_text() == (
         "boom\nsame instant\nother pod\nlater\nno pod: a local job's line\n")
 
@@ -31,8 +37,7 @@ def test_a_line_mirrored_again_is_appended_once_and_new_lines_after_it(tmp_path:
 def _executor(fake: FakeKube, root: Path) -> KubernetesExecutor:
     def on_event(kind: str, message: str, *, job_id: str, **f: object) -> None:
         if kind == "log":
-            jobs.append_pod_log(root, job_id, message, pod=str(f["pod"]), ts=str(f["ts"]),
-                                seq=int(str(f["seq"])))
+            jobs.append_pod_log(root, job_id, str(f["pod"]), f["lines"])  # type: ignore[arg-type]
     return KubernetesExecutor(config=KubernetesExecutorConfig(image="img:1"), batch_api=fake,
                               core_api=fake, custom_api=fake, networking_api=fake,
                               on_event=on_event, backoff_s=0)

@@ -232,9 +232,14 @@ class ControlPlane:
         (read when a Kubernetes job fails) go to the job's log file, for ``jobs logs``."""
         if kind == JobEventKind.LOG:
             try:
-                pod, ts = fields.get("pod"), fields.get("ts")
-                jobs.append_pod_log(self.root, job_id, message, pod=str(pod) if pod else None,
-                                    ts=str(ts) if ts else None, seq=int(fields.get("seq") or 0))
+                pod, lines = fields.get("pod"), fields.get("lines")
+                if pod and lines:  # a pod's new lines, appended once each
+                    jobs.append_pod_log(self.root, job_id, str(pod),
+                                        [(str(ts), int(seq), str(text))
+                                         for ts, seq, text in lines])
+                else:
+                    with open(jobs.log_path(self.root, job_id), "a", encoding="utf-8") as f:
+                        f.write(message.rstrip("\n") + "\n")
             except OSError as exc:
                 log.warning("job %s: cannot append to its log: %s", job_id, exc)
             return

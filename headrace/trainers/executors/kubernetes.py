@@ -530,7 +530,7 @@ class KubernetesExecutor:
         return True
 
     def _mirror_logs(self, t: _Tracked, sink: Callable[[str], None] | None = None) -> None:
-        """Send the job's pods' new log lines as events (the control plane appends them to the
+        """Send each pod's new log lines as one event (the control plane appends them to the
         job's log, once each: it marks what it appended). With ``sink`` (``jobs logs``): every
         line, to the sink, marking nothing here."""
         spec = t.spec
@@ -543,6 +543,7 @@ class KubernetesExecutor:
             since = t.last_log.get(name) if sink is None else None
             text = self._call(self._log_reader(spec, name, since), missing_ok=True)
             at: dict[str, int] = {}  # lines so far at each timestamp (several can share one)
+            new: list[tuple[str, int, str]] = []
             for line in (text or "").splitlines():
                 ts, _, msg = line.partition(" ")
                 seq = at[ts] = at.get(ts, -1) + 1
@@ -553,9 +554,12 @@ class KubernetesExecutor:
                 line = f"[{tag}] {msg}" if tag else msg
                 if sink is not None:
                     sink(line)
-                    continue
-                self._emit("log", spec, line, pod=name, ts=ts, seq=seq)
-                t.last_log[name] = ts
+                else:
+                    new.append((ts, seq, line))
+            if new:
+                self._emit("log", spec, "\n".join(line for _, _, line in new), pod=name,
+                           lines=new)
+                t.last_log[name] = new[-1][0]
 
     def _log_reader(self, spec: TrainingJobSpec, pod: str, since: str | None) -> Callable[[], Any]:
         # After the first read only a recent window is fetched; timestamps drop the overlap.
