@@ -76,16 +76,9 @@ def test_two_control_planes_run_one_job_for_a_request_delivered_three_times(
     events = wait_events(conn, topics.jobs, lambda evs: sum(
         e.kind == "duplicate" for e in evs) >= 5 and any(e.kind == "succeeded" for e in evs),
         timeout=120)
-    mine = [e for e in events if e.job_id == jid and e.kind != JobEventKind.LOG]
-    kinds = [e.kind for e in mine]
+    kinds = [e.kind for e in events if e.job_id == jid and e.kind != JobEventKind.LOG]
     assert kinds.count(JobEventKind.QUEUED) == 1, kinds
-    assert kinds.count(JobEventKind.DUPLICATE) == 5, kinds
-    # One job: its attempts start once each, in order (a loaded machine may retry one: a
-    # retry is announced, and names its reason).
-    started = [e.attempt for e in mine if e.kind == JobEventKind.STARTED]
-    retries = [e for e in mine if e.kind == JobEventKind.RETRYING]
-    assert started == list(range(1, len(started) + 1)), kinds
-    assert len(retries) == len(started) - 1 and all(e.reason for e in retries), kinds
+    assert kinds.count(JobEventKind.STARTED) == 1 and kinds.count(JobEventKind.DUPLICATE) == 5
     assert [p.name for p in (dfs / "jobs").iterdir()] == [jid]
     assert len(read_events(conn, topics.models, ModelPublished)) == 1
 
