@@ -67,6 +67,12 @@ if [ "$REUSE" = 1 ] && [ -f "$ARCHIVE" ] && [ -f "$OUT/image.env" ] \
   exit 0
 fi
 
+# The build holds the wheels, the root filesystem and the compressed layer at once; say so
+# up front rather than with umoci's "no space left on device" minutes in.
+NEED_GB=5
+FREE_GB=$(df -Pk "$OUT" | awk 'NR == 2 {print int($4 / 1048576)}')
+[ "$FREE_GB" -ge "$NEED_GB" ] || die "needs ${NEED_GB} GB free under $OUT, has ${FREE_GB} GB"
+
 t0=$(date +%s)
 step() { echo "== $(( $(date +%s) - t0 ))s $*"; }
 WORK=$OUT/work

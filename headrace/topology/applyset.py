@@ -152,13 +152,22 @@ def _would(rest: Rest, member: dict[str, Any], *, server_side: bool, force: bool
     if not server_side or _client_side_owned(live, member["apiVersion"]):
         return "patch"  # (taking a client-side apply's fields over is a write)
     _, after = rest.apply(member, force=force, dry_run=True)
-    return "unchanged" if _content(after) == _content(live) else "patch"
+    return "unchanged" if _applied(after, member) == _applied(live, member) else "patch"
 
 
-def _content(obj: dict[str, Any]) -> dict[str, Any]:
-    """The object without its field-ownership record (a dry run restamps its times)."""
-    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
-    return {**obj, "metadata": meta}
+def _applied(obj: dict[str, Any], manifest: dict[str, Any]) -> Any:
+    """What an apply of ``manifest`` can change in ``obj``: the values at the manifest's own
+    fields (as the server stored them) and the fields our manager owns. A controller writes
+    status, and annotations of its own, between a read and an apply that changes nothing."""
+    ours = [e.get("fieldsV1") for e in (obj.get("metadata") or {}).get("managedFields") or []
+            if _entry_of(e, (FIELD_MANAGER,), "Apply", manifest["apiVersion"])]
+    return _at(obj, manifest), ours
+
+
+def _at(obj: Any, shape: Any) -> Any:
+    if isinstance(shape, dict) and isinstance(obj, dict):
+        return {k: _at(obj.get(k), v) for k, v in shape.items()}
+    return obj
 
 
 def apply_set(rest: Rest, aset: ApplySet, manifests: list[dict[str, Any]], *,
@@ -199,10 +208,12 @@ class Writer:
         created, after = self.rest.apply(manifest, force=self.force)
         if created or before is None:
             return "create"
-        # The server writes nothing for an apply that changes nothing: same resourceVersion.
+        # The server writes nothing for an apply that changes nothing: same resourceVersion;
+        # or else a controller wrote the status in between, and all the apply owns is as it was.
         rv = (before.get("metadata") or {}).get("resourceVersion")
-        return "unchanged" if rv and rv == (after.get("metadata") or {}).get(
-            "resourceVersion") else "patch"
+        if rv and rv == (after.get("metadata") or {}).get("resourceVersion"):
+            return "unchanged"
+        return "unchanged" if _applied(after, manifest) == _applied(before, manifest) else "patch"
 
 
 def upgrade_client_side(rest: Rest, manifest: dict[str, Any],
