@@ -307,7 +307,7 @@ def test_an_apply_that_changes_nothing_is_unchanged_though_controllers_write_in_
     """The second apply of one manifest is ``unchanged`` even when a controller writes the
     object's status and an annotation of its own between the read and the apply (the
     resourceVersion moves; nothing the apply owns does); a changed field is still a patch."""
-    sts = {"apiVersion": "apps/v1", "kind": "StatefulSet",
+    sts: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "StatefulSet",
            "metadata": {"name": "busy", "namespace": namespace,
                         "labels": {"app.kubernetes.io/name": "busy"}},
            "spec": {"replicas": 0, "serviceName": "busy",
