@@ -615,6 +615,27 @@ def wait_covered(reader: TopicReader, inputs: Callable[[], set[tuple[int, int]]]
     return time.monotonic() - t0
 
 
+def settle(preds: TopicReader, dlq: TopicReader, acked: set[tuple[int, int]], *,
+           data_topic: str, alive: Callable[[], bool], idle_s: float = 1.0) -> Check:
+    """After the load: wait until every acknowledged offset has an outcome (or the scorer
+    died), read what is still in flight on both topics, and check the two against the
+    acknowledged records."""
+    wait_covered(preds, lambda: acked, data_topic=data_topic, timeout_s=90, dlq=dlq,
+                 alive=alive)
+    preds.drain(idle_s=idle_s)
+    dlq.drain(idle_s=0.5, timeout_s=5)
+    return check(acked, preds.records, dlq.records, data_topic=data_topic)
+
+
+def commit_ends(acked: set[tuple[int, int]]) -> dict[int, int]:
+    """Per partition, the offset past its last acknowledged record: where the group's commit
+    must be once every one of them is scored."""
+    ends: dict[int, int] = {}
+    for p, o in acked:
+        ends[p] = max(ends.get(p, 0), o + 1)
+    return ends
+
+
 def committed(conn: KafkaConnection, group: str, topic: str) -> dict[int, int]:
     """The group's committed offset per partition (-1001: none), as the broker holds it."""
     c = Consumer({**conn.base(), "group.id": group, "enable.auto.commit": False})

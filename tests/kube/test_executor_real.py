@@ -32,6 +32,22 @@ def as_account(kube: KubeCluster, namespace: str, account: str) -> Any:
     return client
 
 
+def control_executor(kube: KubeCluster, ns: str, events: list[tuple[str, str, dict[str, Any]]],
+                     **config: Any) -> KubernetesExecutor:
+    """The executor as the control plane runs it: acting as the chart's ``headrace-control``
+    account, each event it reports appended to ``events``."""
+    from kubernetes import client
+
+    control = as_account(kube, ns, "headrace-control")
+    return KubernetesExecutor(
+        config=KubernetesExecutorConfig(image=IMAGE, gpu_image=f"{IMAGE}-gpu", namespace=ns,
+                                        gang="none", **config),
+        batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
+        custom_api=client.CustomObjectsApi(control),
+        networking_api=client.NetworkingV1Api(control),
+        on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
+
+
 def can(api: Api, verb: str, resource: str, ns: str, *, group: str = "",
         sub: str = "") -> bool:
     """SelfSubjectAccessReview as whoever ``api`` acts as."""
@@ -123,17 +139,8 @@ def test_a_training_job_runs_retries_and_completes_under_the_control_account(
         kube: KubeCluster, api: Api, applied: str) -> None:
     ns = applied
     events: list[tuple[str, str, dict[str, Any]]] = []
-    control = as_account(kube, ns, "headrace-control")
-    from kubernetes import client
-
     def executor(events: list[tuple[str, str, dict[str, Any]]]) -> KubernetesExecutor:
-        return KubernetesExecutor(
-            config=KubernetesExecutorConfig(image=IMAGE, gpu_image=f"{IMAGE}-gpu", namespace=ns,
-                                            gang="none", gpu_type="a100", max_retries=2),
-            batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
-            custom_api=client.CustomObjectsApi(control),
-            networking_api=client.NetworkingV1Api(control),
-            on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
+        return control_executor(kube, ns, events, gpu_type="a100", max_retries=2)
 
     ex = executor(events)
     job = JobSpec(job_id="churn-1", model_name="churn", framework=Framework.TENSORFLOW,
@@ -183,16 +190,7 @@ def test_an_all_reduce_gang_is_admitted_and_runs_under_the_control_account(
     bound to GPU nodes and run; the gang ends when both end."""
     ns = applied
     events: list[tuple[str, str, dict[str, Any]]] = []
-    control = as_account(kube, ns, "headrace-control")
-    from kubernetes import client
-
-    ex = KubernetesExecutor(
-        config=KubernetesExecutorConfig(image=IMAGE, gpu_image=f"{IMAGE}-gpu", namespace=ns,
-                                        gang="none", gpu_type="a100", max_retries=1),
-        batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
-        custom_api=client.CustomObjectsApi(control),
-        networking_api=client.NetworkingV1Api(control),
-        on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
+    ex = control_executor(kube, ns, events, gpu_type="a100", max_retries=1)
     ex.submit(JobSpec(job_id="gang-1", model_name="churn", framework=Framework.TENSORFLOW,
                       resources=Resources(gpus=1, workers=2, cpu=1, memory_gib=2)))
     assert [e[0] for e in events] == ["queued"], events
@@ -232,16 +230,7 @@ def test_a_job_waiting_for_gpus_is_not_started(kube: KubeCluster, api: Api, appl
     for it. Four T4s: no node has them."""
     ns = applied
     events: list[tuple[str, str, dict[str, Any]]] = []
-    control = as_account(kube, ns, "headrace-control")
-    from kubernetes import client
-
-    ex = KubernetesExecutor(
-        config=KubernetesExecutorConfig(image=IMAGE, gpu_image=f"{IMAGE}-gpu", namespace=ns,
-                                        gang="none", gpu_type="t4"),
-        batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
-        custom_api=client.CustomObjectsApi(control),
-        networking_api=client.NetworkingV1Api(control),
-        on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
+    ex = control_executor(kube, ns, events, gpu_type="t4")
     ex.submit(JobSpec(job_id="big-1", model_name="churn", framework=Framework.TENSORFLOW,
                       resources=Resources(gpus=4, workers=1, cpu=1, memory_gib=2)))
 
@@ -270,17 +259,9 @@ def test_a_restarted_control_plane_adopts_the_running_job_and_sees_it_end(
     """The control plane dies (its executor is gone) while the Job runs; the next one adopts the
     recorded attempt instead of creating another, and reports the Job's end."""
     ns = applied
-    control = as_account(kube, ns, "headrace-control")
-    from kubernetes import client
 
     def executor(events: list[tuple[str, str, dict[str, Any]]]) -> KubernetesExecutor:
-        return KubernetesExecutor(
-            config=KubernetesExecutorConfig(image=IMAGE, gpu_image=f"{IMAGE}-gpu", namespace=ns,
-                                            gang="none", gpu_type="a100"),
-            batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
-            custom_api=client.CustomObjectsApi(control),
-            networking_api=client.NetworkingV1Api(control),
-            on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
+        return control_executor(kube, ns, events, gpu_type="a100")
 
     job = JobSpec(job_id="adopt-1", model_name="churn", framework=Framework.TENSORFLOW,
                   resources=Resources(gpus=1, workers=1, cpu=1, memory_gib=2))
@@ -314,16 +295,7 @@ def test_a_job_past_its_deadline_is_failed_by_the_job_controller(
     the running pod and fails the Job (DeadlineExceeded), and the executor reports that."""
     ns = applied
     events: list[tuple[str, str, dict[str, Any]]] = []
-    control = as_account(kube, ns, "headrace-control")
-    from kubernetes import client
-
-    ex = KubernetesExecutor(
-        config=KubernetesExecutorConfig(image=IMAGE, gpu_image=f"{IMAGE}-gpu", namespace=ns,
-                                        gang="none", gpu_type="a100", active_deadline_s=3),
-        batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
-        custom_api=client.CustomObjectsApi(control),
-        networking_api=client.NetworkingV1Api(control),
-        on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
+    ex = control_executor(kube, ns, events, gpu_type="a100", active_deadline_s=3)
     ex.submit(JobSpec(job_id="slow-1", model_name="churn", framework=Framework.TENSORFLOW,
                       resources=Resources(gpus=1, workers=1, cpu=1, memory_gib=2)))
     # No wait for the pod to be Running: on a loaded machine the 3 s deadline may pass first,
@@ -348,16 +320,7 @@ def test_a_gang_that_only_partly_fits_is_bound_in_part_and_not_started(
     each other) and reports the scheduler's reason for the fourth."""
     ns = applied
     events: list[tuple[str, str, dict[str, Any]]] = []
-    control = as_account(kube, ns, "headrace-control")
-    from kubernetes import client
-
-    ex = KubernetesExecutor(
-        config=KubernetesExecutorConfig(image=IMAGE, gpu_image=f"{IMAGE}-gpu", namespace=ns,
-                                        gang="none"),
-        batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
-        custom_api=client.CustomObjectsApi(control),
-        networking_api=client.NetworkingV1Api(control),
-        on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
+    ex = control_executor(kube, ns, events)
     ex.submit(JobSpec(job_id="gang-4", model_name="churn", framework=Framework.TENSORFLOW,
                       resources=Resources(gpus=0, workers=4, cpu=10, memory_gib=2)))
 

@@ -17,10 +17,10 @@ from tests.faults.harness import (
     Scorers,
     Stream,
     TopicReader,
-    check,
+    commit_ends,
     committed,
     figures,
-    wait_covered,
+    settle,
 )
 from tests.fixtures import eventually
 from tools.kafka_cluster import KafkaCluster
@@ -83,15 +83,10 @@ def test_a_leader_stopped_or_killed_and_restarted_with_its_data_loses_no_acknowl
             restarts += 1
         dlq = TopicReader(conn, stream.dlq)
         acked = load.all_acked()
-        wait_covered(preds, lambda: acked, data_topic=stream.data, timeout_s=90, dlq=dlq,
-                     alive=s.alive)
-        preds.drain(idle_s=1.0)
-        c = check(acked, preds.records, dlq.records, data_topic=stream.data)
+        c = settle(preds, dlq, acked, data_topic=stream.data, alive=s.alive)
         alive = s.alive()
         rc, _ = s.terminate()
-        ends: dict[int, int] = {}
-        for p, o in acked:
-            ends[p] = max(ends.get(p, 0), o + 1)
+        ends = commit_ends(acked)
         commits = committed(conn, stream.group, stream.data)
         figures(f"kafka_leader_{how}_restart", **c.summary(), scorer_alive=alive,
                 scorer_restarts_after_a_librdkafka_abort=restarts,

@@ -7,9 +7,7 @@ every redelivered request is a duplicate, nothing runs again."""
 from __future__ import annotations
 
 import json
-import re
 import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -17,16 +15,17 @@ from typing import Any
 
 import pytest
 
-from headrace.contracts import JobEvent, JobEventKind, JobState
+from headrace.contracts import JobEventKind, JobState
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection, ensure_topics
-from headrace.streams.reading import iter_records, read_events
+from headrace.streams.reading import iter_records
 from headrace.streams.topics import ControlTopics, TopicSpec
 from headrace.trainers import api, jobs
 from tests.faults.harness import figures
-from tests.faults.kafka.test_control_kill9 import CLI
-from tests.fixtures import eventually, http_get
-from tests.trainers.conftest import REPO, job_env
+from tests.faults.kafka.control_cli import ControlPlanes
+from tests.faults.kafka.control_cli import kinds as job_kinds
+from tests.fixtures import eventually
+from tests.trainers.conftest import job_env
 from tools.kafka_cluster import KafkaCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
@@ -50,28 +49,13 @@ def test_a_control_plane_recovers_its_whole_table_from_a_log_the_cleaner_compact
     changelog = f"{topics.prefix}-headrace-control-jobs-changelog"
     ensure_topics(conn, [TopicSpec(changelog, 1, "faust table jobs", COMPACT_SOON)])
     env = {**job_env(kafka_cluster.bootstrap, dfs), "HEADRACE_TOPIC_PREFIX": topics.prefix}
-    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
-
-    def start() -> subprocess.Popen[bytes]:
-        log = tmp_path / f"control-{len(procs)}.log"
-        with open(log, "wb") as out:
-            p = subprocess.Popen(CLI, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        procs.append((p, log))
-
-        def ready() -> bool:
-            assert p.poll() is None, log.read_text()[-3000:]
-            m = re.search(r"probes on port (\d+)", log.read_text())
-            return m is not None and http_get(int(m.group(1)), "/readyz")[0] == 200
-
-        eventually(ready, timeout_s=120, interval_s=0.5, what=f"control plane {len(procs)}")
-        return p
+    controls = ControlPlanes(env, tmp_path)
 
     def kinds(jid: str) -> list[JobEventKind]:
-        return [e.kind for e in read_events(conn, topics.jobs, JobEvent, idle_s=0.5)
-                if e.job_id == jid and e.kind != JobEventKind.LOG]
+        return job_kinds(conn, topics, jid)
 
     try:
-        first = start()
+        first = controls.start()
         reqs = [api.build_request(model_name="cc", framework="mxnet", dataset_uri=demo,
                                   epochs=1, idempotency_key="compacted-ok")]
         reqs += [api.build_request(model_name="cc", framework="mxnet",
@@ -109,8 +93,7 @@ def test_a_control_plane_recovers_its_whole_table_from_a_log_the_cleaner_compact
         cleaned_s = time.monotonic() - t_clean
         written = after[-1][0] + 1
         # The control plane that matters starts on the compacted log.
-        start()
-        log = procs[-1][1]
+        controls.start()
         dups = {j: kinds(j).count(JobEventKind.DUPLICATE) for j in jids}
         started = {j: kinds(j).count(JobEventKind.STARTED) for j in jids}
         for r in reqs:
@@ -121,17 +104,11 @@ def test_a_control_plane_recovers_its_whole_table_from_a_log_the_cleaner_compact
         figures("kafka_compaction", rows_written=written, rows_kept=len(after),
                 keys=len(set(keys)), cleaned_s=round(cleaned_s, 1),
                 test_s=round(time.monotonic() - t0, 1))
-        assert "re-derived from the DFS" not in log.read_text(), log.read_text()[-3000:]
+        log = controls.last_log()
+        assert "re-derived from the DFS" not in log, log[-3000:]
         assert {j: kinds(j).count(JobEventKind.STARTED) for j in jids} == started
         assert versions.list_versions(dfs, "cc") == [1]
         assert {k: v["state"] for _, k, v in after if v} == want
         assert set(keys) == set(jids)
     finally:
-        for p, _ in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        controls.stop_all()

@@ -6,10 +6,7 @@ the same request delivered again is a duplicate."""
 from __future__ import annotations
 
 import json
-import re
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -17,20 +14,19 @@ from typing import Any
 
 import pytest
 
-from headrace.contracts import JobEvent, JobEventKind, JobState
+from headrace.contracts import JobEventKind, JobState
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection, ensure_topics
-from headrace.streams.reading import iter_records, read_events
+from headrace.streams.reading import iter_records
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import api, jobs
 from tests.faults.harness import figures
-from tests.fixtures import eventually, http_get
-from tests.trainers.conftest import REPO, job_env
+from tests.faults.kafka.control_cli import ControlPlanes, kinds
+from tests.fixtures import eventually
+from tests.trainers.conftest import job_env
 from tools.kafka_cluster import KafkaCluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
-CLI = [sys.executable, "-c", "import sys; from headrace.cli import main; "
-       "sys.exit(main(sys.argv[1:]))", "control"]
 
 
 def table(conn: KafkaConnection, changelog: str) -> dict[str, dict[str, Any]]:
@@ -42,11 +38,6 @@ def table(conn: KafkaConnection, changelog: str) -> dict[str, dict[str, Any]]:
     return rows
 
 
-def kinds(conn: KafkaConnection, topics: ControlTopics, jid: str) -> list[JobEventKind]:
-    return [e.kind for e in read_events(conn, topics.jobs, JobEvent, idle_s=0.5)
-            if e.job_id == jid and e.kind != JobEventKind.LOG]
-
-
 def test_a_control_plane_sigkilled_mid_job_recovers_its_table_and_runs_the_job_once(
         kafka_cluster: KafkaCluster, conn: KafkaConnection, dfs: Path, demo: str,
         tmp_path: Path) -> None:
@@ -55,24 +46,9 @@ def test_a_control_plane_sigkilled_mid_job_recovers_its_table_and_runs_the_job_o
     ensure_topics(conn, topics.specs())
     changelog = f"{topics.prefix}-headrace-control-jobs-changelog"
     env = {**job_env(kafka_cluster.bootstrap, dfs), "HEADRACE_TOPIC_PREFIX": topics.prefix}
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start() -> subprocess.Popen[bytes]:
-        log = tmp_path / f"control-{len(procs)}.log"
-        with open(log, "wb") as out:
-            p = subprocess.Popen(CLI, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        procs.append(p)
-
-        def ready() -> bool:
-            assert p.poll() is None, log.read_text()[-3000:]
-            m = re.search(r"probes on port (\d+)", log.read_text())
-            return m is not None and http_get(int(m.group(1)), "/readyz")[0] == 200
-
-        eventually(ready, timeout_s=120, interval_s=0.5, what=f"control plane {len(procs)}")
-        return p
-
+    controls = ControlPlanes(env, tmp_path)
     try:
-        first = start()
+        first = controls.start()
         # Long enough (patience = epochs: no early stop) to be running at the kill.
         req = api.build_request(model_name="kk", framework="mxnet", dataset_uri=demo,
                                 epochs=40, idempotency_key="killed-mid-job")
@@ -83,7 +59,7 @@ def test_a_control_plane_sigkilled_mid_job_recovers_its_table_and_runs_the_job_o
         first.send_signal(signal.SIGKILL)
         first.wait()
         killed_at = time.monotonic()
-        start()
+        controls.start()
         restart_ready_s = time.monotonic() - killed_at
 
         def done() -> bool:
@@ -113,11 +89,4 @@ def test_a_control_plane_sigkilled_mid_job_recovers_its_table_and_runs_the_job_o
         assert ks.count(JobEventKind.SUCCEEDED) == 1 and JobEventKind.FAILED not in ks, ks
         assert versions.list_versions(dfs, "kk") == [1] and st.version == 1
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+        controls.stop_all()

@@ -33,11 +33,11 @@ from tests.faults.harness import (
     Scorers,
     Stream,
     TopicReader,
-    check,
+    commit_ends,
     committed,
     figures,
     good_record,
-    wait_covered,
+    settle,
 )
 from tests.fixtures import eventually
 from tools.kafka_cluster import KafkaCluster
@@ -164,16 +164,10 @@ def test_isr_below_min_insync_refuses_retriably_the_scorer_waits_and_resumes(
                    what="records acknowledged after the replica came back")
         load.stop()
         acked = load.all_acked()
-        wait_covered(preds, lambda: acked, data_topic=stream.data, timeout_s=90, dlq=dlq,
-                     alive=s.alive)
-        preds.drain(idle_s=1.0)
-        dlq.drain(idle_s=0.5, timeout_s=5)
-        c = check(acked, preds.records, dlq.records, data_topic=stream.data)
+        c = settle(preds, dlq, acked, data_topic=stream.data, alive=s.alive)
         alive = s.alive()
         rc, _ = s.terminate()
-        ends: dict[int, int] = {}
-        for p, o in acked:
-            ends[p] = max(ends.get(p, 0), o + 1)
+        ends = commit_ends(acked)
         commits = committed(conn, stream.group, stream.data)
         figures("kafka_isr_below_min", **c.summary(), refused=refused.name(),
                 stall_seen_s=round(stall_seen_s, 1), resumed_s=round(resumed_s, 1),

@@ -15,10 +15,10 @@ from tests.faults.harness import (
     Scorers,
     Stream,
     TopicReader,
-    check,
+    commit_ends,
     committed,
     figures,
-    wait_covered,
+    settle,
 )
 from tests.fixtures import eventually
 from tools.kafka_cluster import KafkaCluster
@@ -73,16 +73,10 @@ def test_a_rolling_restart_of_every_broker_under_load_loses_no_acknowledged_reco
         load.stop()
         dlq = TopicReader(conn, stream.dlq)
         acked = load.all_acked()
-        wait_covered(preds, lambda: acked, data_topic=stream.data, timeout_s=90, dlq=dlq,
-                     alive=s.alive)
-        preds.drain(idle_s=1.0)
-        dlq.drain(idle_s=0.5, timeout_s=5)
-        c = check(acked, preds.records, dlq.records, data_topic=stream.data)
+        c = settle(preds, dlq, acked, data_topic=stream.data, alive=s.alive)
         alive = s.alive()
         rc, _ = s.terminate()
-        ends: dict[int, int] = {}
-        for p, o in acked:
-            ends[p] = max(ends.get(p, 0), o + 1)
+        ends = commit_ends(acked)
         commits = committed(conn, stream.group, stream.data)
         figures("kafka_rolling_restart", **c.summary(),
                 rolls=";".join(f"node{n}:down={d}s,isr={i}s" for n, d, i in rolls),

@@ -19,10 +19,10 @@ from tests.faults.harness import (
     Scorers,
     Stream,
     TopicReader,
-    check,
+    commit_ends,
     committed,
     figures,
-    wait_covered,
+    settle,
 )
 from tests.fixtures import eventually
 from tools.kafka_cluster import KafkaCluster
@@ -74,15 +74,10 @@ def test_transactional_scorers_killed_leave_exactly_one_committed_prediction_per
         load.join(120)
         acked = load.all_acked()
         dlq = TopicReader(conn, stream.dlq)
-        wait_covered(preds, lambda: acked, data_topic=stream.data, timeout_s=90, dlq=dlq,
-                     alive=s.alive)
-        preds.drain(idle_s=1.5)
-        c = check(acked, preds.records, dlq.records, data_topic=stream.data)
+        c = settle(preds, dlq, acked, data_topic=stream.data, alive=s.alive, idle_s=1.5)
         rc, _ = s.terminate()
         raw = count_uncommitted(kafka_cluster.bootstrap, stream.predictions, stream.partitions)
-        ends: dict[int, int] = {}
-        for p, o in acked:
-            ends[p] = max(ends.get(p, 0), o + 1)
+        ends = commit_ends(acked)
         commits = committed(conn, stream.group, stream.data)
         figures("kafka_transactional_kill9", **c.summary(), kills=KILLS,
                 aborted_hidden=raw - len(preds.records),

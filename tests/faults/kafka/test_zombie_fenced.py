@@ -22,10 +22,10 @@ from tests.faults.harness import (
     Scorers,
     Stream,
     TopicReader,
-    check,
+    commit_ends,
     committed,
     figures,
-    wait_covered,
+    settle,
 )
 from tests.fixtures import eventually
 from tools.kafka_cluster import KafkaCluster
@@ -73,19 +73,14 @@ def test_a_zombie_transactional_scorer_is_fenced_and_its_late_transaction_never_
         load.join(120)
         acked = load.all_acked()
         dlq = TopicReader(conn, stream.dlq)
-        wait_covered(preds, lambda: acked, data_topic=stream.data, timeout_s=90, dlq=dlq,
-                     alive=heir.alive)
-        preds.drain(idle_s=2.0)
-        c = check(acked, preds.records, dlq.records, data_topic=stream.data)
+        c = settle(preds, dlq, acked, data_topic=stream.data, alive=heir.alive, idle_s=2.0)
         heir_alive = heir.alive()
         heir_rc, _ = heir.terminate()
         rejoined = zombie_rc is None
         if rejoined:
             zombie_rc, _ = zombie.terminate()
         zombie_log = zombie.log_path.read_text(errors="replace")
-        ends: dict[int, int] = {}
-        for p, o in acked:
-            ends[p] = max(ends.get(p, 0), o + 1)
+        ends = commit_ends(acked)
         commits = committed(conn, stream.group, stream.data)
         figures("kafka_zombie_fenced", **c.summary(), taken_over_s=round(taken_over_s, 1),
                 zombie_exit=zombie_rc, zombie_rejoined=rejoined,
