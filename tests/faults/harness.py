@@ -286,6 +286,30 @@ class ControlProcess:
     def log_tail(self, chars: int = 3000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:]
 
+    def routes_a_request(self, conn: KafkaConnection, dfs: Path, prefix: str, key: str) -> None:
+        """A train request made now is routed: run, refused by its missing dataset (a failed
+        job, fast), and said so on events.jobs."""
+        from headrace.contracts import JobEvent, JobEventKind, JobState
+        from headrace.streams.reading import read_events
+        from headrace.streams.topics import ControlTopics
+        from headrace.trainers import api, jobs
+
+        control_topics = ControlTopics.with_prefix(prefix)
+        request = api.build_request(model_name="after-restart", framework="mxnet",
+                                    dataset_uri="datasets/missing.parquet",
+                                    idempotency_key=key)
+        jid = api.request_training(conn=conn, request=request, topics=control_topics)
+
+        def routed() -> bool:
+            st = jobs.read_status(dfs, jid)
+            return st is not None and st.state == JobState.FAILED
+
+        eventually(routed, timeout_s=90, interval_s=0.5,
+                   what=f"the request routed after the restart:\n{self.log_tail()}")
+        kinds = [e.kind for e in read_events(conn, control_topics.jobs, JobEvent, idle_s=0.5)
+                 if e.job_id == jid]
+        assert JobEventKind.FAILED in kinds, kinds
+
     def stop(self, timeout_s: float = 20.0) -> int | None:
         if self.alive():
             self.proc.send_signal(signal.SIGTERM)

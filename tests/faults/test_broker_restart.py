@@ -30,12 +30,9 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from headrace.contracts import JobEvent, JobEventKind, JobState
 from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection, partition_count
-from headrace.streams.reading import read_events
-from headrace.streams.topics import LINEAGE, ControlTopics
-from headrace.trainers import api, jobs
+from headrace.streams.topics import LINEAGE
 from tests.faults.conftest import needs_scorer
 from tests.faults.harness import (
     ControlProcess,
@@ -190,21 +187,7 @@ def test_broker_down_10s_then_back_producers_and_scorers_reconnect_and_lose_noth
                                      prefix="brk")
         eventually(lambda: (control.probe("/readyz") or (0, {}))[0] == 200, timeout_s=90,
                    what=f"the control plane ready after the restart:\n{control.log_tail()}")
-        control_topics = ControlTopics.with_prefix("brk")
-        request = api.build_request(model_name="after-restart", framework="mxnet",
-                                    dataset_uri="datasets/missing.parquet",
-                                    idempotency_key="after-restart")
-        jid = api.request_training(conn=conn, request=request, topics=control_topics)
-
-        def routed() -> bool:
-            st = jobs.read_status(dfs, jid)
-            return st is not None and st.state == JobState.FAILED
-
-        eventually(routed, timeout_s=90, interval_s=0.5,
-                   what=f"the request routed after the restart:\n{control.log_tail()}")
-        kinds = [e.kind for e in read_events(conn, control_topics.jobs, JobEvent, idle_s=0.5)
-                 if e.job_id == jid]
-        assert JobEventKind.FAILED in kinds, kinds
+        control.routes_a_request(conn, dfs, "brk", "after-restart")
     finally:
         control.stop()
         load.stop()

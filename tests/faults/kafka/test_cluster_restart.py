@@ -13,11 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from headrace.contracts import JobEvent, JobEventKind, JobState
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.reading import read_events
-from headrace.streams.topics import ControlTopics
-from headrace.trainers import api, jobs
 from tests.faults.conftest import needs_scorer
 from tests.faults.harness import (
     ControlProcess,
@@ -118,21 +114,7 @@ def test_the_whole_cluster_restarted_with_its_data_under_two_scorers_and_a_contr
                                      log_dir=tmp_path, prefix=prefix)
         eventually(lambda: _control_ready(control), timeout_s=90,
                    what=f"the control plane ready after the restart:\n{control.log_tail()}")
-        topics = ControlTopics.with_prefix(prefix)
-        request = api.build_request(model_name="after-restart", framework="mxnet",
-                                    dataset_uri="datasets/missing.parquet",
-                                    idempotency_key=f"after-restart-{prefix}")
-        jid = api.request_training(conn=conn, request=request, topics=topics)
-
-        def routed() -> bool:
-            st = jobs.read_status(dfs, jid)
-            return st is not None and st.state == JobState.FAILED
-
-        eventually(routed, timeout_s=90, interval_s=0.5,
-                   what=f"the request routed after the restart:\n{control.log_tail()}")
-        kinds = [e.kind for e in read_events(conn, topics.jobs, JobEvent, idle_s=0.5)
-                 if e.job_id == jid]
-        assert JobEventKind.FAILED in kinds, kinds
+        control.routes_a_request(conn, dfs, prefix, f"after-restart-{prefix}")
         figures("kafka_cluster_restart_test", test_s=round(time.monotonic() - t0, 1))
     finally:
         control.stop()
