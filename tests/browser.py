@@ -44,3 +44,14 @@ def chromium(*, window: tuple[int, int] | None = None) -> Iterator[Any]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def panel_text(driver: Any, panel: str, shows: str, *, timeout_s: float = 30) -> str:
+    """The text of the page element with id ``panel`` once it shows ``shows`` (the page fills
+    its panels from the dashboard's API after it loads)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, timeout_s).until(
+        lambda d: shows in d.find_element(By.ID, panel).text)
+    return str(driver.find_element(By.ID, panel).text)

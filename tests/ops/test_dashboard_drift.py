@@ -17,7 +17,7 @@ from headrace.ops.dashboard import Dashboard
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.producing import send_events
 from headrace.streams.topics import ControlTopics
-from tests.browser import chromium, needs_chromium
+from tests.browser import chromium, needs_chromium, panel_text
 from tests.fixtures import eventually
 from tests.ops.http_json import get
 
@@ -100,13 +100,10 @@ def test_without_kafka_the_drift_panel_says_so(tmp_path: Path) -> None:
 @needs_chromium
 def test_page_renders_the_drift_panel_in_chromium(dash: Dashboard) -> None:
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
 
     with chromium() as driver:
         driver.get(dash.url)
-        WebDriverWait(driver, 30).until(
-            lambda d: "image:brightness" in d.find_element(By.ID, "drift").text)
-        text = driver.find_element(By.ID, "drift").text
+        text = panel_text(driver, "drift", "image:brightness")
         f0 = driver.find_element(By.CSS_SELECTOR, 'table[data-stream="clicks"] '
                                                   'tr[data-feature="f0"]').text
     assert "clicks: 1 of 3 drifting" in text and "views: 1 of 1 drifting" in text

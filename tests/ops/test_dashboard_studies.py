@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from headrace.core.settings import Settings
 from headrace.ops.dashboard import Dashboard
 from headrace.trainers.tuning import StudyConfig, parse_space, storage
-from tests.browser import chromium, needs_chromium
+from tests.browser import chromium, needs_chromium, panel_text
 from tests.ops.http_json import get_ok
 
 
@@ -69,14 +69,9 @@ def test_api_without_studies_says_so(settings: Settings) -> None:
 
 @needs_chromium
 def test_page_renders_the_studies_panel_in_chromium(dash: Dashboard) -> None:
-    from selenium.webdriver.common.by import By
-    from selenium.webdriver.support.ui import WebDriverWait
-
     with chromium() as driver:
         driver.get(dash.url)
-        WebDriverWait(driver, 30).until(
-            lambda d: "j-trial2" in d.find_element(By.ID, "studies").text)
-        text = driver.find_element(By.ID, "studies").text
+        text = panel_text(driver, "studies", "j-trial2")
     assert "wine: mxnet mlp, minimize loss · 2 complete, 1 pruned" in text
     assert "1 *" in text and "0.3100" in text and "2 (promoted)" in text
     assert "broken" in text and "study.json unreadable" in text
