@@ -195,6 +195,8 @@ class BatchProducer:
         # Set when a fatal error replaced the producer between flushes: the next flush raises
         # ``ProducerRenewed`` so the caller produces everything since the last one again.
         self._lost: str | None = None
+        # The topics produced to since the last complete flush: named when one times out.
+        self._topics: set[str] = set()
 
     def produce_many(self, topic: str, values: Sequence[bytes], keys: Sequence[bytes | None],
                      headers: list[tuple[str, bytes]]) -> list[Refused]:
@@ -204,6 +206,7 @@ class BatchProducer:
         a transactional one's is ``FatalError``."""
         call: Any = self.producer.produce
         failed: list[Refused] = []
+        self._topics.add(topic)
         for v, k in zip(values, keys, strict=True):
             while True:
                 try:
@@ -228,6 +231,7 @@ class BatchProducer:
                 timestamp_ms: int = 0) -> None:
         """One message; a fatal error renews a non-transactional producer, which takes the
         message (the next ``flush`` raises ``ProducerRenewed``: what the old one held is lost)."""
+        self._topics.add(topic)
         try:
             produce(self.producer, topic, value, key, headers, partition=partition,
                     timestamp_ms=timestamp_ms)
@@ -257,9 +261,26 @@ class BatchProducer:
                 raise
             self.renew()
             raise ProducerRenewed(f"producer failed fatally ({exc}); renewed it") from None
+        except FlushTimedOut as exc:
+            raise FlushTimedOut(f"{exc} {self._held()}") from None
+        self._topics.clear()
         if self._lost is not None:
             lost, self._lost = self._lost, None
             raise ProducerRenewed(f"producer failed fatally ({lost}); renewed it")
+
+    def _held(self) -> str:
+        """Where the held messages go, and which of those topics the cluster does not have
+        (a producer never creates one: it holds the messages until the topic exists)."""
+        topics = sorted(self._topics)
+        try:
+            known = self.producer.list_topics(timeout=2.0).topics
+        except KafkaException:
+            return f"(produced to {', '.join(topics)})"
+        missing = [t for t in topics if t not in known]
+        if not missing:
+            return f"(produced to {', '.join(topics)})"
+        return (f"(produced to {', '.join(topics)}; not on the cluster: {', '.join(missing)}, "
+                "which `headrace topics --create` makes)")
 
     def _renew_after(self, err: KafkaError) -> None:
         """A fatal error from ``produce``: a new producer (librdkafka's rule for idempotent

@@ -26,8 +26,10 @@ def test_a_scorers_producer_does_not_create_the_topic_it_produces_to(
     producer = BatchProducer(conn, **{**SCORER_PRODUCER, "message.timeout.ms": 1500})
     try:
         producer.produce(topic, b"v", b"k")
-        with pytest.raises(FlushTimedOut):
+        with pytest.raises(FlushTimedOut) as held:
             producer.flush(1.0)  # held: the topic does not exist
+        # The error says where the held messages go and that the topic is missing.
+        assert f"not on the cluster: {topic}," in str(held.value), held.value
         assert topic not in list_topics(conn)
     finally:
         producer.producer.purge()
