@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from headrace.streams.clients import KafkaConnection
+from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.dlq import DLQ_STAGE
+from headrace.streams.reading import iter_records
+from headrace.streams.topics import TopicSpec
 from tests.faults.conftest import needs_scorer
 from tests.faults.harness import (
     Scorers,
@@ -169,3 +172,37 @@ def test_java_console_clients_send_records_headrace_scores_and_read_its_outputs(
             kafka_python_read=len(python_read), kafka_python_s=round(python_s, 1),
             test_s=round(time.monotonic() - t0, 1))
     assert rc == 0, s.log_tail()
+
+
+def test_a_java_producer_and_headrace_with_murmur2_random_put_each_key_on_one_partition(
+        kafka_cluster: KafkaCluster, conn: KafkaConnection, tmp_path: Path) -> None:
+    """docs/rollout.md: Java clients hash keys with murmur2, librdkafka with CRC32; with
+    ``partitioner=murmur2_random`` set on Headrace's side (an operator's client setting), a key
+    lands on the same partition whichever wrote it, and without it, on another for most keys."""
+    keys = [f"order-{i}" for i in range(200)]
+    topics = {w: f"{w}-{uuid.uuid4().hex[:8]}" for w in ("java", "murmur2", "default")}
+    ensure_topics(conn, [TopicSpec(t, 6, "partitioner check") for t in topics.values()])
+    sent = subprocess.run(java_tool(
+        kafka_cluster, tmp_path, "org.apache.kafka.tools.ConsoleProducer",
+        "--topic", topics["java"], "--reader-property", "parse.key=true",
+        "--reader-property", "key.separator=\t"),
+        input="".join(f"{k}\t{{\"label\": 1}}\n" for k in keys), capture_output=True, text=True,
+        timeout=120)
+    assert sent.returncode == 0, sent.stderr[-3000:]
+    for writer, extra in (("murmur2", {"partitioner": "murmur2_random"}), ("default", {})):
+        p = make_producer(KafkaConnection(bootstrap=conn.bootstrap, extra=extra))
+        for k in keys:
+            p.produce(topics[writer], b'{"label": 1}', k.encode())
+        assert p.flush(30) == 0
+
+    def placed(topic: str) -> dict[str, int]:
+        return {bytes(r.key).decode(): r.partition
+                for r in iter_records(conn, topic, idle_s=1.0) if r.key}
+
+    java, murmur2, default = (placed(topics[w]) for w in ("java", "murmur2", "default"))
+    assert sorted(java) == sorted(keys) == sorted(murmur2) == sorted(default)
+    assert murmur2 == java
+    same = sum(default[k] == java[k] for k in keys)
+    assert same < len(keys) / 2, same  # CRC32 agrees with murmur2 only by chance (~1 in 6)
+    figures("kafka_murmur2_partitioner", keys=len(keys), java_equal_murmur2_random=len(keys),
+            java_equal_default=same)
