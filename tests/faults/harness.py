@@ -306,9 +306,13 @@ class ControlProcess:
 
         eventually(routed, timeout_s=90, interval_s=0.5,
                    what=f"the request routed after the restart:\n{self.log_tail()}")
-        kinds = [e.kind for e in read_events(conn, control_topics.jobs, JobEvent, idle_s=0.5)
-                 if e.job_id == jid]
-        assert JobEventKind.FAILED in kinds, kinds
+        def kinds() -> list[JobEventKind]:
+            return [e.kind for e in read_events(conn, control_topics.jobs, JobEvent, idle_s=0.5)
+                    if e.job_id == jid]
+
+        # The event follows the status file; on a cluster just restarted, not always at once.
+        eventually(lambda: JobEventKind.FAILED in kinds(), timeout_s=60, interval_s=1.0,
+                   what=f"FAILED for {jid} on {control_topics.jobs}")
 
     def stop(self, timeout_s: float = 20.0) -> int | None:
         if self.alive():
