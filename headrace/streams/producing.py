@@ -271,16 +271,16 @@ class BatchProducer:
     def _held(self) -> str:
         """Where the held messages go, and which of those topics the cluster does not have
         (a producer never creates one: it holds the messages until the topic exists)."""
-        topics = sorted(self._topics)
+        held = f"produced to {', '.join(sorted(self._topics))}"
         try:
             known = self.producer.list_topics(timeout=2.0).topics
         except KafkaException:
-            return f"(produced to {', '.join(topics)})"
-        missing = [t for t in topics if t not in known]
-        if not missing:
-            return f"(produced to {', '.join(topics)})"
-        return (f"(produced to {', '.join(topics)}; not on the cluster: {', '.join(missing)}, "
-                "which `headrace topics --create` makes)")
+            return f"({held})"
+        missing = sorted(t for t in self._topics if t not in known)
+        if missing:
+            held += (f"; not on the cluster: {', '.join(missing)}, "
+                     "which `headrace topics --create` makes")
+        return f"({held})"
 
     def _renew_after(self, err: KafkaError) -> None:
         """A fatal error from ``produce``: a new producer (librdkafka's rule for idempotent

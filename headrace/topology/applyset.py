@@ -208,11 +208,7 @@ class Writer:
         created, after = self.rest.apply(manifest, force=self.force)
         if created or before is None:
             return "create"
-        # The server writes nothing for an apply that changes nothing: same resourceVersion;
-        # or else a controller wrote the status in between, and all the apply owns is as it was.
-        rv = (before.get("metadata") or {}).get("resourceVersion")
-        if rv and rv == (after.get("metadata") or {}).get("resourceVersion"):
-            return "unchanged"
+        # Not the resourceVersion: a controller may write the status between read and apply.
         return "unchanged" if _applied(after, manifest) == _applied(before, manifest) else "patch"
 
 

@@ -5,7 +5,6 @@ events the control planes published."""
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from headrace.streams.clients import KafkaConnection
 from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from tests.fixtures import eventually, http_get
-from tests.trainers.conftest import REPO
+from tests.trainers.conftest import REPO, stop
 
 CLI = [sys.executable, "-c", "import sys; from headrace.cli import main; "
        "sys.exit(main(sys.argv[1:]))", "control"]
@@ -48,13 +47,7 @@ class ControlPlanes:
 
     def stop_all(self) -> None:
         for p, _ in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(20)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop(p)
 
 
 def kinds(conn: KafkaConnection, topics: ControlTopics, jid: str) -> list[JobEventKind]:
