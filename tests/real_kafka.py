@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,16 @@ def make_whole(cluster: KafkaCluster) -> None:
         n.start()
     if down:
         cluster.wait_ready(nodes=[n.node_id for n in down], timeout_s=60)
+
+
+def stop_every_node(cluster: KafkaCluster) -> None:
+    """Stop every node at once (one by one, the last would wait for a quorum); their data
+    stays for ``make_whole`` or a test's own restart."""
+    threads = [threading.Thread(target=n.stop) for n in cluster.nodes]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def started() -> KafkaCluster | None:

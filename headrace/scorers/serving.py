@@ -43,7 +43,8 @@ from headrace.streams import topics
 from headrace.streams.client_errors import is_missing_topic
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.connection import connection_for
-from headrace.streams.consuming import BatchConsumer, GroupLag
+from headrace.streams.consuming import BatchConsumer
+from headrace.streams.group_lag import GroupLag
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class Scorer:
         self.probes_up.set()
         io: StreamIO | None = None
         lag_watch: LagWatch | None = None
+        group_lag: GroupLag | None = None
         watcher: ModelWatcher | None = None
         decoders: DecodePool | None = None
         try:
@@ -180,6 +182,8 @@ class Scorer:
             stopped_at = time.monotonic()
             if lag_watch is not None:
                 lag_watch.stop()  # before the consumer it reads closes
+            if group_lag is not None:
+                group_lag.close()
             if decoders is not None:
                 decoders.close()
             if io is not None:

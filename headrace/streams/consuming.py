@@ -19,17 +19,15 @@ import numpy as np
 from confluent_kafka import (
     OFFSET_INVALID,
     Consumer,
-    ConsumerGroupTopicPartitions,
     KafkaError,
     KafkaException,
     Message,
     TopicPartition,
 )
-from confluent_kafka.admin import OffsetSpec
 
 from headrace.core.errors import RetriableError
 from headrace.streams.client_errors import classify, good_messages, reason
-from headrace.streams.clients import KafkaConnection, make_admin
+from headrace.streams.clients import KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -317,76 +315,3 @@ class BatchConsumer:
             self.consumer.close()
         except (KafkaException, RuntimeError) as exc:
             log.warning("consumer close: %s", exc)
-
-
-class GroupLag:
-    """The broker's view of how far behind a consumer is: its partitions' high watermarks
-    (asked now: a fetcher that stopped never updates its cached ones) minus its positions, or
-    the group's committed offsets where it has no position yet.
-
-    Read with an admin client of its own, from a thread beside the scoring loop: a consumer's
-    own handle is never used there (calling ``position`` or ``pause`` beside its ``poll`` from
-    another thread was seen to deadlock with the Python logger callback).
-    """
-
-    def __init__(self, conn: KafkaConnection, group_id: str, *, timeout_s: float = 2.0) -> None:
-        self.admin = make_admin(conn)
-        self.group_id = group_id
-        self.timeout_s = timeout_s
-
-    def __call__(self, positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """(topic, partition) -> unconsumed records; a partition not readable now is left out."""
-        if not positions:
-            return {}
-        starts = {tp: o for tp, o in positions.items() if o >= 0}
-        unknown = [tp for tp, o in positions.items() if o < 0]
-        if unknown:
-            starts.update(self._committed(unknown))
-        if not starts:
-            return {}
-        ends = self._offsets(list(starts), OffsetSpec.latest())
-        return {tp: max(0, high - starts[tp]) for tp, high in ends.items()}
-
-    def topic_view(self, topic: str) -> dict[tuple[str, int], tuple[int, int]]:
-        """Every partition of ``topic``: (the group's committed offset, or the log's start where
-        it has none; the log's end). Empty when the topic or the broker is not there now."""
-        try:  # all topics: a metadata request naming one auto-creates it on Tansu
-            t = self.admin.list_topics(timeout=self.timeout_s).topics.get(topic)
-        except Exception:
-            return {}
-        if t is None or t.error is not None or not t.partitions:
-            return {}
-        tps = [(topic, p) for p in sorted(t.partitions)]
-        starts = self._committed(tps)
-        unset = [tp for tp in tps if tp not in starts]
-        if unset:
-            starts.update(self._offsets(unset, OffsetSpec.earliest()))
-        ends = self._offsets([tp for tp in tps if tp in starts], OffsetSpec.latest())
-        return {tp: (starts[tp], end) for tp, end in ends.items()}
-
-    def _offsets(self, tps: list[tuple[str, int]], spec: OffsetSpec
-                 ) -> dict[tuple[str, int], int]:
-        """The broker's offsets (``spec``: latest, earliest) of ``tps``; one it cannot give
-        now is left out."""
-        futures = self.admin.list_offsets({TopicPartition(t, p): spec for t, p in tps},
-                                          request_timeout=self.timeout_s)
-        out: dict[tuple[str, int], int] = {}
-        for tp, fut in futures.items():
-            try:
-                off = int(fut.result(timeout=self.timeout_s + 1.0).offset)
-            except Exception:  # KafkaException, a timeout: unknown for now
-                continue
-            if off >= 0:
-                out[(tp.topic, tp.partition)] = off
-        return out
-
-    def _committed(self, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        request = ConsumerGroupTopicPartitions(self.group_id,
-                                               [TopicPartition(t, p) for t, p in tps])
-        try:
-            fut = self.admin.list_consumer_group_offsets(
-                [request], request_timeout=self.timeout_s)[self.group_id]
-            got = fut.result(timeout=self.timeout_s + 1.0).topic_partitions or []
-        except Exception:
-            return {}
-        return {(tp.topic, tp.partition): int(tp.offset) for tp in got if tp.offset >= 0}

@@ -16,7 +16,8 @@ from headrace.scorers.probing import ProbeState
 from headrace.scorers.stall import GroupStandstill, Lag, LagWatch
 from headrace.scorers.stream_io import StreamIO
 from headrace.streams.clients import KafkaConnection
-from headrace.streams.consuming import BatchConsumer, GroupLag
+from headrace.streams.consuming import BatchConsumer
+from headrace.streams.group_lag import GroupLag
 from tests.faults.harness import produce_all
 
 

@@ -69,18 +69,9 @@ def test_a_leader_stopped_or_killed_and_restarted_with_its_data_loses_no_acknowl
         eventually(lambda: len(load.all_acked()) >= during + 600, timeout_s=60,
                    what="records acknowledged after the restart")
         load.stop()
-        # librdkafka itself may abort the scorer while the group and the producer ids move
-        # (seen under load: "rdkafka_queue.h:1086: rd_kafka_enq_once_del_source_return:
-        # Assertion `eonce->refcnt > 0' failed"). That is the client library's crash, not a
-        # Headrace exit: restart the scorer as Kubernetes would, and still require every
-        # acknowledged record scored. Any other death fails the test.
-        restarts = 0
-        if not s.alive():
-            tail = s.log_tail(50_000)  # the abort line, then every thread's stack
-            assert "rdkafka" in tail and "Assertion" in tail, tail
-            s = scorers.start()
-            s.wait_ready(timeout_s=90)
-            restarts += 1
+        # The scorer lives through it: librdkafka's abort here (D34) came from reading the
+        # group's offsets through its admin API, which the scorer no longer does.
+        assert s.alive(), s.log_tail(50_000)
         dlq = TopicReader(conn, stream.dlq)
         acked = load.all_acked()
         c = settle(preds, dlq, acked, data_topic=stream.data, alive=s.alive)
@@ -89,7 +80,6 @@ def test_a_leader_stopped_or_killed_and_restarted_with_its_data_loses_no_acknowl
         ends = commit_ends(acked)
         commits = committed(conn, stream.group, stream.data)
         figures(f"kafka_leader_{how}_restart", **c.summary(), scorer_alive=alive,
-                scorer_restarts_after_a_librdkafka_abort=restarts,
                 acked_before=before,
                 acked_during=during - before, acked_after=len(acked) - during,
                 down_s=round(down_s, 1), load_errors=len(load.failed),

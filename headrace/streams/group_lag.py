@@ -1,0 +1,126 @@
+"""The broker's view of a consumer group's progress, read from a thread beside the scoring loop.
+
+Read through a consumer handle of its own that never joins the group (no ``subscribe``): its
+``committed`` and ``offsets_for_times`` are the consumer protocol's OffsetFetch and ListOffsets.
+Not through an ``AdminClient``: librdkafka's coordinator-bound admin requests
+(``list_consumer_group_offsets``) free their request state twice when the coordinator's
+connection drops, and a scorer reading its group's offsets that way every few seconds died
+when a broker stopped, by abort (``rd_kafka_enq_once_del_source_return: Assertion
+'eonce->refcnt > 0'``, D34) or by SIGSEGV (D41).
+The scorer's own consumer is not used either: calling ``position`` or ``pause`` beside its
+``poll`` from another thread was seen to deadlock with the Python logger callback.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from headrace.streams.clients import KafkaConnection
+
+log = logging.getLogger(__name__)
+
+Tp = tuple[str, int]
+# ListOffsets' special timestamps: the log's end (the last stable offset under
+# read_committed, which is what the group can read) and its start.
+_LATEST, _EARLIEST = -1, -2
+
+
+class GroupLag:
+    """How far behind a consumer group is: its partitions' ends (asked now: a fetcher that
+    stopped never updates its cached ones) minus its positions, or the group's committed
+    offsets where it has no position yet.
+
+    Every call comes from one thread at a time (a lock), and answers within about three
+    ``timeout_s``; a partition the broker cannot answer for now is left out."""
+
+    def __init__(self, conn: KafkaConnection, group_id: str, *, timeout_s: float = 2.0) -> None:
+        # Quiet: the scorer's own clients already log every broker they lose.
+        self.consumer = Consumer(conn.consumer_config(group_id, log_level=0))
+        self.group_id = group_id
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __call__(self, positions: dict[Tp, int]) -> dict[Tp, int]:
+        """(topic, partition) -> unconsumed records; a partition not readable now is left out."""
+        if not positions:
+            return {}
+        with self._lock:
+            if self._closed:
+                return {}
+            self._drain()
+            starts = {tp: o for tp, o in positions.items() if o >= 0}
+            unknown = [tp for tp, o in positions.items() if o < 0]
+            if unknown:
+                starts.update(self._committed(unknown))
+            if not starts:
+                return {}
+            ends = self._offsets(list(starts), _LATEST)
+        return {tp: max(0, high - starts[tp]) for tp, high in ends.items()}
+
+    def topic_view(self, topic: str) -> dict[Tp, tuple[int, int]]:
+        """Every partition of ``topic``: (the group's committed offset, or the log's start where
+        it has none; the log's end). Empty when the topic or the broker is not there now."""
+        with self._lock:
+            if self._closed:
+                return {}
+            self._drain()
+            try:  # all topics: a metadata request naming one auto-creates it on Tansu
+                t = self.consumer.list_topics(timeout=self.timeout_s).topics.get(topic)
+            except (KafkaException, RuntimeError):
+                return {}
+            if t is None or t.error is not None or not t.partitions:
+                return {}
+            tps = [(topic, p) for p in sorted(t.partitions)]
+            starts = self._committed(tps)
+            unset = [tp for tp in tps if tp not in starts]
+            if unset:
+                starts.update(self._offsets(unset, _EARLIEST))
+            ends = self._offsets([tp for tp in tps if tp in starts], _LATEST)
+        return {tp: (starts[tp], end) for tp, end in ends.items()}
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Close the handle once no call is under way; one still running past ``timeout_s``
+        keeps it (closing a handle in use crashes the client library)."""
+        if not self._lock.acquire(timeout=timeout_s):
+            log.warning("group lag read still running after %.0fs; its handle is left open",
+                        timeout_s)
+            return
+        try:
+            if not self._closed:
+                self._closed = True
+                self.consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            log.debug("group lag consumer close: %s", exc)
+        finally:
+            self._lock.release()
+
+    def _drain(self, most: int = 1000) -> None:
+        """Serve the handle's queued events (a lost broker's errors): nothing else polls it."""
+        for _ in range(most):
+            if self.consumer.poll(0) is None:
+                return
+
+    def _offsets(self, tps: list[Tp], which: int) -> dict[Tp, int]:
+        """The broker's offsets (``which``: the end, the start) of ``tps``."""
+        if not tps:
+            return {}
+        try:
+            got = self.consumer.offsets_for_times([TopicPartition(t, p, which) for t, p in tps],
+                                                  timeout=self.timeout_s)
+        except (KafkaException, RuntimeError):  # a timeout, no leader: unknown for now
+            return {}
+        return {(tp.topic, tp.partition): int(tp.offset) for tp in got
+                if tp.error is None and tp.offset >= 0}
+
+    def _committed(self, tps: list[Tp]) -> dict[Tp, int]:
+        try:
+            got = self.consumer.committed([TopicPartition(t, p) for t, p in tps],
+                                          timeout=self.timeout_s)
+        except (KafkaException, RuntimeError):
+            return {}
+        return {(tp.topic, tp.partition): int(tp.offset) for tp in got
+                if tp.error is None and tp.offset >= 0}
