@@ -23,8 +23,7 @@ from headrace.streams.clients import KafkaConnection
 log = logging.getLogger(__name__)
 
 Tp = tuple[str, int]
-# ListOffsets' special timestamps: the log's end (the last stable offset under
-# read_committed, which is what the group can read) and its start.
+# ListOffsets' special timestamps: the log's end and its start.
 _LATEST, _EARLIEST = -1, -2
 
 
@@ -37,8 +36,13 @@ class GroupLag:
     ``timeout_s``; a partition the broker cannot answer for now is left out."""
 
     def __init__(self, conn: KafkaConnection, group_id: str, *, timeout_s: float = 2.0) -> None:
-        # Quiet: the scorer's own clients already log every broker they lose.
-        self.consumer = Consumer(conn.consumer_config(group_id, log_level=0))
+        # Quiet: the scorer's own clients already log every broker they lose. Read
+        # uncommitted: the committed offsets without waiting out an open transaction's
+        # (require_stable), the ends as the high watermarks.
+        config = {**conn.consumer_config(group_id, log_level=0),
+                  "isolation.level": "read_uncommitted"}
+        config.pop("group.instance.id", None)  # never a member: no static identity to share
+        self.consumer = Consumer(config)
         self.group_id = group_id
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
