@@ -20,6 +20,7 @@ from types import FrameType
 
 from headrace.core import heap
 from headrace.core.errors import ConfigError
+from headrace.core.off_main import run_off_main
 from headrace.core.settings import Settings
 from headrace.scorers.adapters import precision, select_runtime
 from headrace.scorers.budget import MessageCaps
@@ -86,6 +87,11 @@ class Scorer:
         return f"{group}.{socket.gethostname()}.{os.getpid()}"
 
     def run(self, stop: threading.Event) -> None:
+        """Score until ``stop`` is set, on a thread of its own: the main thread stays free for
+        the signal handlers whatever native call the scoring loop is in (D46)."""
+        run_off_main(lambda: self._serve(stop), name="scorer")
+
+    def _serve(self, stop: threading.Event) -> None:
         s = self.scorer
         probes = ProbeServer(host=s.http_host, port=s.http_port, state=self.state,
                              metrics=self.metrics).start()

@@ -9,6 +9,11 @@ when a broker stopped, by abort (``rd_kafka_enq_once_del_source_return: Assertio
 'eonce->refcnt > 0'``, D34) or by SIGSEGV (D41).
 The scorer's own consumer is not used either: calling ``position`` or ``pause`` beside its
 ``poll`` from another thread was seen to deadlock with the Python logger callback.
+
+A handle that never subscribes never refreshes its metadata by itself: when a broker stops,
+its partitions' new leaders stay unknown to it, and asking for their offsets times out for good
+(seen: a stalled scorer's probes turned green again 8 s after a node of three stopped). A read
+left unanswered refreshes the metadata and asks once more.
 """
 
 from __future__ import annotations
@@ -32,8 +37,9 @@ class GroupLag:
     stopped never updates its cached ones) minus its positions, or the group's committed
     offsets where it has no position yet.
 
-    Every call comes from one thread at a time (a lock), and answers within about three
-    ``timeout_s``; a partition the broker cannot answer for now is left out."""
+    Every call comes from one thread at a time (a lock), and answers within about four
+    ``timeout_s`` (five for ``topic_view``); a partition the broker cannot answer for now is
+    left out."""
 
     def __init__(self, conn: KafkaConnection, group_id: str, *, timeout_s: float = 2.0) -> None:
         # Quiet: the scorer's own clients already log every broker they lose. Read
@@ -43,7 +49,6 @@ class GroupLag:
                   "isolation.level": "read_uncommitted"}
         config.pop("group.instance.id", None)  # never a member: no static identity to share
         self.consumer = Consumer(config)
-        self.group_id = group_id
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._closed = False
@@ -109,7 +114,15 @@ class GroupLag:
                 return
 
     def _offsets(self, tps: list[Tp], which: int) -> dict[Tp, int]:
-        """The broker's offsets (``which``: the end, the start) of ``tps``."""
+        """The broker's offsets (``which``: the end, the start) of ``tps``; those left unanswered
+        are asked once more after a metadata refresh (their leader may have moved)."""
+        got = self._ask_offsets(tps, which)
+        missing = [tp for tp in tps if tp not in got]
+        if missing and self._refresh_leaders():
+            got.update(self._ask_offsets(missing, which))
+        return got
+
+    def _ask_offsets(self, tps: list[Tp], which: int) -> dict[Tp, int]:
         if not tps:
             return {}
         try:
@@ -117,8 +130,14 @@ class GroupLag:
                                                   timeout=self.timeout_s)
         except (KafkaException, RuntimeError):  # a timeout, no leader: unknown for now
             return {}
-        return {(tp.topic, tp.partition): int(tp.offset) for tp in got
-                if tp.error is None and tp.offset >= 0}
+        return _answered(got)
+
+    def _refresh_leaders(self) -> bool:
+        try:  # all topics: a metadata request naming one auto-creates it on Tansu
+            self.consumer.list_topics(timeout=self.timeout_s)
+        except (KafkaException, RuntimeError):
+            return False
+        return True
 
     def _committed(self, tps: list[Tp]) -> dict[Tp, int]:
         try:
@@ -126,5 +145,10 @@ class GroupLag:
                                           timeout=self.timeout_s)
         except (KafkaException, RuntimeError):
             return {}
-        return {(tp.topic, tp.partition): int(tp.offset) for tp in got
-                if tp.error is None and tp.offset >= 0}
+        return _answered(got)
+
+
+def _answered(got: list[TopicPartition]) -> dict[Tp, int]:
+    """The partitions given an offset, without error."""
+    return {(tp.topic, tp.partition): int(tp.offset) for tp in got
+            if tp.error is None and tp.offset >= 0}

@@ -4,6 +4,7 @@ D41: in CI a scorer died during a fault with nothing in its log (a native abort 
 no Python line). D44: a scorer hung in a flush outlived its SIGTERM grace and exited 3 saying
 only that. A fatal signal now prints every thread's stack (``faulthandler``), and so does the
 overdue exit; the harness says how a process ended (a SIGKILL writes nothing).
+The scorer's loop runs off the main thread (D46: ``tests/faults/test_sigterm_in_commit.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
+import pytest
+
+from headrace.core.errors import FatalError
+from headrace.core.off_main import run_off_main
 from tests.faults.harness import exit_note
 
 SCRIPT = """
@@ -53,6 +59,20 @@ def test_a_scorer_past_its_grace_says_where_it_was_stuck() -> None:
     assert r.returncode == 3
     assert "did not stop within" in r.stderr and "where each thread was" in r.stderr
     assert "in stuck_in_a_flush" in r.stderr, r.stderr
+
+
+def test_what_the_scoring_thread_raises_reaches_the_caller() -> None:
+    ran_on: list[str] = []
+
+    def body() -> None:
+        ran_on.append(threading.current_thread().name)
+        raise FatalError("the model's directory is gone")
+
+    with pytest.raises(FatalError, match="the model's directory is gone"):
+        run_off_main(body, name="scorer")
+    # pytest runs a test on the main thread (xdist's workers too): the body ran off it.
+    assert threading.current_thread() is threading.main_thread()
+    assert ran_on == ["scorer"]
 
 
 def test_sigusr2_prints_where_each_thread_is_and_the_scorer_goes_on() -> None:
