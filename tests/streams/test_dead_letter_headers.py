@@ -39,21 +39,41 @@ def test_the_stage_comes_from_the_caller_then_the_error_then_unknown() -> None:
     assert bare.stage == "unknown" and bare.error_message == "KeyError"  # never empty
 
 
+def _weight(dead: dlq.DeadLetter) -> int:
+    """What the letter weighs as a message: key, value and headers."""
+    return (len(dead.record.key or b"") + len(dead.payload() or b"")
+            + sum(len(k.encode()) + len(v or b"") for k, v in dead.headers()))
+
+
 def test_an_oversized_value_is_cut_with_its_size_and_hash_and_the_reason_is_capped() -> None:
-    value = b"v" * (dlq.MAX_DLQ_VALUE_BYTES + 10)
+    value = b"v" * (dlq.MAX_DLQ_MESSAGE_BYTES + 10)
     dead = dlq.DeadLetter.from_error(_ref(value), PermanentError("e" * 5000))
-    assert dead.truncated and dead.payload() == value[:dlq.MAX_DLQ_VALUE_BYTES]
+    assert dead.truncated and dead.payload() == value[:dead.value_limit]
     h = hdr.to_dict(dead.headers())
     assert h[dlq.DLQ_TRUNCATED_FROM] == str(len(value))
     assert h[dlq.DLQ_VALUE_SHA256] == hashlib.sha256(value).hexdigest()
     assert len(h[dlq.DLQ_ERROR_MESSAGE]) == dlq.MAX_ERROR_CHARS
-    exact = dlq.DeadLetter.from_error(_ref(value[:dlq.MAX_DLQ_VALUE_BYTES]), PermanentError("e"))
-    assert not exact.truncated and exact.payload() == value[:dlq.MAX_DLQ_VALUE_BYTES]
+    assert _weight(dead) <= dlq.MAX_DLQ_MESSAGE_BYTES - dlq.FRAMING_BYTES + 200
+    exact = dlq.DeadLetter.from_error(_ref(value[:dead.value_limit]), PermanentError("e" * 5000))
+    assert not exact.truncated and exact.payload() == value[:dead.value_limit]
     assert dlq.DeadLetter.from_error(_ref(None), PermanentError("e")).payload() is None
 
 
+def test_a_dead_letter_fits_apache_kafkas_default_message_size_whatever_it_carries() -> None:
+    """A 1 MiB cut fitted the embedded broker and not Apache Kafka's default topic (1,048,588
+    bytes for the whole batch): the letter was refused and lost (D61). Key, headers and a
+    multi-byte reason count too."""
+    big_headers = tuple((f"h{i}", b"x" * 10_000) for i in range(20))
+    ref = RecordRef("events.clicks", 2, 41, b"k" * 50_000, b"v" * 2_000_000, big_headers)
+    dead = dlq.DeadLetter.from_error(ref, PermanentError("é" * 3000))
+    assert dead.truncated
+    assert _weight(dead) > dlq.MAX_DLQ_MESSAGE_BYTES - 2 * dlq.FRAMING_BYTES
+    assert _weight(dead) <= dlq.MAX_DLQ_MESSAGE_BYTES < 1_048_588
+    assert hdr.to_dict(dead.headers())["h19"] == "x" * 10_000  # a redrive's headers kept
+
+
 def test_a_redriven_dead_letter_that_fails_again_carries_only_the_new_dlq_headers() -> None:
-    first = dlq.DeadLetter.from_error(_ref(b"x" * (dlq.MAX_DLQ_VALUE_BYTES + 1)),
+    first = dlq.DeadLetter.from_error(_ref(b"x" * (dlq.MAX_DLQ_MESSAGE_BYTES + 1)),
                                       ValidationFailed("old", stage="decode"), row=9)
     redriven = RecordRef("events.clicks", 0, 7, b"k", b"small", tuple(first.headers()))
     again = dlq.DeadLetter.from_error(redriven, PermanentError("new"), stage="score")
