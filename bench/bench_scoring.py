@@ -20,13 +20,15 @@ measured records, from each input record's CreateTime to its output's CreateTime
 
 Producer profile: by default pass-through, Headrace and the paced upstream all use
 non-idempotent producers (the scorer's ``HEADRACE_SCORER_IDEMPOTENT=false``), because Tansu's
-idempotent produce path moves ~1/3 of the bytes and stalls ~500 ms now and then; ``--idempotent``
-runs every one of them idempotent (the scorer's default, right for a real Kafka).
+idempotent produce path moved ~1/3 of the bytes (the ~500 ms p99 once blamed on it is the paced
+upstream's new idempotent producer, seen on Apache Kafka too: RESULTS.md); ``--idempotent``
+runs every one of them idempotent (the scorer's default, right for a real Kafka);
+``--transactional`` also runs Headrace exactly-once (one transaction a batch).
 Broker: ``--broker tansu`` (default, embedded), ``kafka`` (an Apache Kafka KRaft cluster started
 by tools/kafka_cluster.py, ``--kafka-brokers`` nodes) or ``both``: the same series on each, one
 after the other, then a table of Kafka / Tansu ratios.
 Run: ``python bench/bench_scoring.py [--quick] [--idempotent] [--broker tansu|kafka|both]
-[--bootstrap HOST:PORT]``.
+[--transactional] [--bootstrap HOST:PORT]``.
 """
 
 from __future__ import annotations
@@ -156,8 +158,8 @@ def paced_send(bootstrap: str, topic: str, values: list[bytes], content_type: st
     """Offer ``rate_rows_s`` rows/s in 10 ms ticks."""
     from headrace.streams.clients import make_producer
 
-    # An upstream with the default 5 ms linger, in the run's producer profile: on Tansu an
-    # idempotent producer stalls now and then for ~500 ms (pass-through p99 517 ms vs 12 ms).
+    # An upstream with the default 5 ms linger, in the run's producer profile. An idempotent
+    # one's first records wait for its producer id (~500 ms p99 on Tansu and Apache Kafka).
     p = make_producer(_conn(bootstrap, upstream=True),
                       **({} if idempotent else {"enable.idempotence": False}))
     h = [("content-type", content_type.encode())]
@@ -317,7 +319,7 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
     scorer = Scorer(settings, load_scorer_settings(
         stream=a.stream, model=MODEL, partitions="0", http_port=0, http_host="127.0.0.1",
         batch_size=a.batch_size, max_wait_ms=a.max_wait_ms, device="cpu",
-        idempotent=a.idempotent),
+        idempotent=a.idempotent, transactional=a.transactional),
         conn=_conn(a.bootstrap))
     stop = threading.Event()
     t = threading.Thread(target=scorer.run, args=(stop,), daemon=True)
@@ -573,8 +575,9 @@ def series(a: argparse.Namespace, bootstraps: dict[str, str]) -> dict[str, Run]:
     n_kml = 60 if q else 300
     n_paced = 30_000 if q else 100_000
     dfs = Path(tempfile.mkdtemp(prefix="bench-dfs-"))
-    print(f"cpus {os.cpu_count()}; prediction producer "
-          f"{'idempotent' if a.idempotent else 'non-idempotent (one request in flight)'}; "
+    profile = ("transactional" if a.transactional else "idempotent" if a.idempotent
+               else "non-idempotent (one request in flight)")
+    print(f"cpus {os.cpu_count()}; prediction producer {profile}; "
           "generating records…", flush=True)
     publish_model(dfs)
     records = make_records(max(n_json, n_arrow, n_paced))
@@ -584,7 +587,8 @@ def series(a: argparse.Namespace, bootstraps: dict[str, str]) -> dict[str, Run]:
 
     def each(name: str, step: Any, paced: bool = False) -> None:
         for k, bootstrap in bootstraps.items():
-            common = {"bootstrap": bootstrap, "dfs": str(dfs), "idempotent": a.idempotent}
+            common = {"bootstrap": bootstrap, "dfs": str(dfs), "idempotent": a.idempotent,
+                      "transactional": a.transactional}
 
             def stream_topics(tag: str, bootstrap: str = bootstrap) -> tuple[str, str, str]:
                 s = f"b{tag}{uuid.uuid4().hex[:8]}"
@@ -824,7 +828,12 @@ def main() -> None:
     p.add_argument("--idempotent", action="store_true",
                    help="idempotent producers for pass-through and Headrace (the scorer's "
                         "default); without it both run the non-idempotent profile")
+    p.add_argument("--transactional", action="store_true",
+                   help="Headrace scores exactly-once (a transaction a batch: "
+                        "HEADRACE_SCORER_TRANSACTIONAL); pass-through and the upstream run "
+                        "idempotent")
     a = p.parse_args()
+    a.idempotent = a.idempotent or a.transactional
     if a.contender:
         child_main(a)
     elif a.shadow_only:
