@@ -44,8 +44,8 @@ class Part:
 def value_limit(max_message_bytes: int, key: bytes | None,
                 headers: list[tuple[str, bytes]]) -> int:
     """Largest value the producer takes with this key and (part) headers."""
-    fixed = len(key or b"") + sum(len(k) + len(v) + 8 for k, v in headers)
-    return max_message_bytes - fixed - RECORD_OVERHEAD - 64  # 64: the part headers' digits
+    return (max_message_bytes - hdr.weight(key, headers) - RECORD_OVERHEAD
+            - 64)  # 64: the part headers' digits
 
 
 def split(value: bytes, key: bytes | None, headers: list[tuple[str, bytes]],

@@ -45,10 +45,8 @@ class DeadLetter:
     @cached_property
     def value_limit(self) -> int:
         """The most value bytes this letter can carry within ``MAX_DLQ_MESSAGE_BYTES``."""
-        around = sum(len(k.encode()) + len(v) for k, v in self._own_headers())
-        around += sum(len(k.encode()) + len(v) for k, v in self._about())
-        return max(0, MAX_DLQ_MESSAGE_BYTES - len(self.record.key or b"") - around
-                   - FRAMING_BYTES)
+        around = hdr.weight(self.record.key, self._own_headers() + self._about())
+        return max(0, MAX_DLQ_MESSAGE_BYTES - around - FRAMING_BYTES)
 
     @property
     def truncated(self) -> bool:

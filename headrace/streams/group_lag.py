@@ -22,6 +22,7 @@ import logging
 import threading
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import ClusterMetadata
 
 from headrace.streams.clients import KafkaConnection
 
@@ -77,10 +78,8 @@ class GroupLag:
             if self._closed:
                 return {}
             self._drain()
-            try:  # all topics: a metadata request naming one auto-creates it on Tansu
-                t = self.consumer.list_topics(timeout=self.timeout_s).topics.get(topic)
-            except (KafkaException, RuntimeError):
-                return {}
+            md = self._metadata()
+            t = md.topics.get(topic) if md is not None else None
             if t is None or t.error is not None or not t.partitions:
                 return {}
             tps = [(topic, p) for p in sorted(t.partitions)]
@@ -118,7 +117,7 @@ class GroupLag:
         are asked once more after a metadata refresh (their leader may have moved)."""
         got = self._ask_offsets(tps, which)
         missing = [tp for tp in tps if tp not in got]
-        if missing and self._refresh_leaders():
+        if missing and self._metadata() is not None:  # the read refreshed the leaders
             got.update(self._ask_offsets(missing, which))
         return got
 
@@ -132,12 +131,13 @@ class GroupLag:
             return {}
         return _answered(got)
 
-    def _refresh_leaders(self) -> bool:
+    def _metadata(self) -> ClusterMetadata | None:
+        """The cluster's metadata, read afresh (the handle's leaders with it); None when the
+        broker does not answer."""
         try:  # all topics: a metadata request naming one auto-creates it on Tansu
-            self.consumer.list_topics(timeout=self.timeout_s)
+            return self.consumer.list_topics(timeout=self.timeout_s)
         except (KafkaException, RuntimeError):
-            return False
-        return True
+            return None
 
     def _committed(self, tps: list[Tp]) -> dict[Tp, int]:
         try:

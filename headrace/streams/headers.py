@@ -15,6 +15,11 @@ Headers = list[tuple[str, bytes]]
 RawHeaders = Sequence[tuple[str, bytes | str | None]] | dict[str, bytes | str | None] | None
 
 
+def weight(key: bytes | None, headers: Headers) -> int:
+    """What a record's key and headers add to its size (8 a header: its length fields)."""
+    return len(key or b"") + sum(len(k.encode()) + len(v) + 8 for k, v in headers)
+
+
 def to_dict(headers: RawHeaders) -> dict[str, str]:
     """Last value wins; bytes are decoded leniently (headers are for humans and routing)."""
     out: dict[str, str] = {}
