@@ -7,7 +7,10 @@
 #     ./staging in kubernetes' own go.mod) to the matching v0.x.y;
 #   kwok: sigs.k8s.io/kwok (simulated nodes and pod lifecycles);
 #   etcd: Debian's etcd-server 3.4 (accepted by Kubernetes 1.36), else go.etcd.io/etcd/server/v3
-#     from the module proxy (KUBE_ETCD_FROM_PROXY=1 forces that).
+#     from the module proxy (KUBE_ETCD_FROM_PROXY=1 forces that);
+#   kueue and jobset: sigs.k8s.io/kueue (gang admission against quota) and sigs.k8s.io/jobset
+#     (a multi-role gang as one object), each with its CRDs and webhook configurations from the
+#     same module, for tools/kueue.py and tools/jobset.py.
 #   tools/kube_build.sh                          build (if needed) and print the bin folder
 #   KUBE_VERSION=v1.35.4 tools/kube_build.sh     another release (its v0.x.y staging modules must be served)
 #   KUBE_CHECK_ONLY=1 tools/kube_build.sh        print the folder only if already built
@@ -15,10 +18,12 @@ set -euo pipefail
 VERSION=${KUBE_VERSION:-v1.36.3}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
+JOBSET_VERSION=${JOBSET_VERSION:-v0.11.1}
 ROOT=${HEADRACE_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/headrace/kube}
 DEST=$ROOT/$VERSION
 BIN=$DEST/bin
-if [ -f "$DEST/.complete" ] && [ -d "$BIN" ]; then
+if [ -f "$DEST/.complete" ] && [ -f "$DEST/kueue/webhooks.yaml" ] && [ -f "$DEST/jobset/webhooks.yaml" ]; then
   echo "$BIN"; exit 0
 fi
 [ -z "${KUBE_CHECK_ONLY:-}" ] || exit 0  # only asked whether they are cached
@@ -101,6 +106,29 @@ if [ ! -x "$BIN/etcd" ]; then
    go build -mod=mod -trimpath -ldflags "-s -w" -o "$BIN/etcd" go.etcd.io/etcd/server/v3) \
     || { log "go build of go.etcd.io/etcd/server/v3@$ETCD_VERSION failed ($(go version))"; exit 1; }
 fi
+# A controller with webhooks: its binary, then its CRDs and webhook configurations (the latter
+# last: they mark it complete). `go install mod@version` is refused for jobset (the proxy lists
+# no versions of it), so a wrapper module requires each instead.
+controller() {  # controller NAME MODULE VERSION PACKAGE
+  local name=$1 mod=$2 ver=$3 pkg=$4 w=$DEST/.$1-work dir
+  [ -f "$DEST/$name/webhooks.yaml" ] && [ -x "$BIN/$name" ] && return 0
+  log "building $name $ver"
+  mkdir -p "$w"
+  printf 'module headrace.tools/%s\n\ngo 1.25\n\nrequire %s %s\n' "$name" "$mod" "$ver" > "$w/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" > "$w/tools.go"
+  (cd "$w" && go mod tidy -e >/dev/null 2>&1 || true
+   go build -mod=mod -trimpath -ldflags "-s -w" -o "$BIN/$name" "$pkg") \
+    || { log "go build of $pkg ($mod@$ver) failed ($(go version))"; exit 1; }
+  dir=$(cd "$w" && go mod download -json "$mod@$ver" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  rm -rf "${DEST:?}/$name" && mkdir -p "$DEST/$name/crds"
+  cp "$dir"/config/components/crd/bases/*.yaml "$DEST/$name/crds/"
+  cp "$dir/config/components/webhook/manifests.yaml" "$DEST/$name/webhooks.yaml.part"
+  chmod -R u+w "$DEST/$name"
+  echo "$ver" > "$DEST/$name/version"
+  mv "$DEST/$name/webhooks.yaml.part" "$DEST/$name/webhooks.yaml"
+}
+controller kueue sigs.k8s.io/kueue "$KUEUE_VERSION" sigs.k8s.io/kueue/cmd/kueue
+controller jobset sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset
 # kwok's pod stages that make pods Running and deletable (nodes keep kwok's defaults); pods then
 # stay Running until a test sets their outcome (no automatic completion).
 STAGES=$DEST/stages

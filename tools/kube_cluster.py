@@ -4,7 +4,7 @@ admission), kube-controller-manager (the Job, ServiceAccount and garbage control
 kube-scheduler and kwok (simulated nodes; pods become Running and stay so until a test sets
 their outcome).
 
-    python tools/kube_cluster.py [--dir DIR]   (or ./dev kube)
+    python tools/kube_cluster.py [--dir DIR] [--kueue]   (or ./dev kube [--kueue])
 
 prints ``kubeconfig: PATH`` once the API server answers and every component is up, and stops it on
 Ctrl-C or SIGTERM. Tests import :class:`KubeCluster`.
@@ -410,12 +410,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  "(etcd, API server, scheduler, controller-manager, kwok) on "
                                  "loopback until Ctrl-C.")
     ap.add_argument("--dir", type=Path, default=None, help="state folder (default: a temp dir)")
+    ap.add_argument("--kueue", action="store_true",
+                    help="also install and run Kueue (gang admission against quota)")
     args = ap.parse_args(argv)
     try:
         cluster = KubeCluster(args.dir).start()
     except KubeUnavailable as exc:
         print(f"kube: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 1
+    queue: Any = None
+    if args.kueue:
+        sys.path.insert(0, str(HERE.parent))  # run as a script: tools/ is not a package then
+        from tools.kueue import Kueue  # it builds on this module
+
+        try:
+            queue = Kueue(cluster).start()
+        except KubeUnavailable as exc:
+            cluster.stop()
+            print(f"kube: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return 1
     stop = False
 
     def on_signal(_sig: int, _frame: FrameType | None) -> None:
@@ -426,6 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     print(f"kubeconfig: {cluster.kubeconfig}  (Kubernetes {cluster.version}, "
           f"started in {cluster.started_s:.1f}s; Ctrl-C stops it)", flush=True)
+    if queue is not None:
+        print(f"kueue: {queue.version} running (log {queue.log_path})", flush=True)
     try:
         while not stop:
             time.sleep(0.5)
@@ -434,6 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kube: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 1
     finally:
+        if queue is not None:
+            queue.stop()
         cluster.stop()
     return 0
 

@@ -41,7 +41,7 @@ def control_executor(kube: KubeCluster, ns: str, events: list[tuple[str, str, di
     control = as_account(kube, ns, "headrace-control")
     return KubernetesExecutor(
         config=KubernetesExecutorConfig(image=IMAGE, gpu_image=f"{IMAGE}-gpu", namespace=ns,
-                                        gang="none", **config),
+                                        **{"gang": "none", **config}),
         batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
         custom_api=client.CustomObjectsApi(control),
         networking_api=client.NetworkingV1Api(control),

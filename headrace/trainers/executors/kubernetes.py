@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from headrace.core.errors import ConfigError, FatalError, HeadraceError, RetriableError
 from headrace.trainers.distributed.heartbeat import verdict
+from headrace.trainers.executors import kubernetes_kueue as kueue
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, JobOutcome, JobSpec
 from headrace.trainers.executors.kubernetes_objects import (
     CONTAINER,
@@ -396,6 +397,8 @@ class KubernetesExecutor:
                        f"{self._nodes(spec)}", attempt=failed + 1)
         elif st is not None and t.state == "queued" and int(st.active or 0) > _running(st):
             self._report_waiting(t, attempt=failed + 1)
+        elif st is not None and t.state == "queued" and spec.gang == "kueue":
+            self._report_waiting(t, attempt=failed + 1, admission=True)
         if failed > t.failed:
             t.failed = failed
             # The failure that ends the Job is not a retry (the Job controller marks it
@@ -480,20 +483,29 @@ class KubernetesExecutor:
             return ""
         return f" on {', '.join(nodes)}" if nodes else ""
 
-    def _report_waiting(self, t: _Tracked, *, attempt: int) -> None:
-        """A pod of the attempt the scheduler cannot place: its reason, once per change."""
+    def _report_waiting(self, t: _Tracked, *, attempt: int, admission: bool = False) -> None:
+        """A pod of the attempt the scheduler cannot place, or (``admission``) a job Kueue
+        has not admitted: the reason, once per change."""
         now = time.monotonic()
         if t.waiting_checked and now - t.waiting_checked < self._waiting_check_s:
             return
         t.waiting_checked = now
         try:
-            why = _unscheduled(self._pods(t.spec))
+            why = self._not_admitted(t.spec) if admission else _unscheduled(self._pods(t.spec))
         except HeadraceError:
             return
         if why is not None and why != t.waiting:
             t.waiting = why
-            self._emit("waiting", t.spec, f"waiting for a node: {why}", reason=why,
+            what = "admission" if admission else "a node"
+            self._emit("waiting", t.spec, f"waiting for {what}: {why}", reason=why,
                        attempt=attempt)
+
+    def _not_admitted(self, spec: TrainingJobSpec) -> str | None:
+        list_call = kueue.list_workloads(self._custom, spec.namespace, self._timeout)
+        # Kueue's Workload is owned by what it admits: the JobSet, else the (first role's) Job.
+        owner = spec.job_name if spec.uses_jobset else spec.role_job_names[0]
+        workloads = self._call(lambda: kueue.workloads_of(list_call, owner))
+        return next(filter(None, map(kueue.admission_wait, workloads)), None)
 
     def logs(self, job_id: str) -> list[str]:
         """The job's pods' log lines now (``jobs logs``), tagged by gang member."""
