@@ -411,21 +411,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  "loopback until Ctrl-C.")
     ap.add_argument("--dir", type=Path, default=None, help="state folder (default: a temp dir)")
     ap.add_argument("--kueue", action="store_true",
-                    help="also install and run Kueue (gang admission against quota)")
+                    help="also install and run JobSet and Kueue (gang admission against "
+                    "quota)")
     args = ap.parse_args(argv)
     try:
         cluster = KubeCluster(args.dir).start()
     except KubeUnavailable as exc:
         print(f"kube: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 1
-    queue: Any = None
+    controllers: list[Any] = []
     if args.kueue:
         sys.path.insert(0, str(HERE.parent))  # run as a script: tools/ is not a package then
-        from tools.kueue import Kueue  # it builds on this module
+        from tools.jobset import JobSet  # they build on this module
+        from tools.kueue import Kueue
 
         try:
-            queue = Kueue(cluster).start()
+            for make in (JobSet, lambda c: Kueue(c, jobset=True)):
+                controllers.append(make(cluster))
+                controllers[-1].start()
         except KubeUnavailable as exc:
+            for c in reversed(controllers):
+                c.stop()
             cluster.stop()
             print(f"kube: {str(exc).splitlines()[0]}", file=sys.stderr)
             return 1
@@ -439,8 +445,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     print(f"kubeconfig: {cluster.kubeconfig}  (Kubernetes {cluster.version}, "
           f"started in {cluster.started_s:.1f}s; Ctrl-C stops it)", flush=True)
-    if queue is not None:
-        print(f"kueue: {queue.version} running (log {queue.log_path})", flush=True)
+    for c in controllers:
+        print(f"{c.name}: {c.version} running (log {c.log_path})", flush=True)
     try:
         while not stop:
             time.sleep(0.5)
@@ -449,8 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kube: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 1
     finally:
-        if queue is not None:
-            queue.stop()
+        for c in reversed(controllers):
+            c.stop()
         cluster.stop()
     return 0
 
