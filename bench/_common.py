@@ -209,25 +209,6 @@ def stream_topics(bootstrap: str, tag: str) -> tuple[str, str, str]:
     return s, data_topic(s), predictions_topic(s)
 
 
-def paced_send_headers(bootstrap: str, topic: str, values: list[bytes],
-                       headers: list[tuple[str, bytes]], rate_msgs_s: float, key_prefix: str,
-                       ) -> None:
-    """paced_send with any headers (an MLServer request names its model in one)."""
-    from headrace.streams.clients import make_producer
-
-    p = make_producer(_conn(bootstrap), **{"enable.idempotence": False})
-    per_tick = max(1, round(rate_msgs_s / 100))
-    t0 = time.perf_counter()
-    for i in range(0, len(values), per_tick):
-        for j in range(i, min(i + per_tick, len(values))):
-            p.produce(topic, values[j], f"{key_prefix}{j}", headers=headers)
-        p.poll(0)
-        wait = t0 + (i // per_tick + 1) * 0.01 - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
-    assert p.flush(30) == 0
-
-
 def paced(script: str, contender: str, values: list[bytes], content_type: str,
           rows_per_msg: int, rate: float, *, bootstrap: str, warm_s: float = 2.0,
           headers: list[tuple[str, bytes]] | None = None,
@@ -238,13 +219,12 @@ def paced(script: str, contender: str, values: list[bytes], content_type: str,
     warm = values[:max(1, int(warm_s * rate / rows_per_msg))]
 
     def send() -> None:
-        if headers is not None:
-            paced_send_headers(bootstrap, i, warm, headers, rate / rows_per_msg, "w")
-            paced_send_headers(bootstrap, i, values, headers, rate / rows_per_msg, "m")
-            return
-        idem = bool(kw.get("idempotent"))
-        paced_send(bootstrap, i, warm, content_type, rows_per_msg, rate, "w", idem)
-        paced_send(bootstrap, i, values, content_type, rows_per_msg, rate, "m", idem)
+        # Any headers (an MLServer request names its model in one; its producer is the
+        # bench's own, not idempotent), else the content type from an upstream producer.
+        paced_send(bootstrap, i, [("w", warm), ("m", values)],
+                   headers or [("content-type", content_type.encode())], rate / rows_per_msg,
+                   idempotent=headers is None and bool(kw.get("idempotent")),
+                   upstream=headers is None)
 
     rows = (len(warm) + len(values)) * rows_per_msg
     res = run_child(script, contender, stream=s, input=i, output=o, rows=rows, during=send,

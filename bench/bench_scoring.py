@@ -152,26 +152,30 @@ def load_topic(bootstrap: str, topic: str, values: list[bytes], content_type: st
     assert p.flush(60) == 0
 
 
-def paced_send(bootstrap: str, topic: str, values: list[bytes], content_type: str,
-               rows_per_msg: int, rate_rows_s: float, key_prefix: str = "k",
-               idempotent: bool = True) -> None:
-    """Offer ``rate_rows_s`` rows/s in 10 ms ticks."""
+def paced_send(bootstrap: str, topic: str, phases: list[tuple[str, list[bytes]]],
+               headers: list[tuple[str, bytes]], rate_msgs_s: float, *,
+               idempotent: bool = True, upstream: bool = True) -> None:
+    """Offer ``rate_msgs_s`` messages/s in 10 ms ticks, each phase's keys ``<prefix><n>``, all
+    from one producer: a new producer's first records wait for its producer id (~500 ms when
+    idempotent, on Tansu and Apache Kafka alike), which the warm-up phase must absorb, not the
+    measured one. ``upstream``: another system's producer, with the default 5 ms linger and
+    without the operator's settings."""
     from headrace.streams.clients import make_producer
 
-    # An upstream with the default 5 ms linger, in the run's producer profile. An idempotent
-    # one's first records wait for its producer id (~500 ms p99 on Tansu and Apache Kafka).
-    p = make_producer(_conn(bootstrap, upstream=True),
+    p = make_producer(_conn(bootstrap, upstream=upstream),
                       **({} if idempotent else {"enable.idempotence": False}))
-    h = [("content-type", content_type.encode())]
-    per_tick = max(1, round(rate_rows_s / rows_per_msg / 100))
+    per_tick = max(1, round(rate_msgs_s / 100))
     t0 = time.perf_counter()
-    for i in range(0, len(values), per_tick):
-        for j in range(i, min(i + per_tick, len(values))):
-            p.produce(topic, values[j], f"{key_prefix}{j}", headers=h)
-        p.poll(0)
-        wait = t0 + (i // per_tick + 1) * 0.01 - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
+    tick = 0
+    for prefix, values in phases:
+        for i in range(0, len(values), per_tick):
+            for j in range(i, min(i + per_tick, len(values))):
+                p.produce(topic, values[j], f"{prefix}{j}", headers=headers)
+            p.poll(0)
+            tick += 1
+            wait = t0 + tick * 0.01 - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
     assert p.flush(30) == 0
 
 
@@ -472,9 +476,9 @@ def paced_run(contender: str, values: list[bytes], content_type: str, rows_per_m
     warm = values[:max(1, int(rate / rows_per_msg))]
 
     def send() -> None:
-        idem = bool(kw.get("idempotent"))
-        paced_send(bootstrap, i, warm, content_type, rows_per_msg, rate, "w", idem)
-        paced_send(bootstrap, i, values, content_type, rows_per_msg, rate, "m", idem)
+        paced_send(bootstrap, i, [("w", warm), ("m", values)],
+                   [("content-type", content_type.encode())], rate / rows_per_msg,
+                   idempotent=bool(kw.get("idempotent")))
 
     rows = (len(warm) + len(values)) * rows_per_msg
     if contender == "passthrough":

@@ -106,6 +106,11 @@ class ScorerMetrics:
                          "High watermark - position per partition (under-reported on Tansu, "
                          "whose high watermark after a multi-record batch is too low).",
                          ["stream", "topic", "partition"], registry=r)
+        self.lag_unanswered = Counter(
+            "headrace_scorer_lag_unanswered_partitions",
+            "Partitions the broker gave no end offset for in a lag read, after a metadata "
+            "refresh (while it grows, the stall check cannot see those partitions).",
+            ["stream"], registry=r).labels(**lab)
         self.model_version = Gauge("headrace_scorer_model_version",
                                    "Version of the model now serving.", ["model"], registry=r)
         self.model_swaps = Counter("headrace_scorer_model_swaps", "Model versions swapped in.",

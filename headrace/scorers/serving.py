@@ -170,7 +170,8 @@ class Scorer:
             self.state.last_progress = lambda: worker.last_progress
             self.state.last_consumed = lambda: worker.last_consumed
             self.state.last_retry = lambda: worker.last_retry
-            group_lag = GroupLag(self.conn, topics.scorer_group(s.stream))
+            group_lag = GroupLag(self.conn, topics.scorer_group(s.stream),
+                                 on_unanswered=self.metrics.lag_unanswered.inc)
             positions = io.positions_seen
             standstill = GroupStandstill(lambda: group_lag.topic_view(data),
                                          lambda: len(io.assignment()) if io is not None else 0)

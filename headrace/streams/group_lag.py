@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import ClusterMetadata
@@ -42,7 +43,10 @@ class GroupLag:
     ``timeout_s`` (five for ``topic_view``); a partition the broker cannot answer for now is
     left out."""
 
-    def __init__(self, conn: KafkaConnection, group_id: str, *, timeout_s: float = 2.0) -> None:
+    def __init__(self, conn: KafkaConnection, group_id: str, *, timeout_s: float = 2.0,
+                 on_unanswered: Callable[[int], None] | None = None) -> None:
+        """``on_unanswered(n)``: after a read, the ``n`` partitions the broker gave no offset
+        for even after a metadata refresh (what blinds the stall check: RELIABILITY D60)."""
         # Quiet: the scorer's own clients already log every broker they lose. Read
         # uncommitted: the committed offsets without waiting out an open transaction's
         # (require_stable), the ends as the high watermarks.
@@ -51,6 +55,7 @@ class GroupLag:
         config.pop("group.instance.id", None)  # never a member: no static identity to share
         self.consumer = Consumer(config)
         self.timeout_s = timeout_s
+        self.on_unanswered = on_unanswered
         self._lock = threading.Lock()
         self._closed = False
 
@@ -119,6 +124,9 @@ class GroupLag:
         missing = [tp for tp in tps if tp not in got]
         if missing and self._metadata() is not None:  # the read refreshed the leaders
             got.update(self._ask_offsets(missing, which))
+        unanswered = sum(tp not in got for tp in tps)
+        if unanswered and self.on_unanswered is not None:
+            self.on_unanswered(unanswered)
         return got
 
     def _ask_offsets(self, tps: list[Tp], which: int) -> dict[Tp, int]:

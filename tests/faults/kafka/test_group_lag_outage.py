@@ -105,15 +105,23 @@ def test_the_group_lag_read_follows_a_partition_to_its_new_leader_when_a_node_st
     assert producer.flush(30) == 0
     positions = {(stream.data, p): 1 for p in range(3)}
     want = {(stream.data, p): 9 for p in range(3)}
-    lag = GroupLag(conn, f"lagread-{stream.name}", timeout_s=1.0)
+    unanswered: list[int] = []  # what the scorer counts on /metrics
+    lag = GroupLag(conn, f"lagread-{stream.name}", timeout_s=1.0,
+                   on_unanswered=unanswered.append)
     try:
         assert lag(positions) == want
+        assert unanswered == []
         victim = kafka_cluster.node(kafka_cluster.leader(stream.data, 0))
         victim.stop()
         eventually(lambda: lag(positions) == want, timeout_s=20, interval_s=0.5,
                    what="every partition's end with its leader's node stopped")
+        unanswered.clear()
         reads = [lag(positions) for _ in range(5)]
         assert all(r == want for r in reads), reads
+        assert unanswered == []
+        stop_every_node(kafka_cluster)  # now nobody can answer: counted, not hidden
+        assert lag(positions) == {}
+        assert unanswered == [3]
     finally:
         lag.close()
         make_whole(kafka_cluster)
