@@ -16,7 +16,8 @@ Same generated records (32 float32 features) and the same small MLP (32 -> 64 ->
 random weights, TensorFlow). Throughput runs read a preloaded topic and are timed in steady
 state: pass-through and Headrace alike start the clock once their first batch is through. The
 latency runs offer 10 000 rows/s, one second of warm-up first, and report p50/p99 over the
-measured records, from each input record's CreateTime to its output's CreateTime.
+measured records, from each input record's CreateTime to its output's CreateTime (with
+``--transactional``, to when a ``read_committed`` reader got the output: the commit included).
 
 Producer profile: by default pass-through, Headrace and the paced upstream all use
 non-idempotent producers (the scorer's ``HEADRACE_SCORER_IDEMPOTENT=false``), because Tansu's
@@ -454,11 +455,48 @@ def run_child(name: str, *, during: Any = None, **kw: Any) -> dict[str, Any]:
     return result
 
 
+class Arrivals:
+    """A ``read_committed`` reader of a paced run's output while it runs: when each key became
+    readable downstream (wall-clock ms, the producers' clock too). A transactional prediction's
+    CreateTime is stamped at produce, before the commit that makes it visible."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import TopicPartition
+
+        from headrace.streams.clients import make_consumer
+
+        self.consumer = make_consumer(_conn(bootstrap), f"bench-visible-{uuid.uuid4().hex}",
+                                      **{"fetch.wait.max.ms": 5})
+        self.consumer.assign([TopicPartition(topic, 0, 0)])
+        self.seen: dict[bytes, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for m in self.consumer.consume(num_messages=10_000, timeout=0.05):
+                if m.error() is None and m.key() not in self.seen:
+                    self.seen[m.key()] = time.time() * 1000.0
+
+    def stop(self, expect: int, timeout_s: float = 60.0) -> dict[bytes, float]:
+        deadline = time.monotonic() + timeout_s
+        while len(self.seen) < expect and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self._stop.set()
+        self._thread.join(10)
+        self.consumer.close()
+        return dict(self.seen)
+
+
 def latencies(bootstrap: str, input_topic: str, output_topic: str, n_msgs: int,
-              *, measured_prefix: str) -> tuple[float, float]:
-    """p50/p99 ms of the measured keys (warm-up keys are left out)."""
+              *, measured_prefix: str, arrivals: Arrivals | None = None
+              ) -> tuple[float, float]:
+    """p50/p99 ms of the measured keys (warm-up keys are left out): to the output's CreateTime,
+    or with ``arrivals`` to when a ``read_committed`` reader got it."""
     ins = read_timestamps(bootstrap, input_topic, n_msgs)
-    outs = read_timestamps(bootstrap, output_topic, n_msgs)
+    outs = (arrivals.stop(n_msgs) if arrivals is not None
+            else read_timestamps(bootstrap, output_topic, n_msgs))
     pre = measured_prefix.encode()
     lat = np.asarray([outs[k] - ins[k] for k in outs if k in ins and k.startswith(pre)],
                      np.float64)
@@ -470,9 +508,11 @@ def latencies(bootstrap: str, input_topic: str, output_topic: str, n_msgs: int,
 def paced_run(contender: str, values: list[bytes], content_type: str, rows_per_msg: int,
               rate: float, stream_topics: Any, **kw: Any) -> tuple[float, float]:
     """Offer ``rate`` rows/s: one second of warm-up messages (keys ``w…``), then the measured
-    ones (keys ``m…``); latency is taken over the measured ones only."""
+    ones (keys ``m…``); latency is taken over the measured ones only. In a transactional run it
+    is taken to when a ``read_committed`` reader got each prediction (the commit included)."""
     bootstrap = kw["bootstrap"]
     s, i, o = stream_topics("p")
+    arrivals = Arrivals(bootstrap, o) if kw.get("transactional") else None
     warm = values[:max(1, int(rate / rows_per_msg))]
 
     def send() -> None:
@@ -485,7 +525,8 @@ def paced_run(contender: str, values: list[bytes], content_type: str, rows_per_m
         run_child(contender, input=i, output=o, rows=rows, during=send, **kw)
     else:
         run_child(contender, stream=s, rows=rows, during=send, **kw)
-    return latencies(bootstrap, i, o, len(warm) + len(values), measured_prefix="m")
+    return latencies(bootstrap, i, o, len(warm) + len(values), measured_prefix="m",
+                     arrivals=arrivals)
 
 
 @contextmanager
