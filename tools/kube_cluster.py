@@ -362,9 +362,11 @@ class KubeCluster:
 
     def keep_logs(self, dest: Path) -> Path:
         dest.mkdir(parents=True, exist_ok=True)
-        for c in self.components.values():
+        # Its components', and those of controllers run beside it (tools/webhook_controller.py).
+        for path in [c.log_path for c in self.components.values()] + sorted(
+                self.root.glob("*/*.log")):
             with contextlib.suppress(OSError):
-                shutil.copy(c.log_path, dest / c.log_path.name)
+                shutil.copy(path, dest / path.name)
         return dest
 
     def restart_apiserver(self, *, sig: int = signal.SIGKILL, timeout_s: float = 120.0) -> None:
