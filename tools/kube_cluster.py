@@ -452,7 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         while not stop:
             time.sleep(0.5)
-            cluster._check_alive()
+            if not stop:  # Ctrl-C reaches the whole process group: etcd may be gone already
+                cluster._check_alive()
     except KubeUnavailable as exc:
         print(f"kube: {str(exc).splitlines()[0]}", file=sys.stderr)
         return 1
