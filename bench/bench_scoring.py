@@ -475,7 +475,8 @@ class Arrivals:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for m in self.consumer.consume(num_messages=10_000, timeout=0.05):
+            # A short wait: consume() returns at its timeout unless the batch fills.
+            for m in self.consumer.consume(num_messages=10_000, timeout=0.005):
                 if m.error() is None and m.key() not in self.seen:
                     self.seen[m.key()] = time.time() * 1000.0
 
