@@ -501,10 +501,14 @@ class KubernetesExecutor:
                        attempt=attempt)
 
     def _not_admitted(self, spec: TrainingJobSpec) -> str | None:
-        list_call = kueue.list_workloads(self._custom, spec.namespace, self._timeout)
+        def list_call(version: str) -> Any:  # None where that version is not served
+            return self._call(lambda: self._custom.list_namespaced_custom_object(
+                group=kueue.KUEUE_GROUP, version=version, namespace=spec.namespace,
+                plural="workloads", _request_timeout=self._timeout), missing_ok=True)
+
         # Kueue's Workload is owned by what it admits: the JobSet, else the (first role's) Job.
         owner = spec.job_name if spec.uses_jobset else spec.role_job_names[0]
-        workloads = self._call(lambda: kueue.workloads_of(list_call, owner))
+        workloads = kueue.workloads_of(list_call, owner)
         return next(filter(None, map(kueue.admission_wait, workloads)), None)
 
     def logs(self, job_id: str) -> list[str]:

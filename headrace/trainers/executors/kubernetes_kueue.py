@@ -41,19 +41,3 @@ def admission_wait(workload: dict[str, Any]) -> str | None:
         if holding and (c.get("message") or c.get("reason")):
             return f"Kueue: {c.get('message') or c.get('reason')}"
     return None
-
-
-def list_workloads(custom_api: Any, namespace: str, timeout_s: float) -> Callable[[str], Any]:
-    """``list_call`` for :func:`workloads_of` on a ``CustomObjectsApi``."""
-
-    def call(version: str) -> Any:
-        try:
-            return custom_api.list_namespaced_custom_object(
-                group=KUEUE_GROUP, version=version, namespace=namespace, plural="workloads",
-                _request_timeout=timeout_s)
-        except Exception as exc:
-            if getattr(exc, "status", None) == 404:
-                return None
-            raise
-
-    return call
