@@ -384,6 +384,11 @@ class Follower:
             msgs = _consume(self._consumer, max_messages, timeout_s)
         except KafkaException:
             return []
+        for m in msgs:  # EOF: read to the end, past any transaction marker or compacted gap
+            err = m.error()
+            if err is not None and err.code() == _EOF:
+                tp = (m.topic(), m.partition())
+                self.positions[tp] = max(self.positions.get(tp, 0), m.offset())
         out = [record_of(m) for m in good_messages(msgs, what="following " + ",".join(
             sorted(self._assigned)))]
         for r in out:

@@ -4,11 +4,12 @@ latest ``RolloutState`` of its stream before ``wait_caught_up`` returns, and fol
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 
 from headrace.contracts import RolloutRole, RolloutState
 from headrace.scorers.rollout.state import RolloutWatch
-from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.producing import send_events
 from headrace.streams.topics import ControlTopics
 from tests.fixtures import eventually
@@ -52,5 +53,29 @@ def test_an_empty_topic_is_caught_up_at_once(conn: KafkaConnection) -> None:
     watch = RolloutWatch(conn, topics.rollout, "s").start(stop)
     try:
         assert watch.wait_caught_up(timeout_s=5) and watch.current is None
+    finally:
+        stop.set()
+
+
+def test_a_topic_ending_in_a_transaction_marker_is_caught_up_without_waiting_it_out(
+        conn: KafkaConnection) -> None:
+    """A transactional writer's commit marker takes the last offset: no record is read there.
+    The watch must see it read to its end by position (EOF), not wait out its 10 s."""
+    topics = ControlTopics.with_prefix(f"rw{uuid.uuid4().hex[:8]}")
+    ensure_topics(conn, topics.specs())
+    shadow = RolloutState(stream="s", model_name="m", candidate_version=2,
+                          role=RolloutRole.SHADOW)
+    p = make_producer(conn, **{"transactional.id": f"rw-{uuid.uuid4().hex[:8]}"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topics.rollout, shadow.to_bytes(), shadow.key())
+    p.commit_transaction(30)
+    stop = threading.Event()
+    watch = RolloutWatch(conn, topics.rollout, "s").start(stop)
+    try:
+        t0 = time.monotonic()
+        assert watch.wait_caught_up(timeout_s=20)
+        assert time.monotonic() - t0 < 5.0, "caught up only by waiting"
+        assert watch.current == shadow
     finally:
         stop.set()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from headrace.models import load
 from headrace.ops.rollout.control import start_shadow
 from headrace.ops.rollout.live_evidence import compare
 from headrace.scorers.models import LoadedModel
-from headrace.scorers.rollout import candidates, shadow_tap
+from headrace.scorers.rollout import candidates
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.topics import (
     ControlTopics,
@@ -84,6 +85,54 @@ def test_shadow_predictions_and_live_matrix_equal_an_offline_recount(
     assert ev.rows == n and ev.matrix.tolist() == got["matrix"]
 
 
+def _candidate_loaded(port: int, ref: str) -> None:
+    eventually(lambda: _metric(port, "headrace_rollout_candidate", role="shadow", candidate=ref,
+                               state="loaded") == 1, what=f"{ref} loaded as the shadow")
+
+
+def test_rows_scored_while_the_candidate_loads_are_counted_as_dropped_for_loading(
+        settings: Settings, conn: KafkaConnection, dfs: Path, data: str, stream: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    publish_tf(dfs, stream, seed=0)
+    publish_tf(dfs, stream, seed=3, alias=False)
+    topics = ControlTopics.of(settings)
+    ref = f"{stream}:2"
+    release = threading.Event()
+    real = candidates.load_ref
+
+    def held(**kw: Any) -> LoadedModel:
+        release.wait(60)
+        return real(**kw)
+
+    monkeypatch.setattr(candidates, "load_ref", held)
+    half = 300
+    with ready_scorer(settings, conn, batch_size=50, shadow_budget_ms=5000) as scorer:
+        port = scorer.http_port
+        start_shadow(root=dfs, conn=conn, ref=ref, topics=topics)
+        eventually(lambda: _metric(port, "headrace_rollout_candidate", role="shadow",
+                                   candidate=ref, state="loading") == 1,
+                   what="the candidate loading")
+        send_json(conn, data, rows(half))
+        read_topic(conn, predictions_topic(stream), expect=half)
+        loading = _metric(port, "headrace_shadow_dropped_rows_total", reason="loading")
+        release.set()
+        _candidate_loaded(port, ref)
+        send_json(conn, data, rows(half, seed=2), start=half)
+        prod = read_topic(conn, predictions_topic(stream), expect=2 * half)
+        eventually(lambda: summed(live_counts(conn, topics, stream))["rows"] == half,
+                   what="live counts of the records after the load")
+        dropped = {r: _metric(port, "headrace_shadow_dropped_rows_total", reason=r)
+                   for r in ("budget", "busy", "error", "loading")}
+    assert len(prod) == 2 * half
+    assert loading == half  # every row production scored while the candidate loaded
+    assert dropped == {"budget": 0, "busy": 0, "error": 0, "loading": half}
+    got = summed(live_counts(conn, topics, stream))
+    assert got["rows"] == half and got["candidate_errors"] == 0
+    shadow = read_topic(conn, shadow_topic(stream), expect=half)
+    assert sorted(m.key() for m in shadow) == sorted(f"k{i}".encode()
+                                                     for i in range(half, 2 * half))
+
+
 def _wrapped(monkeypatch: pytest.MonkeyPatch, fn: Any) -> None:
     """The real candidate from the store, its model call replaced by ``fn(real_fn, x)``."""
     real = candidates.load_ref  # the rollout candidate's loader (the shadow's and canary's)
@@ -105,6 +154,9 @@ def _production_alone(settings: Settings, conn: KafkaConnection, dfs: Path, data
     start_shadow(root=dfs, conn=conn, ref=f"{stream}:2", topics=topics)
     n = 600
     with ready_scorer(settings, conn, batch_size=50) as scorer:
+        # A scorer that read the rollout late scores production alone until it has the
+        # candidate (counted as "loading"): these counts need every row to meet it.
+        _candidate_loaded(scorer.http_port, f"{stream}:2")
         send_json(conn, data, rows(n))
         prod = read_topic(conn, predictions_topic(stream), expect=n)
         eventually(lambda: summed(live_counts(conn, topics, stream))["candidate_errors"] == n,
@@ -171,6 +223,7 @@ def test_labels_join_both_versions_and_their_truth_matrices_equal_the_offline_on
 
     send_labels(early)
     with ready_scorer(settings, conn, batch_size=100, shadow_budget_ms=5000) as scorer:
+        _candidate_loaded(scorer.http_port, f"{stream}:2")
         send_json(conn, data, records)
         read_topic(conn, shadow_topic(stream), expect=n)
         send_labels(late)
@@ -210,15 +263,13 @@ def test_a_candidate_on_a_subset_of_the_columns_is_sliced_and_one_on_other_colum
     start_shadow(root=dfs, conn=conn, ref=f"{stream}:2", topics=topics)
     records = rows(300, features=("a", "b", "c", "d", "e", "f"))
     with ready_scorer(settings, conn, batch_size=100, shadow_budget_ms=5000) as scorer:
+        _candidate_loaded(scorer.http_port, f"{stream}:2")
         send_json(conn, data, records)
         sliced = read_topic(conn, shadow_topic(stream), expect=300)
         assert _metric(scorer.http_port, "headrace_shadow_decoded_again_total") == 0
         start_shadow(root=dfs, conn=conn, ref=f"{stream}:3", topics=topics)
-        eventually(lambda: _metric(scorer.http_port, "headrace_shadow_dropped_rows_total")
-                   == 0 and scorer.worker is not None and any(
-                       isinstance(t, shadow_tap.ShadowTap) and t.candidate is not None
-                       and t.candidate.version == 3 for t in scorer.worker.taps),
-                   what="candidate 3 loaded")
+        _candidate_loaded(scorer.http_port, f"{stream}:3")
+        assert _metric(scorer.http_port, "headrace_shadow_dropped_rows_total") == 0
         send_json(conn, data, records, key_prefix="x")
         eventually(lambda: _metric(scorer.http_port, "headrace_shadow_rows_total",
                                    candidate=f"{stream}:3") == 300, what="candidate 3's rows")

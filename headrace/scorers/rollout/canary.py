@@ -44,7 +44,7 @@ from headrace.scorers.roles import Parts
 from headrace.scorers.rollout.canary_labels import Arm, CanaryLabels, arm
 from headrace.scorers.rollout.canary_metrics import CanaryMetrics
 from headrace.scorers.rollout.canary_outcomes import CanaryOutcomes
-from headrace.scorers.rollout.candidates import CandidateLoader
+from headrace.scorers.rollout.candidates import CandidateLoader, watch_loading
 from headrace.scorers.rollout.label_join import LabelJoin
 from headrace.scorers.rollout.live_counts import LiveComparison
 from headrace.scorers.rollout.state import RolloutWatch, watch_of
@@ -303,6 +303,7 @@ def make_role(ctx: TapContext) -> CanaryRole | None:
                                prepare=lambda _name, _version: labels.read_back()),
         outcomes=CanaryOutcomes(ctx.conn, ControlTopics.of(ctx.settings), ctx.settings.dfs_root),
         metrics=CanaryMetrics(ctx.metrics, labels.totals), labels=labels)
+    watch_loading(ctx, "canary", role.loader)
     st = role._canary(None)
     if st is not None and st.candidate_version is not None:
         # A (re)started scorer routes from its first batch, as the replicas before it did, with

@@ -13,11 +13,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from headrace.core.errors import PermanentError
 from headrace.scorers.models import LoadedModel, Sizing, load_ref
+
+if TYPE_CHECKING:
+    from headrace.scorers.taps import TapContext
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,16 @@ class CandidateLoader:
         """The candidate loaded now, if any."""
         return self._loaded
 
+    def state(self) -> tuple[str, str] | None:
+        """The wanted candidate (``NAME:VERSION``) and where it is: ``loading``, ``loaded`` or
+        ``failed``; None when none is wanted."""
+        with self._lock:
+            if self._wanted is None:
+                return None
+            ref = f"{self._wanted[0]}:{self._wanted[1]}"
+            return ref, ("loaded" if self._loaded is not None else
+                         "failed" if self._failure is not None else "loading")
+
     @property
     def failure(self) -> str | None:
         """Why the wanted version cannot load (a permanent failure), if it cannot."""
@@ -93,3 +110,34 @@ class CandidateLoader:
             if self._wanted == (name, version):
                 self._loaded = model
                 log.info("rollout candidate %s loaded", ref)
+
+
+
+class CandidateGauge(Collector):
+    """``headrace_rollout_candidate{stream,role,candidate,state}``: 1 for the candidate each
+    rollout role of this scorer wants and where its loading is, so an operator sees which
+    replicas run it (a replica still loading scores production alone)."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.loaders: dict[str, CandidateLoader] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        g = GaugeMetricFamily("headrace_rollout_candidate",
+                              "The rollout candidate a role of this scorer wants, by state "
+                              "(loading, loaded, failed).",
+                              labels=["stream", "role", "candidate", "state"])
+        for role, loader in sorted(self.loaders.items()):
+            st = loader.state()
+            if st is not None:
+                g.add_metric([self.stream, role, *st], 1)
+        yield g
+
+
+def watch_loading(ctx: TapContext, role: str, loader: CandidateLoader) -> None:
+    """Put ``loader`` on the scorer's ``headrace_rollout_candidate`` (one gauge, every role)."""
+    gauge = ctx.shared.get("candidate_gauge")
+    if not isinstance(gauge, CandidateGauge):
+        gauge = ctx.shared["candidate_gauge"] = CandidateGauge(ctx.metrics.stream)
+        ctx.metrics.registry.register(gauge)
+    gauge.loaders[role] = loader

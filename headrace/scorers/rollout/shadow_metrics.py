@@ -23,7 +23,8 @@ class ShadowMetrics:
         self.dropped = Counter(
             "headrace_shadow_dropped_rows",
             "Rows the shadow candidate did not predict, by reason: budget (over the time "
-            "budget), busy (still on an earlier batch), error (it raised), nonfinite; "
+            "budget), busy (still on an earlier batch), error (it raised), nonfinite, loading "
+            "(not loaded yet: these rows are not in the live comparison); "
             "production was published all the same.", ["stream", "candidate", "reason"],
             registry=r)
         self.rows = Counter("headrace_shadow_rows", "Rows the shadow candidate predicted.",

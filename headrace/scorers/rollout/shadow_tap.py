@@ -19,9 +19,10 @@ decoded into fresh memory while the candidate still holds it.
 
 The candidate is loaded as production is (every file's sha256 verified, warmed) in the
 background when a shadow starts, by the canary's loader (``candidates.CandidateLoader``);
-batches scored before it is ready are not compared. A scorer that starts while a shadow is set
-loads the candidate and reads its counts back before it scores, so a restart compares every
-record it scores.
+batches scored before it is ready are not compared (their rows are counted as dropped,
+reason ``loading``; ``headrace_rollout_candidate`` says where the loading is). A scorer
+that starts while a shadow is set loads the candidate and reads its counts back before it
+scores, so a restart compares every record it scores.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from headrace.scorers.inputs import InputLimits
 from headrace.scorers.models import LoadedModel, Sizing
 from headrace.scorers.outputs import Outputs, SendSide, SideOutput
 from headrace.scorers.rollout.candidate import CandidateRun, classes_of, run_candidate
-from headrace.scorers.rollout.candidates import CandidateLoader
+from headrace.scorers.rollout.candidates import CandidateLoader, watch_loading
 from headrace.scorers.rollout.label_join import LabelJoin, follow_labels
 from headrace.scorers.rollout.live_counts import (
     LiveComparison,
@@ -146,6 +147,7 @@ class ShadowTap:
         self._lines = RateLimitedLog(log, every_s=LOG_EVERY_S)
         self.metrics = ShadowMetrics(ctx.metrics, lambda: list(self._pairs.values()),
                                      lambda: self.join.stats)
+        watch_loading(ctx, "shadow", self.loader)
 
     # -- the candidate -------------------------------------------------------------------
     def wanted(self) -> int | None:
@@ -204,7 +206,12 @@ class ShadowTap:
             self.loader.drop()
             return
         cand = self.loader.want(self.model_name, version)
-        if cand is None:
+        if cand is None:  # still loading (or refused): production's rows go uncompared
+            rows = len(scored.messages())
+            if rows:
+                self.metrics.dropped.labels(stream=self.stream,
+                                            candidate=f"{self.model_name}:{version}",
+                                            reason="loading").inc(rows)
             return
         comp = self._pair(scored.model, cand)
         budget = (self.scorer.shadow_budget_ms / 1000.0

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from headrace.contracts import RolloutState, parse
 from headrace.core.bad_records import BadRecords
-from headrace.streams.clients import KafkaConnection, partitions_of
-from headrace.streams.reading import Follower, Record, probe_ends
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.reading import Follower, Record, follow_ends
 from headrace.streams.topics import ControlTopics
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POLL_S = 0.2
+LATE_S = 10.0  # how long a starting scorer waits for the rollout state before scoring
 
 
 class RolloutWatch:
@@ -67,29 +69,21 @@ class RolloutWatch:
         reading to EOF: Tansu's high watermark can be low); False on timeout."""
         return self._caught_up.wait(timeout_s)
 
-    def _ends(self) -> dict[int, int]:
-        try:
-            parts = partitions_of(self.conn, self.topic)
-            return {p: end for p, (low, end) in probe_ends(self.conn, self.topic, parts).items()
-                    if end > low}
-        except Exception as exc:  # a missing topic: nothing to catch up with
-            log.warning("cannot find the end of %s: %s", self.topic, exc)
-            return {}
-
     def _run(self, stop: threading.Event) -> None:
-        ends = self._ends()  # before following: whatever comes later is not waited for
+        ends = follow_ends(self.conn, self.topic)  # before following: later ones not waited for
         if not ends:
             self._caught_up.set()
         follower = Follower(self.conn, [self.topic], from_beginning=True)
+        started = time.monotonic()
         try:
             while not stop.is_set():
-                records = follower.poll(POLL_S, max_messages=1000)
-                for rec in records:
+                for rec in follower.poll(POLL_S, max_messages=1000):
                     self.take(rec)
-                    if ends and rec.offset + 1 >= ends.get(rec.partition, 0):
-                        ends.pop(rec.partition, None)
-                        if not ends:
-                            self._caught_up.set()
+                if not self._caught_up.is_set() and follower.reached(ends):
+                    self._caught_up.set()
+                    took = time.monotonic() - started
+                    if took > LATE_S:  # the scorer went on without it: say when it caught up
+                        log.warning("%s read to its end after %.1f s", self.topic, took)
         finally:
             follower.close()
 
@@ -114,7 +108,7 @@ def watch_of(ctx: TapContext) -> RolloutWatch | None:
     if watch is None:
         topic = ControlTopics.of(ctx.settings).rollout
         watch = RolloutWatch(ctx.conn, topic, ctx.scorer.stream).start(ctx.stop)
-        if not watch.wait_caught_up(timeout_s=10.0):
+        if not watch.wait_caught_up(timeout_s=LATE_S):
             log.warning("%s not read to its end in 10s; scoring without waiting for it", topic)
         ctx.shared["rollout"] = watch
     assert isinstance(watch, RolloutWatch)
