@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import quality_baselines
+import quality_fresh
 import quality_heldout
 import quality_tickets
 from _control import control_plane
@@ -341,13 +342,18 @@ BASELINE_SETS: dict[str, tuple[Callable[[Path, int], Path], str, str | None, int
                  "regressor", None, quality_heldout.SEED),
     "linear": (lambda out, s: quality_heldout.linear(out / f"linear{s}.csv", seed=s),
                "regressor", None, quality_heldout.SEED),
+    # written later, blind to the models (bench/quality_fresh.py)
+    "support": (lambda out, s: quality_fresh.support(out / f"support{s}.jsonl", seed=s),
+                "text", "ticket", quality_fresh.SEED),
+    "housing": (lambda out, s: quality_fresh.housing(out / f"housing{s}.csv", seed=s),
+                "regressor", None, quality_fresh.SEED),
     # development sets: the defaults were chosen on these
     "tickets": (lambda out, s: quality_tickets.write(out / f"tickets{s}.jsonl", s), "text",
                 "ticket", 1005),
     "intents": (lambda out, s: intents(out), "text", "utterance", 0),
     "diabetes": (lambda out, s: diabetes(out), "regressor", None, 0),
 }
-HELD_OUT = ("reviews", "helpdesk", "friedman", "linear")
+HELD_OUT = ("reviews", "helpdesk", "friedman", "linear", "support", "housing")
 
 
 def print_baselines(rows: list[dict[str, object]]) -> None:

@@ -119,7 +119,7 @@ def _fill(template: str, rng: np.random.Generator) -> str:
     return out
 
 
-def _typo(word: str, rng: np.random.Generator) -> str:
+def typo(word: str, rng: np.random.Generator) -> str:
     if len(word) < 4:
         return word
     i = int(rng.integers(1, len(word) - 1))
@@ -145,7 +145,7 @@ def ticket(intent: str, rng: np.random.Generator, d: Difficulty = DIFFICULTY) ->
     for _ in range(int(rng.integers(d.max_filler + 1))):
         clauses.insert(int(rng.integers(len(clauses) + 1)), _fill(str(rng.choice(FILLER)), rng))
     words = " ".join(clauses).split()
-    words = [_typo(w, rng) if rng.random() < d.typo else w for w in words]
+    words = [typo(w, rng) if rng.random() < d.typo else w for w in words]
     return " ".join(words)
 
 

@@ -6,8 +6,11 @@
      "epochs_run": 7, "best_epoch": 5, "stopped_because": "early_stopping"}
 
 ``jobs/<id>/best/`` holds the best epoch's weights (a backend checkpoint plus ``epoch``), written
-to a temporary directory and renamed, so it is complete or absent. A resumed job keeps the rows
-up to its checkpoint's epoch and replays them into its stop rules and schedule.
+to a temporary directory and renamed, so it is complete or absent; ``jobs/<id>/start/`` the
+weights before the first epoch, alike, when they are a model worth keeping (a regressor's ridge
+start: ``start_check``), with ``start_check`` in history.json saying which was published.
+A resumed job keeps the rows up to its checkpoint's epoch and replays them into its stop rules
+and schedule.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from headrace.store.dfs import fsync_dir, job_dir, write_atomic
 
 HISTORY = "history.json"
 BEST = "best"
+START = "start"  # the weights before the first epoch (epoch 0)
 _EPOCH = "epoch.json"
 
 
@@ -35,6 +39,7 @@ class History:
     stopped_because: str | None = None
     best_loss: float = math.inf
     batch_size: int | None = None  # what the job trained with (chosen from the rows if not given)
+    start_check: dict[str, Any] | None = None  # the trained model against its start
 
     def add(self, row: dict[str, float]) -> bool:
         """Append an epoch; True when it is the best so far (lowest validation loss)."""
@@ -51,6 +56,8 @@ class History:
                                "stopped_because": self.stopped_because}
         if self.batch_size is not None:
             out["batch_size"] = self.batch_size
+        if self.start_check is not None:
+            out["start_check"] = self.start_check
         return out
 
     def curve(self, max_lines: int = 20) -> str:
@@ -85,6 +92,7 @@ def read(root: Path, job_id: str, *, upto: int | None = None) -> History:
             h.add({k: float(v) for k, v in row.items()})
     if upto is None:
         h.stopped_because = data.get("stopped_because")
+        h.start_check = data.get("start_check")
     h.batch_size = data.get("batch_size")
     return h
 
@@ -94,7 +102,9 @@ def write(root: Path, job_id: str, history: History) -> None:
                  json.dumps(history.record(), indent=1).encode())
 
 
-def save_best(root: Path, job_id: str, epoch: int, save: Callable[[Path], None]) -> None:
+def save_best(root: Path, job_id: str, epoch: int, save: Callable[[Path], None], *,
+              which: str = BEST) -> None:
+    """The weights of ``epoch`` into ``which`` (``best/``, or ``start/`` for epoch 0)."""
     d = job_dir(root, job_id)
     tmp = d / f".tmp-best-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
@@ -105,16 +115,16 @@ def save_best(root: Path, job_id: str, epoch: int, save: Callable[[Path], None])
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     old = d / f".old-best-{uuid.uuid4().hex[:8]}"
-    if (d / BEST).exists():
-        (d / BEST).rename(old)
-    tmp.rename(d / BEST)
+    if (d / which).exists():
+        (d / which).rename(old)
+    tmp.rename(d / which)
     fsync_dir(d)
     shutil.rmtree(old, ignore_errors=True)
 
 
-def best_path(root: Path, job_id: str, epoch: int) -> Path | None:
-    """The saved weights of ``epoch``, or None when ``best/`` holds another epoch (or none)."""
-    d = job_dir(root, job_id) / BEST
+def best_path(root: Path, job_id: str, epoch: int, *, which: str = BEST) -> Path | None:
+    """The saved weights of ``epoch``, or None when ``which`` holds another epoch (or none)."""
+    d = job_dir(root, job_id) / which
     try:
         saved = json.loads((d / _EPOCH).read_bytes())["epoch"]
     except (OSError, ValueError, KeyError):

@@ -56,7 +56,15 @@ from headrace.store.outcomes import Outcome, Result
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics
-from headrace.trainers import checkpoints, history, job_checks, jobs, schedule, stopping
+from headrace.trainers import (
+    checkpoints,
+    history,
+    job_checks,
+    jobs,
+    schedule,
+    start_check,
+    stopping,
+)
 from headrace.trainers.backends import distributed_runtime, get_backend
 from headrace.trainers.backends.base import Backend, DistributedRuntime, Model
 from headrace.trainers.datasets import Dataset, Split, load_dataset, split
@@ -259,7 +267,12 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
              ", ".join(f"{i.name} ({i.kind.value})" for i in model_plan.inputs),
              f"classes {list(ds.classes)}" if ds.classes else "regression", model_plan.family,
              model.device)
-    hist = _train(ctx, model, sp)
+    # A gang's chief shares its optimizer state with the gang (a parameter server's lives
+    # there): only a single-process job saves and reloads its start.
+    starts_as_a_model = model_plan.linear_start is not None and not m.distributed
+    hist = _train(ctx, model, sp, save_start=starts_as_a_model)
+    if starts_as_a_model:
+        _check_start(ctx, model, sp, hist)
     val_outputs = model.predict(sp.x_val)
     ev = evaluate(task=req.spec.task, outputs=val_outputs, y=sp.y_val, classes=ds.classes)
     log.info("validation: %s", _fmt(ev.metrics))
@@ -329,9 +342,10 @@ def _published_version(root: Path, name: str, job_id: str) -> versions.ModelVers
     return None
 
 
-def _train(ctx: JobContext, model: Model, sp: Split) -> History:
+def _train(ctx: JobContext, model: Model, sp: Split, *, save_start: bool = False) -> History:
     """Epochs until a stop rule says so (early stopping first) or ``spec.epochs``; the best
-    epoch's weights are restored at the end (chief: what is evaluated and published)."""
+    epoch's weights are restored at the end (chief: what is evaluated and published).
+    ``save_start``: keep the weights before the first epoch too (``_check_start``)."""
     req = ctx.request
     spec = req.spec
     chief = ctx.member.chief
@@ -345,6 +359,8 @@ def _train(ctx: JobContext, model: Model, sp: Split) -> History:
         model.load_checkpoint(path)
         step, epoch0, batch0 = state.step, state.epoch, state.batch
         log.info("resumed from checkpoint at step %d (epoch %d, batch %d)", step, epoch0, batch0)
+    elif chief and save_start:
+        history.save_best(ctx.root, ctx.job_id, 0, model.save_checkpoint, which=history.START)
     n = len(sp.x_train)
     bs = schedule.batch_size(spec, n, ctx.member.workers)
     n_batches = (n + bs - 1) // bs
@@ -432,6 +448,27 @@ def _restore_best(ctx: JobContext, model: Model, hist: History) -> None:
         return
     model.load_checkpoint(best)
     log.info("restored the weights of epoch %d", hist.best_epoch)
+
+
+def _check_start(ctx: JobContext, model: Model, sp: Split, hist: History) -> None:
+    """Publish the start (ridge) instead of the trained network unless training beat it on
+    the validation rows by more than one standard error (``start_check``)."""
+    start = history.best_path(ctx.root, ctx.job_id, 0, which=history.START)
+    best = history.best_path(ctx.root, ctx.job_id, hist.best_epoch)
+    if start is None or best is None:
+        log.warning("the start's or the best epoch's weights are missing: publishing the "
+                    "trained model unchecked")
+        return
+    trained = model.predict(sp.x_val)
+    model.load_checkpoint(start)
+    check = start_check.compare(sp.y_val, model.predict(sp.x_val), trained)
+    if check.kept == start_check.TRAINED:
+        model.load_checkpoint(best)
+    hist.start_check = check.record()
+    history.write(ctx.root, ctx.job_id, hist)
+    log.info("validation: training %s its ridge start by %.4g (MSE, one standard error "
+             "%.4g, %d rows): publishing the %s model", "beat" if check.gain > 0 else
+             "did not beat", abs(check.gain), check.se, check.rows, check.kept)
 
 
 def _set_learning_rate(model: Model, rate: float) -> None:
