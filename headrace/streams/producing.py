@@ -168,6 +168,8 @@ def flush(producer: Producer, deliveries: Deliveries, *, timeout_s: float) -> No
     """Wait for every outstanding message; raise if any failed or is still queued."""
     try:
         remaining = producer.flush(timeout_s)
+    except KafkaException as exc:  # a fatal error is raised here too (no error_cb is set)
+        raise classify(exc, "flush") from None
     except SystemError as exc:
         # Seen when the instance failed fatally during the flush (out-of-order sequence after a
         # broker restart under two scorers): the client returns no exception of its own. The
@@ -214,7 +216,8 @@ class BatchProducer:
                     call(topic, v, k, -1, None, None, 0, headers)
                     break
                 except BufferError:
-                    self.producer.poll(0.05)
+                    self._poll(0.05)
+                    call = self.producer.produce  # renewed, if the poll met a fatal error
                 except KafkaException as exc:
                     err = exc.args[0] if exc.args else KafkaError(KafkaError._FAIL)
                     if kind_of(err, producing=True) is Kind.FATAL:
@@ -223,8 +226,20 @@ class BatchProducer:
                         continue
                     failed.append(refused(topic, v, k, err))
                     break
-        self.producer.poll(0)
+        self._poll(0)
         return failed
+
+    def _poll(self, timeout_s: float) -> None:
+        """Serve delivery reports. With no error callback set, the client raises an instance's
+        fatal error (an out-of-order sequence after a broker restart) from ``poll``: that
+        renews a non-transactional producer as a fatal ``produce`` does."""
+        try:
+            self.producer.poll(timeout_s)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else KafkaError(KafkaError._FAIL)
+            if kind_of(err, producing=True) is not Kind.FATAL:
+                raise classify(exc, "producer poll") from None
+            self._renew_after(err)  # FatalError when transactional
 
     def produce(self, topic: str, value: bytes | None, key: bytes | str | None = None,
                 headers: hdr.Headers | None = None, *, partition: int = -1,
@@ -245,7 +260,7 @@ class BatchProducer:
                     timestamp_ms=timestamp_ms)
 
     def poll(self) -> None:
-        self.producer.poll(0)
+        self._poll(0)
 
     def flush(self, timeout_s: float) -> None:
         """Wait for every outstanding message; raise if any failed or is still queued.

@@ -209,6 +209,59 @@ def test_a_fatal_produce_renews_the_producer_and_the_flush_says_so(conn: KafkaCo
     assert {m.value() for m in read_topic(conn, topic, expect=2)} == {b"a", b"b"}
 
 
+class _FatalOnPoll:
+    """A producer that took the messages, then failed fatally: the client raises the
+    instance's fatal error from ``poll`` and ``flush`` (seen after a broker restart: a
+    scorer exited 1 on it from ``produce_many``)."""
+
+    def __init__(self) -> None:
+        self.produced = 0
+
+    def produce(self, *args: Any, **kw: Any) -> None:
+        self.produced += 1
+
+    def _fatal(self, *args: Any, **kw: Any) -> int:
+        raise KafkaException(KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                        "sequence desynchronization with broker", fatal=True))
+
+    poll = flush = _fatal
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *a, **k: 0
+
+
+def test_a_fatal_error_raised_from_poll_renews_the_producer(conn: KafkaConnection,
+                                                            topic_factory: Any) -> None:
+    topic = topic_factory()
+    p = BatchProducer(conn)
+    failed = p.producer = _FatalOnPoll()
+    assert p.produce_many(topic, [b"a", b"b"], [None, None], []) == []
+    assert failed.produced == 2 and p.producer is not failed
+    with pytest.raises(ProducerRenewed, match="OUT_OF_ORDER_SEQUENCE_NUMBER"):
+        p.flush(10.0)  # the caller must produce everything since the last flush again
+    p.produce_many(topic, [b"a", b"b"], [None, None], [])
+    p.flush(10.0)
+    assert {m.value() for m in read_topic(conn, topic, expect=2)} == {b"a", b"b"}
+
+
+def test_a_fatal_error_raised_from_flush_renews_the_producer(conn: KafkaConnection) -> None:
+    p = BatchProducer(conn)
+    failed = p.producer = _FatalOnPoll()
+    with pytest.raises(ProducerRenewed, match="sequence desynchronization"):
+        p.flush(5.0)
+    assert p.producer is not failed
+    p.flush(5.0)
+
+
+def test_a_fatal_error_from_a_transactional_producers_poll_is_fatal(
+        conn: KafkaConnection) -> None:
+    p = BatchProducer(conn)
+    p.transactional = True
+    p.producer = _FatalOnPoll()
+    with pytest.raises(FatalError, match="desynchronization"):
+        p.produce_many("t", [b"a"], [None], [])
+
+
 def test_a_fatal_single_produce_renews_too(conn: KafkaConnection, topic_factory: Any) -> None:
     topic = topic_factory()
     p = BatchProducer(conn)

@@ -309,6 +309,11 @@ def test_the_control_plane_starts_one_job_per_episode_across_a_restart(
                                        ("drift:drifted:2", "drift", "2")]
     for jid in (job1, job2):  # one job each, failed fast on the missing dataset
         kinds = [e.kind for e in events if e.job_id == jid]
+        if how == "sigkill" and jid == job1:
+            # The request read but not committed before the kill comes again: the router
+            # says it is a duplicate (at most once) and runs nothing.
+            assert kinds.count(JobEventKind.DUPLICATE) <= 1, (jid, kinds)
+            kinds = [k for k in kinds if k != JobEventKind.DUPLICATE]
         assert kinds == [JobEventKind.QUEUED, JobEventKind.FAILED], (jid, kinds)
     assert sorted(d.name for d in (dfs / "jobs").iterdir()) == sorted([job1, job2])
 
