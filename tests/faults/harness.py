@@ -24,13 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from headrace.core.ports import free_port
 from headrace.store.manifest import Manifest
 from headrace.store.versions import ModelVersion, publish, set_alias
 from headrace.streams import headers as hdr
 from headrace.streams import topics
+from headrace.streams.client_errors import Kind, kind_of
 from headrace.streams.clients import KafkaConnection, ensure_topics, partitions_of
 from headrace.streams.dlq import (
     DLQ_ERROR_CLASS,
@@ -664,13 +665,25 @@ def commit_ends(acked: set[tuple[int, int]]) -> dict[int, int]:
     return ends
 
 
-def committed(conn: KafkaConnection, group: str, topic: str) -> dict[int, int]:
-    """The group's committed offset per partition (-1001: none), as the broker holds it."""
+def committed(conn: KafkaConnection, group: str, topic: str,
+              retry_s: float = 30.0) -> dict[int, int]:
+    """The group's committed offset per partition (-1001: none), as the broker holds it; a
+    retriable refusal (the group's coordinator moving or loading on a cluster) is asked again
+    for up to ``retry_s``."""
     c = Consumer({**conn.base(), "group.id": group, "enable.auto.commit": False})
+    deadline = time.monotonic() + retry_s
     try:
-        tps = c.committed([TopicPartition(topic, p) for p in partitions_of(conn, topic)],
-                          timeout=conn.timeout_s)
-        return {tp.partition: tp.offset for tp in tps}
+        while True:
+            try:
+                tps = c.committed([TopicPartition(topic, p) for p in partitions_of(conn, topic)],
+                                  timeout=conn.timeout_s)
+                return {tp.partition: tp.offset for tp in tps}
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if (not isinstance(err, KafkaError) or kind_of(err) is not Kind.RETRIABLE
+                        or time.monotonic() > deadline):
+                    raise
+                time.sleep(0.5)
     finally:
         c.close()
 
