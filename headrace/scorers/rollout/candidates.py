@@ -112,7 +112,6 @@ class CandidateLoader:
                 log.info("rollout candidate %s loaded", ref)
 
 
-
 class CandidateGauge(Collector):
     """``headrace_rollout_candidate{stream,role,candidate,state}``: 1 for the candidate each
     rollout role of this scorer wants and where its loading is, so an operator sees which

@@ -109,7 +109,8 @@ def watch_of(ctx: TapContext) -> RolloutWatch | None:
         topic = ControlTopics.of(ctx.settings).rollout
         watch = RolloutWatch(ctx.conn, topic, ctx.scorer.stream).start(ctx.stop)
         if not watch.wait_caught_up(timeout_s=LATE_S):
-            log.warning("%s not read to its end in 10s; scoring without waiting for it", topic)
+            log.warning("%s not read to its end in %.0fs; scoring without waiting for it",
+                        topic, LATE_S)
         ctx.shared["rollout"] = watch
     assert isinstance(watch, RolloutWatch)
     return watch
