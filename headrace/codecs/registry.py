@@ -84,6 +84,8 @@ class Codec:
     keras_fed: Callable[[ModelInput, bool], bool] = lambda inp, exported: False
     keras_ids: Callable[[ModelInput, np.ndarray, Sequence[str]], np.ndarray] | None = None
     keras_export: Callable[[ModelInput], ModelInput] = lambda inp: inp
+    # The manifest format a scorer needs to feed this input (``store.manifest.FORMAT_VERSION``).
+    format_needed: Callable[[ModelInput], int] = lambda inp: 2
 
     def fields(self, inp: ModelInput) -> tuple[str, ...]:
         return tuple(inp.columns) if self.multi_field else (inp.name,)

@@ -41,6 +41,7 @@ from headrace.store.signature import InputKind, ModelInput
 TEXT_MIN_WORDS = 3.0  # a string column averaging this many words a row is text, else category
 DEFAULT_LENGTH = 64  # tokens fed when an input states no max_length
 BIGRAM_BUCKETS = 1 << 15  # hashed bigram ids of a new built-in family's input
+LEAD_SHARE = 3  # a new built-in family's input also marks its first third of tokens as lead
 WIDE_SCALE = 16.0  # the text family's linear part: its mean of n-gram logits times this
 CONV_WIDTH = 3  # the text family's convolution: tokens a window (word order past bigrams)
 EMBEDDING_INIT = 0.05  # embeddings start uniform in +-this (Keras' default, every framework)
@@ -50,6 +51,7 @@ def conv_filters(embedding_dim: int) -> int:
     """The text family's convolution filters: twice the embedding's width."""
     return 2 * embedding_dim
 _BIGRAMS = "bigrams:"
+_LEAD = "lead:"
 _MIX = 1_000_003  # odd multiplier of the pair hash (a prime: ids spread over the buckets)
 
 
@@ -59,6 +61,20 @@ def bigram_buckets(inp: ModelInput) -> int:
         if step.startswith(_BIGRAMS):
             return int(step[len(_BIGRAMS):])
     return 0
+
+
+def lead_share(inp: ModelInput) -> int:
+    """``k`` where the input's ids repeat its first ``1/k`` of tokens as lead ids (0: none)."""
+    for step in inp.preprocessing:
+        if step.startswith(_LEAD):
+            return int(step[len(_LEAD):])
+    return 0
+
+
+def format_needed(inp: ModelInput) -> int:
+    """The manifest format a reader needs to feed this input: 3 for lead ids (a reader of
+    format 2 would feed too few ids), else 2."""
+    return 3 if lead_share(inp) else 2
 
 
 def in_graph(inp: ModelInput, *, exported: bool) -> bool:
@@ -76,30 +92,40 @@ def token_count(inp: ModelInput) -> int:
 
 
 def width(inp: ModelInput) -> int:
-    """Ids a row: the tokens, then as many bigrams when the input carries them."""
+    """Ids a row: the tokens, then as many bigrams and as many lead ids when the input
+    carries them."""
     n = inp.max_length or DEFAULT_LENGTH
-    return 2 * n if bigram_buckets(inp) else n
+    return n * (1 + (bigram_buckets(inp) > 0) + (lead_share(inp) > 0))
 
 
 def token_ids(inp: ModelInput, values: np.ndarray, vocabulary: Sequence[str]) -> np.ndarray:
     """``int32 (rows, width(inp))``: what the model takes, identical in training and scoring."""
     ids = tokens.encode_text(values, list(vocabulary), max_length=inp.max_length or DEFAULT_LENGTH)
-    buckets = bigram_buckets(inp)
-    if not buckets:
+    buckets, share = bigram_buckets(inp), lead_share(inp)
+    if not buckets and not share:
         return ids
     ids[ids[:, 0] == tokens.PAD, 0] = tokens.OOV  # no token reads as one unknown token: a
     # masked mean then always has something to average (else 0 / 0 on every backend)
     a = ids.astype(np.int64)
-    b = np.zeros_like(a)
-    b[:, :-1] = a[:, 1:]
-    first = len(vocabulary) + 2  # after the token ids: one embedding table holds both
-    pairs = np.where((a > 0) & (b > 0), first + 1 + (a * _MIX + b) % (buckets - 1), 0)
-    return np.concatenate([ids, pairs.astype(np.int32)], axis=1)
+    first = len(vocabulary) + 2  # after the token ids: one embedding table holds them all
+    blocks = [ids]
+    if buckets:
+        b = np.zeros_like(a)
+        b[:, :-1] = a[:, 1:]
+        pairs = np.where((a > 0) & (b > 0), first + 1 + (a * _MIX + b) % (buckets - 1), 0)
+        blocks.append(pairs.astype(np.int32))
+    if share:  # a token of the first 1/share of the text, as its own id: where it stands
+        lead = -(-(a > 0).sum(axis=1, keepdims=True) // share)
+        at = np.arange(a.shape[1])[None, :] < lead
+        blocks.append(np.where(at & (a > 0), first + buckets + a, 0).astype(np.int32))
+    return np.concatenate(blocks, axis=1)
 
 
 def id_count(inp: ModelInput, vocabulary_size: int) -> int:
-    """The ids' range (an embedding's rows): padding, unknown, the vocabulary, the bigrams."""
-    return vocabulary_size + 2 + bigram_buckets(inp)
+    """The ids' range (an embedding's rows): padding, unknown, the vocabulary, the bigrams,
+    then padding, unknown and the vocabulary again as lead ids."""
+    first = vocabulary_size + 2
+    return first + bigram_buckets(inp) + (first if lead_share(inp) else 0)
 
 
 def _dataset_input(names: tuple[str, ...], table: pa.Table, spec: ModelSpec
@@ -107,7 +133,7 @@ def _dataset_input(names: tuple[str, ...], table: pa.Table, spec: ModelSpec
     (name,) = names
     return ModelInput(name=name, kind=InputKind.TEXT, dtype="string", max_length=spec.max_length,
                       preprocessing=("lowercase", "strip_punctuation", "vocabulary",
-                                     f"{_BIGRAMS}{BIGRAM_BUCKETS}")
+                                     f"{_BIGRAMS}{BIGRAM_BUCKETS}", f"{_LEAD}{LEAD_SHARE}")
                       ), string_values(table.column(name))
 
 
@@ -158,5 +184,6 @@ CODEC = register(Codec(
     json_type=lambda inp: pa.string(), send_as="string", summary=as_sent, strings=True,
     dtype=lambda inp: object,
     keras_fed=lambda inp, exported: not in_graph(inp, exported=exported), keras_ids=token_ids,
+    format_needed=format_needed,
     keras_export=lambda inp: inp if in_graph(inp, exported=False) else inp.model_copy(
         update={"vocabulary": vocabulary_file(inp.name)})))

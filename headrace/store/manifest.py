@@ -17,8 +17,11 @@ MODEL_FORMATS = {Framework.TORCH: "torch.export/1"}
 # 2: a text or category input whose manifest names a vocabulary file takes the ids its codec
 # makes on the host, in every framework (1: a TensorFlow model took those strings and looked
 # them up in its graph).
+# 3: a text input may carry lead ids (``lead:k`` in its preprocessing; a reader of 2 would
+# feed too few ids). A version is written in the least format its inputs need
+# (each codec's ``format_needed``), so older scorers still read what they can feed.
 # A reader refuses a version of a newer format than it knows (``check_format``).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 
 
 class DatasetIdentity(BaseModel):

@@ -30,6 +30,7 @@ from headrace.store.signature import (
     tabular_inputs,
 )
 from headrace.trainers.linear_start import LinearStart, ridge_start
+from headrace.trainers.ngram_start import ngram_start
 
 __all__ = [
     "FEATURES",
@@ -94,6 +95,10 @@ class ModelPlan:
     init_weights: Path | None = None
     target: tuple[float, float] | None = None  # regressor: (mean, std) of the training labels
     linear_start: LinearStart | None = None  # a tabular regressor's linear term starts here
+    # A model the job may publish instead of the trained one (``start_check``): the text
+    # family's n-gram logistic regression, as that family's weights (``linear_start`` of a
+    # second build), while the network trains from its own initial weights.
+    alternative: LinearStart | None = None
 
 
 def host_arrays(x: Inputs | np.ndarray, plan: ModelPlan,
@@ -170,10 +175,14 @@ def plan_for(*, spec: ModelSpec, x_train: Inputs, classes: tuple[str, ...], root
         std = float(np.std(y_train, dtype=np.float64))
         target = (float(np.mean(y_train, dtype=np.float64)), std if std > 1e-12 else 1.0)
     stats = learn_stats(x_train, max_tokens=spec.max_tokens)
-    start = (ridge_start(x_train.signature, stats, x_train.columns, y_train, target)
-             if y_train is not None and spec.model == "mlp" and init is None else None)
+    start = alternative = None
+    if y_train is not None and init is None and spec.model == "mlp":
+        start = ridge_start(x_train.signature, stats, x_train.columns, y_train, target)
+    elif y_train is not None and init is None and spec.task == Task.CLASSIFIER:
+        alternative = ngram_start(spec.model, x_train.signature, stats, x_train.columns,
+                                  y_train, n_out)
     return ModelPlan(spec.model, x_train.signature, default_outputs(spec.task, classes), n_out,
-                     stats, init, target, start)
+                     stats, init, target, start, alternative)
 
 
 def export_signature(plan: ModelPlan, framework: Framework) -> tuple[ModelInput, ...]:
@@ -183,6 +192,11 @@ def export_signature(plan: ModelPlan, framework: Framework) -> tuple[ModelInput,
     if framework not in (Framework.MXNET, Framework.TORCH):
         return tuple(codec(i.kind).keras_export(i) for i in plan.inputs)
     return tuple(codec(i.kind).mxnet_export(i) for i in plan.inputs)
+
+
+def format_needed(inputs: tuple[ModelInput, ...]) -> int:
+    """The manifest format a scorer needs to feed these inputs: the greatest its codecs say."""
+    return max(codec(i.kind).format_needed(i) for i in inputs)
 
 
 def inputs_for(x: Inputs, signature: tuple[ModelInput, ...]) -> Inputs | None:

@@ -24,6 +24,7 @@ No framework is imported here: backends are loaded by name.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -77,7 +78,13 @@ from headrace.trainers.evaluation import Evaluation, baseline, evaluate, render_
 from headrace.trainers.executors.base import ExitCode
 from headrace.trainers.gate import GateResult, check
 from headrace.trainers.history import History
-from headrace.trainers.inputs import ModelPlan, export_signature, inputs_for, plan_for
+from headrace.trainers.inputs import (
+    ModelPlan,
+    export_signature,
+    format_needed,
+    inputs_for,
+    plan_for,
+)
 from headrace.trainers.limits import RequestCaps
 from headrace.trainers.promotion import promote
 from headrace.trainers.tuning import pruning  # noqa: F401  (registers the tune trials' stop rule)
@@ -269,10 +276,12 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
              model.device)
     # A gang's chief shares its optimizer state with the gang (a parameter server's lives
     # there): only a single-process job saves and reloads its start.
-    starts_as_a_model = model_plan.linear_start is not None and not m.distributed
-    hist = _train(ctx, model, sp, save_start=starts_as_a_model)
-    if starts_as_a_model:
-        _check_start(ctx, model, sp, hist)
+    start = None if m.distributed else model_plan.linear_start or model_plan.alternative
+    hist = _train(ctx, model, sp,
+                  save_start=None if start is None else _start_saver(
+                      req, model, model_plan, len(ds.features)))
+    if start is not None:
+        _check_start(ctx, model, sp, hist, start.kind)
     val_outputs = model.predict(sp.x_val)
     ev = evaluate(task=req.spec.task, outputs=val_outputs, y=sp.y_val, classes=ds.classes)
     log.info("validation: %s", _fmt(ev.metrics))
@@ -342,10 +351,25 @@ def _published_version(root: Path, name: str, job_id: str) -> versions.ModelVers
     return None
 
 
-def _train(ctx: JobContext, model: Model, sp: Split, *, save_start: bool = False) -> History:
+def _start_saver(req: TrainRequested, model: Model, plan: ModelPlan, n_features: int
+                 ) -> Callable[[Path], None]:
+    """What writes the start's checkpoint: the model's own weights before its first epoch
+    (ridge), or those of a second build that is the plan's alternative (the text family's
+    n-gram logistic regression: same layers, so the trained model can load it)."""
+    if plan.linear_start is not None:
+        return model.save_checkpoint
+    other = get_backend(req.framework).create(
+        spec=req.spec, n_features=n_features, n_outputs=plan.n_outputs,
+        seed=req.spec.seed, plan=dataclasses.replace(plan, linear_start=plan.alternative,
+                                                     alternative=None))
+    return other.save_checkpoint
+
+
+def _train(ctx: JobContext, model: Model, sp: Split, *,
+           save_start: Callable[[Path], None] | None = None) -> History:
     """Epochs until a stop rule says so (early stopping first) or ``spec.epochs``; the best
     epoch's weights are restored at the end (chief: what is evaluated and published).
-    ``save_start``: keep the weights before the first epoch too (``_check_start``)."""
+    ``save_start``: keep the start's weights before the first epoch too (``_check_start``)."""
     req = ctx.request
     spec = req.spec
     chief = ctx.member.chief
@@ -359,8 +383,8 @@ def _train(ctx: JobContext, model: Model, sp: Split, *, save_start: bool = False
         model.load_checkpoint(path)
         step, epoch0, batch0 = state.step, state.epoch, state.batch
         log.info("resumed from checkpoint at step %d (epoch %d, batch %d)", step, epoch0, batch0)
-    elif chief and save_start:
-        history.save_best(ctx.root, ctx.job_id, 0, model.save_checkpoint, which=history.START)
+    elif chief and save_start is not None:
+        history.save_best(ctx.root, ctx.job_id, 0, save_start, which=history.START)
     n = len(sp.x_train)
     bs = schedule.batch_size(spec, n, ctx.member.workers)
     n_batches = (n + bs - 1) // bs
@@ -450,9 +474,10 @@ def _restore_best(ctx: JobContext, model: Model, hist: History) -> None:
     log.info("restored the weights of epoch %d", hist.best_epoch)
 
 
-def _check_start(ctx: JobContext, model: Model, sp: Split, hist: History) -> None:
-    """Publish the start (ridge) instead of the trained network unless training beat it on
-    the validation rows by more than one standard error (``start_check``)."""
+def _check_start(ctx: JobContext, model: Model, sp: Split, hist: History, kind: str) -> None:
+    """Publish the start (``kind``: ridge, or the text family's n-gram logistic regression)
+    instead of the trained network unless training beat it on the validation rows by more than
+    one standard error (``start_check``)."""
     start = history.best_path(ctx.root, ctx.job_id, 0, which=history.START)
     best = history.best_path(ctx.root, ctx.job_id, hist.best_epoch)
     if start is None or best is None:
@@ -461,14 +486,16 @@ def _check_start(ctx: JobContext, model: Model, sp: Split, hist: History) -> Non
         return
     trained = model.predict(sp.x_val)
     model.load_checkpoint(start)
-    check = start_check.compare(sp.y_val, model.predict(sp.x_val), trained)
+    check = start_check.compare(sp.y_val, model.predict(sp.x_val), trained,
+                                classifier=ctx.request.spec.task == Task.CLASSIFIER)
     if check.kept == start_check.TRAINED:
         model.load_checkpoint(best)
     hist.start_check = check.record()
     history.write(ctx.root, ctx.job_id, hist)
-    log.info("validation: training %s its ridge start by %.4g (MSE, one standard error "
+    log.info("validation: training %s its start (%s) by %.4g (%s, one standard error "
              "%.4g, %d rows): publishing the %s model", "beat" if check.gain > 0 else
-             "did not beat", abs(check.gain), check.se, check.rows, check.kept)
+             "did not beat", kind, abs(check.gain), check.loss, check.se, check.rows,
+             check.kept)
 
 
 def _set_learning_rate(model: Model, rate: float) -> None:
@@ -535,10 +562,12 @@ def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result:
              gang: dict[str, object] | None = None,
              drift: Callable[[Path], object] | None = None) -> versions.ModelVersion:
     req = ctx.request
+    inputs = export_signature(model_plan, req.framework)
     manifest = Manifest(
+        format_version=format_needed(inputs),
         name=req.model_name, framework=req.framework, task=req.spec.task,
         features=ds.features, label=ds.label, classes=ds.classes, metrics=ev.metrics,
-        inputs=export_signature(model_plan, req.framework), outputs=model_plan.outputs,
+        inputs=inputs, outputs=model_plan.outputs,
         family=model_plan.family, model_format=MODEL_FORMATS.get(req.framework, ""),
         confusion_matrix=ev.confusion_matrix, dataset=ds.identity,
         trigger_event_id=req.event_id, job_id=ctx.job_id,

@@ -28,9 +28,10 @@ ALPHAS = tuple(float(a) for a in np.logspace(-3, 3, 13))
 class LinearStart:
     """``y_std ≈ z @ weights + bias`` on the standardised features ``z``."""
 
-    weights: np.ndarray  # float32 (features, outputs)
+    weights: np.ndarray  # float32 (features, outputs); a text family's: (ids, outputs)
     bias: np.ndarray  # float32 (outputs,)
     alpha: float
+    kind: str = "ridge"  # what the start is, for the log (``ngram_start``: the text family's)
 
 
 def ridge_loo(z: np.ndarray, y: np.ndarray, alphas: tuple[float, ...] = ALPHAS

@@ -57,9 +57,9 @@ def test_a_torch_text_version_exports_to_onnx_that_agrees_on_its_validation_spli
     from headrace.codecs import text as text_codec
     from headrace.store import tokens
     (text,) = mv.manifest.inputs
-    ids = text_codec.token_ids(text, x_val.arrays()["utterance"],  # tokens, then bigrams
+    ids = text_codec.token_ids(text, x_val.arrays()["utterance"],  # tokens, bigrams, lead ids
                                tokens.read_vocabulary(mv.path / str(text.vocabulary)))
-    assert ids.shape == (len(x_val), 32)
+    assert ids.shape == (len(x_val), 48)
     ids = ids.astype(np.float32)
     session = onnxruntime.InferenceSession(onnx_bytes, providers=["CPUExecutionProvider"])
     probs = session.run(None, {"x0": ids})[0]

@@ -36,6 +36,18 @@ def test_only_a_gain_past_one_standard_error_keeps_the_trained_model() -> None:
     assert check.kept == START and check.rows == 1  # one row tells nothing
 
 
+def force_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every start check finds that training did not beat the start."""
+    real = start_check.compare
+
+    def not_beaten(y: np.ndarray, start: np.ndarray, trained: np.ndarray, *,
+                   classifier: bool = False) -> StartCheck:
+        got = real(y, start, trained, classifier=classifier)
+        return StartCheck(gain=-abs(got.gain), se=got.se, rows=got.rows, loss=got.loss)
+
+    monkeypatch.setattr(start_check, "compare", not_beaten)
+
+
 def _csv(path: Path, x: np.ndarray, y: np.ndarray) -> Path:
     cols = {f"x{i}": pa.array(x[:, i]) for i in range(x.shape[1])}
     cols["label"] = pa.array(y)
@@ -69,13 +81,7 @@ def test_when_training_did_not_beat_its_start_the_start_is_published_and_predict
         dfs: Path, tmp_path: Path, framework: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The decision forced (the rule is tested above): each framework's start weights, saved
     before the first epoch, load back over the trained ones and are what is published."""
-    real = start_check.compare
-
-    def not_beaten(y: np.ndarray, start: np.ndarray, trained: np.ndarray) -> StartCheck:
-        got = real(y, start, trained)
-        return StartCheck(gain=-abs(got.gain), se=got.se, rows=got.rows)
-
-    monkeypatch.setattr(start_check, "compare", not_beaten)
+    force_start(monkeypatch)
     rng = np.random.default_rng(11)
     x = rng.normal(size=(300, 6)) * np.array([0.01, 1, 100, 5, 0.3, 40])
     y = x @ np.array([30.0, 2, 0.01, -0.5, 4, 0.0]) + rng.normal(0, 2, 300) + 7

@@ -47,8 +47,8 @@ def test_bigram_ids_follow_the_vocabulary_and_see_word_order() -> None:
     (inp,) = plan.inputs
     vocab = plan.stats["review"].vocabulary
     ids = text_codec.token_ids(inp, np.array(TEXTS, object), vocab)
-    assert ids.shape == (len(TEXTS), 16) and ids.dtype == np.int32
-    words, pairs = ids[:, :8], ids[:, 8:]
+    assert ids.shape == (len(TEXTS), 24) and ids.dtype == np.int32
+    words, pairs, lead = ids[:, :8], ids[:, 8:16], ids[:, 16:]
     assert (words < len(vocab) + 2).all()
     real = pairs[pairs > 0]
     assert (real > len(vocab) + 2).all() and (real < text_codec.id_count(inp, len(vocab))).all()
@@ -58,6 +58,12 @@ def test_bigram_ids_follow_the_vocabulary_and_see_word_order() -> None:
     # "screen great" and "great screen": the same words, other bigrams.
     assert sorted(words[5][words[5] > 0]) == sorted(words[1][:2])
     assert pairs[5][0] != pairs[1][0]
+    # Lead ids: the first third of each text's tokens again, after the bigrams' ids.
+    after = len(vocab) + 2 + text_codec.BIGRAM_BUCKETS
+    for row, n in ((0, 2), (1, 2), (2, 1), (3, 1), (4, 1), (5, 1)):  # ceil(tokens / 3)
+        np.testing.assert_array_equal(lead[row][:n], words[row][:n] + after)
+        assert (lead[row][n:] == 0).all()
+    assert lead.max() < text_codec.id_count(inp, len(vocab))
     # MXNet is fed the very ids, as float32 (exact: far below 2**24).
     fed = codec(InputKind.TEXT).mxnet_feed(inp, np.array(TEXTS, object), vocab)
     np.testing.assert_array_equal(fed, ids.astype(np.float32))

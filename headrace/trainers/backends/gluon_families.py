@@ -168,7 +168,8 @@ class _Text(gluon.HybridBlock):
     tokens and hashed bigrams, plus the mean embedding of every id (padding left out) beside a
     convolution over the tokens' embeddings (max over positions), through a dense layer."""
 
-    def __init__(self, spec: ModelSpec, vocab: int, n_out: int, length: int) -> None:
+    def __init__(self, spec: ModelSpec, vocab: int, n_out: int, length: int,
+                 start: LinearStart | None = None) -> None:
         super().__init__()
         self.length = length
         with self.name_scope():
@@ -181,8 +182,13 @@ class _Text(gluon.HybridBlock):
                                        activation="relu", flatten=False)
             self.hidden = gluon.nn.Dense(spec.hidden[0], activation=spec.activation)
             self.drop = gluon.nn.Dropout(spec.dropout) if spec.dropout else None
-            self.out = gluon.nn.Dense(n_out)
-            self.ngram_logits = gluon.nn.Embedding(vocab, n_out, weight_initializer="zeros")
+            # The n-gram logistic regression as the start, the deep part at zero.
+            self.out = gluon.nn.Dense(n_out) if start is None else gluon.nn.Dense(
+                n_out, weight_initializer="zeros",
+                bias_initializer=mx.init.Constant(mx.nd.array(start.bias)))
+            self.ngram_logits = gluon.nn.Embedding(
+                vocab, n_out, weight_initializer="zeros" if start is None else
+                mx.init.Constant(mx.nd.array(start.weights)))
 
     def _windows(self, F: Any, emb: Any) -> Any:
         """``(n, tokens, CONV_WIDTH * dim)``: each token's embedding with its neighbours'
@@ -220,4 +226,4 @@ class _Text(gluon.HybridBlock):
 def text(spec: ModelSpec, plan: ModelPlan) -> gluon.HybridBlock:
     inp = plan.inputs[0]
     rows = text_codec.id_count(inp, len(plan.stats[inp.name].vocabulary))
-    return _Text(spec, rows, plan.n_outputs, text_codec.token_count(inp))
+    return _Text(spec, rows, plan.n_outputs, text_codec.token_count(inp), plan.linear_start)

@@ -22,6 +22,7 @@ from headrace.codecs import text as text_codec
 from headrace.contracts import ModelSpec, Task
 from headrace.core.errors import PermanentError
 from headrace.trainers.inputs import ModelPlan
+from headrace.trainers.linear_start import LinearStart
 
 Builder = Callable[[ModelSpec, dict[str, Any], ModelPlan], Any]
 FAMILIES: dict[str, Builder] = {}
@@ -72,10 +73,13 @@ def _load_initial(model: keras.Model, path: Path) -> None:
         raise PermanentError(f"initial weights {path.name} do not load: {line}") from None
 
 
-def _head(spec: ModelSpec, x: Any, plan: ModelPlan) -> Any:
+def _head(spec: ModelSpec, x: Any, plan: ModelPlan, start: LinearStart | None = None) -> Any:
+    """The logits; zero weights and the start's bias when another part starts as the model."""
     if spec.dropout:
         x = keras.layers.Dropout(spec.dropout)(x)
-    return keras.layers.Dense(plan.n_outputs, name="logits")(x)
+    init = {} if start is None else {"kernel_initializer": "zeros",
+                                     "bias_initializer": keras.initializers.Constant(start.bias)}
+    return keras.layers.Dense(plan.n_outputs, name="logits", **init)(x)
 
 
 @register("mlp")
@@ -158,9 +162,13 @@ def text(spec: ModelSpec, feats: dict[str, Any], plan: ModelPlan) -> Any:
     conv = keras.layers.GlobalMaxPooling1D()(conv)
     x = keras.layers.Concatenate()([mean, conv])
     x = keras.layers.Dense(spec.hidden[0], activation=spec.activation)(x)
-    deep = _head(spec, x, plan)
-    wide = keras.layers.Embedding(rows, plan.n_outputs, mask_zero=True,
-                                  embeddings_initializer="zeros", name="ngram_logits")(ids)
+    start = plan.linear_start  # the n-gram logistic regression, the deep part at zero
+    deep = _head(spec, x, plan, start)
+    logits = keras.layers.Embedding(rows, plan.n_outputs, mask_zero=True,
+                                    embeddings_initializer="zeros", name="ngram_logits")
+    wide = logits(ids)
+    if start is not None:  # set, not an initializer: that would write the table into config
+        logits.set_weights([start.weights])
     wide = keras.layers.GlobalAveragePooling1D()(wide)
     # A mean times about a short text's n-grams: the linear part learns at a sum's pace.
     wide = keras.layers.Rescaling(text_codec.WIDE_SCALE, name="ngram_scale")(wide)

@@ -211,7 +211,8 @@ class _Text(nn.Module):
     a deep part: the mean embedding of every id beside a convolution over the tokens' embeddings
     (``CONV_WIDTH`` tokens a window, max over positions), through a dense layer."""
 
-    def __init__(self, spec: ModelSpec, rows: int, n_out: int, length: int) -> None:
+    def __init__(self, spec: ModelSpec, rows: int, n_out: int, length: int,
+                 start: LinearStart | None = None) -> None:
         super().__init__()
         d = spec.embedding_dim
         self.length = length
@@ -222,9 +223,16 @@ class _Text(nn.Module):
                               padding=text_codec.CONV_WIDTH // 2)
         self.hidden = nn.Sequential(nn.Linear(d + filters, spec.hidden[0]),
                                     ACTIVATIONS[spec.activation]())
-        self.out = nn.Sequential(*_head(spec, n_out))
+        head = _head(spec, n_out)
+        head[-1] = last = nn.Linear(spec.hidden[0], n_out)
+        self.out = nn.Sequential(*head)
         self.wide = nn.Embedding(rows, n_out)
         nn.init.zeros_(self.wide.weight)
+        if start is not None:  # the n-gram logistic regression, the deep part at zero
+            with torch.no_grad():
+                self.wide.weight.copy_(torch.from_numpy(start.weights))
+                last.weight.zero_()
+                last.bias.copy_(torch.from_numpy(start.bias.copy()))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         mask = (ids > 0).unsqueeze(2).float()
@@ -241,7 +249,7 @@ class _Text(nn.Module):
 def text(spec: ModelSpec, plan: ModelPlan) -> nn.Module:
     inp = plan.inputs[0]
     rows = text_codec.id_count(inp, len(plan.stats[inp.name].vocabulary))
-    return _Text(spec, rows, plan.n_outputs, text_codec.token_count(inp))
+    return _Text(spec, rows, plan.n_outputs, text_codec.token_count(inp), plan.linear_start)
 
 
 def dummy_inputs(plan: ModelPlan, batch: int = 2) -> tuple[torch.Tensor, ...]:
