@@ -228,6 +228,9 @@ class _Text(nn.Module):
         self.out = nn.Sequential(*head)
         self.wide = nn.Embedding(rows, n_out)
         nn.init.zeros_(self.wide.weight)
+        for layer in (self.conv, self.hidden[0], last):  # Keras' and Gluon's Glorot start
+            nn.init.xavier_uniform_(layer.weight)
+            nn.init.zeros_(layer.bias)
         if start is not None:  # the n-gram logistic regression, the deep part at zero
             with torch.no_grad():
                 self.wide.weight.copy_(torch.from_numpy(start.weights))
