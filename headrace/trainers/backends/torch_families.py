@@ -221,16 +221,17 @@ class _Text(nn.Module):
         filters = text_codec.conv_filters(d)
         self.conv = nn.Conv1d(d, filters, text_codec.CONV_WIDTH,
                               padding=text_codec.CONV_WIDTH // 2)
-        self.hidden = nn.Sequential(nn.Linear(d + filters, spec.hidden[0]),
-                                    ACTIVATIONS[spec.activation]())
+        dense = nn.Linear(d + filters, spec.hidden[0])
+        self.hidden = nn.Sequential(dense, ACTIVATIONS[spec.activation]())
         head = _head(spec, n_out)
         head[-1] = last = nn.Linear(spec.hidden[0], n_out)
         self.out = nn.Sequential(*head)
         self.wide = nn.Embedding(rows, n_out)
         nn.init.zeros_(self.wide.weight)
-        for layer in (self.conv, self.hidden[0], last):  # Keras' and Gluon's Glorot start
+        for layer in (self.conv, dense, last):  # Keras' and Gluon's Glorot start
             nn.init.xavier_uniform_(layer.weight)
-            nn.init.zeros_(layer.bias)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
         if start is not None:  # the n-gram logistic regression, the deep part at zero
             with torch.no_grad():
                 self.wide.weight.copy_(torch.from_numpy(start.weights))
