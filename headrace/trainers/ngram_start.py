@@ -43,13 +43,16 @@ def features(ids: np.ndarray, rows: int) -> scipy.sparse.csr_matrix:
                                    shape=(len(ids), rows))
 
 
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
 def _loss(params: np.ndarray, x: scipy.sparse.csr_matrix, onehot: np.ndarray, c: float
           ) -> tuple[float, np.ndarray]:
     k = onehot.shape[1]
     w = params[:-k].reshape(x.shape[1], k)
-    z = x @ w + params[-k:]
-    z -= z.max(axis=1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    logp = _log_softmax(x @ w + params[-k:])
     diff = np.exp(logp) - onehot
     loss = -float((onehot * logp).sum()) + 0.5 / c * float((w * w).sum())
     grad = np.concatenate([(x.T @ diff + w / c).ravel(), diff.sum(axis=0)])
@@ -84,9 +87,7 @@ def _folds(y: np.ndarray) -> np.ndarray:
 
 
 def _log_loss(x: scipy.sparse.csr_matrix, y: np.ndarray, w: np.ndarray, b: np.ndarray) -> float:
-    z = x @ w + b
-    z -= z.max(axis=1, keepdims=True)
-    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    logp = _log_softmax(x @ w + b)
     return -float(logp[np.arange(len(y)), y].mean())
 
 
