@@ -82,6 +82,8 @@ class StreamIO:
         self.committed = self._consumer.committed
         self.commit = self._consumer.commit
         self.rewind_to_committed = self._consumer.rewind_to_committed
+        self.hold = self._consumer.hold
+        self.release = self._consumer.release
 
     def positions_seen(self) -> dict[tuple[str, int], int]:
         """The positions the loop last read (``lag``, every few seconds) of the partitions
@@ -108,8 +110,9 @@ class StreamIO:
         return self._producer.max_message_bytes
 
     def flush(self, timeout_s: float) -> None:
-        """Wait for every outstanding message; raise if any failed or is still queued."""
-        self._producer.flush(timeout_s)
+        """Wait for every outstanding message; raise if any failed or is still queued. The
+        consumer stays in its group meanwhile (``hold``): ``release`` once delivered."""
+        self._producer.flush(timeout_s, keep=self._consumer.hold)
 
     def renew_producer(self) -> None:
         """Replace the producer, dropping what it still holds (the caller publishes again)."""

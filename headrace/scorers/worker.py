@@ -98,6 +98,7 @@ class _Pending:
     offsets: dict[tuple[str, int], int]
     messages: int
     started: float
+    consumed_at: int | None  # the batch's: partitions taken away since commit nothing
 
 
 @dataclass
@@ -331,7 +332,7 @@ class Worker:
             return
         self.complete_pending()
         self._produce(out)
-        self._pending = _Pending(out, offsets, len(batch), t0)
+        self._pending = _Pending(out, offsets, len(batch), t0, batch.consumed_at)
 
     def _routing(self, model: LoadedModel) -> Routing | None:
         """The role that splits this batch between models, if one does (a canary)."""
@@ -359,7 +360,7 @@ class Worker:
         if pending is None:
             return
         self._late_side(pending.out)
-        self._deliver(pending.out, pending.offsets)
+        self._deliver(pending.out, pending.offsets, pending.consumed_at)
         self._record(pending.out, pending.messages, pending.started)
 
     def _record(self, out: Outputs, messages: int, started: float) -> None:
@@ -477,14 +478,22 @@ class Worker:
                                              stage="refused").inc(lost)
         return refusals.take_out(out, gone, self.predictions_topic) if gone else []
 
-    def _deliver(self, out: Outputs, offsets: dict[tuple[str, int], int]) -> None:
+    def _deliver(self, out: Outputs, offsets: dict[tuple[str, int], int],
+                 consumed_at: int | None = None) -> None:
+        try:
+            self._deliver_held(out, offsets, consumed_at)
+        finally:
+            self.io.release()  # what waiting for the delivery paused (``StreamIO.flush``)
+
+    def _deliver_held(self, out: Outputs, offsets: dict[tuple[str, int], int],
+                      consumed_at: int | None) -> None:
         delay = 0.05
         while True:
             try:
                 self.io.flush(self._flush_timeout())
                 break
             except DeliveryFailed as exc:
-                self._retrying("deliver", exc, delay)
+                self._retrying("deliver", exc, delay, keep=self.io.hold)
                 with self._side_lock:  # a tap's early outputs may be among the lost
                     self._side_epoch += 1
                 side_gone = self._side_refused(out, exc.refused)
@@ -494,19 +503,19 @@ class Worker:
             except FlushTimedOut as exc:
                 # A producer can hang on a broker that forgot it (UNKNOWN_PRODUCER_ID after a
                 # restart): start a new one and publish the batch again (duplicates detectable).
-                self._retrying("flush", exc, delay)
+                self._retrying("flush", exc, delay, keep=self.io.hold)
                 with self._side_lock:
                     self._side_epoch += 1
                     self.io.renew_producer()
                 self._produce(out)
             except RetriableError as exc:
-                self._retrying("flush", exc, delay)
+                self._retrying("flush", exc, delay, keep=self.io.hold)
             delay = min(delay * 2, MAX_BACKOFF_S)
         delay = 0.05
         give_up = time.monotonic() + self.commit_patience_s
         while True:
             try:
-                self.io.commit(offsets)
+                self.io.commit(offsets, consumed_at=consumed_at)
                 break
             except CommitAbandoned as exc:
                 # Polling rejoins the group; these partitions are consumed again (at-least-once).
@@ -520,7 +529,7 @@ class Worker:
                     log.warning("%s for %.0fs; going back to polling (it rejoins the group) "
                                 "without this commit", exc, self.commit_patience_s)
                     return
-                self._retrying("commit", exc, delay)
+                self._retrying("commit", exc, delay, keep=self.io.hold)
                 delay = min(delay * 2, MAX_BACKOFF_S)
         self.metrics.commits.inc()
 
@@ -545,7 +554,10 @@ class Worker:
             return 10.0  # long enough for any healthy flush; a hung producer is renewed after it
         return max(0.5, self.grace_s * 0.8 - (time.monotonic() - self._stop_seen))
 
-    def _retrying(self, what: str, exc: Exception, delay: float) -> None:
+    def _retrying(self, what: str, exc: Exception, delay: float,
+                  keep: Callable[[], None] | None = None) -> None:
+        """Count and log a retry, then wait ``delay`` (``keep``: called first, so the consumer
+        stays in its group through the wait)."""
         self.metrics.retries.labels(stream=self.metrics.stream, what=what).inc()
         if self.stop.is_set():
             if self._stop_seen is None:
@@ -558,6 +570,8 @@ class Worker:
         if self.on_retry is not None:
             self.on_retry(f"{what} failed: {exc}")
         self.last_progress = time.monotonic()  # still alive: retrying is progress
+        if keep is not None:
+            keep()
         time.sleep(delay)
 
     def _update_lag(self) -> None:

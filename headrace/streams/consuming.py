@@ -26,7 +26,7 @@ from confluent_kafka import (
 )
 
 from headrace.core.errors import RetriableError
-from headrace.streams.client_errors import classify, good_messages, reason
+from headrace.streams.client_errors import check_event, classify, good_messages, reason
 from headrace.streams.clients import KafkaConnection
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,9 @@ class RawBatch:
     timestamps_ms: np.ndarray  # int64 CreateTime (or LogAppendTime), -1 when absent
     sources: list[Any]  # per message: a consumed Message, or its headers as a list (or None)
     received_ms: float = -1.0  # wall clock when the first of these was consumed; -1 unknown
+    # The consumer's ``takeaways`` when the first of these was consumed (None: not known): a
+    # partition taken away since then must not have these offsets committed.
+    consumed_at: int | None = None
 
     def __len__(self) -> int:
         return len(self.values)
@@ -73,6 +76,9 @@ class RawBatch:
         self.sources += other.sources
         if self.received_ms < 0:
             self.received_ms = other.received_ms
+        if self.consumed_at is None or (other.consumed_at is not None
+                                        and other.consumed_at < self.consumed_at):
+            self.consumed_at = other.consumed_at
 
     def select(self, keep: np.ndarray) -> RawBatch:
         idx = np.flatnonzero(keep).tolist()
@@ -80,6 +86,7 @@ class RawBatch:
             [self.values[i] for i in idx], [self.keys[i] for i in idx],
             [self.topics[i] for i in idx], self.partitions[idx], self.offsets[idx],
             self.timestamps_ms[idx], [self.sources[i] for i in idx], self.received_ms,
+            self.consumed_at,
         )
 
     def single_topic(self) -> str | None:
@@ -183,6 +190,13 @@ class BatchConsumer:
         self._on_assign = on_assign
         self._on_revoke = on_revoke
         self._assigned: set[tuple[str, int]] = set()
+        self._held: set[tuple[str, int]] = set()  # paused by ``hold`` until ``release``
+        self._static = bool(partitions)  # no group membership to keep
+        self._in_rebalance = False  # inside a rebalance callback (a poll): no poll of our own
+        # Partitions taken away (revoked or lost), counted; each partition's count when it was
+        # last taken: a batch consumed before that has no offsets of it to commit (``commit``).
+        self.takeaways = 0
+        self._taken_at: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self.rewinds = 0  # seeks back to the committed offsets: consumed batches are stale
         self.positions_seen: dict[tuple[str, int], int] = {}  # by ``lag`` (the loop's thread)
@@ -193,7 +207,7 @@ class BatchConsumer:
             self._set_assigned([(t, p) for t in self.topics for p in partitions], add=True)
         else:
             self.consumer.subscribe(self.topics, on_assign=self._assign_cb,
-                                    on_revoke=self._revoke_cb, on_lost=self._revoke_cb)
+                                    on_revoke=self._revoke_cb, on_lost=self._lost_cb)
 
     # -- assignment ----------------------------------------------------------------------
     def _set_assigned(self, tps: Partitions, *, add: bool) -> None:
@@ -208,18 +222,96 @@ class BatchConsumer:
         self._set_assigned(tps, add=True)
         log.info("partitions assigned: %s; holding %s", _names(tps), _names(self.assignment()))
         if self._on_assign:
-            self._on_assign(tps)
+            self._in_rebalance = True
+            try:
+                self._on_assign(tps)
+            finally:
+                self._in_rebalance = False
 
     def _revoke_cb(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         tps = [(tp.topic, tp.partition) for tp in parts]
-        if self._on_revoke:
-            self._on_revoke(tps)
+        self._resume(self._held & set(tps))  # never handed on (or back) paused
+        try:
+            if self._on_revoke:  # the scorer delivers and commits its batch in flight here
+                self._in_rebalance = True
+                try:
+                    self._on_revoke(tps)
+                finally:
+                    self._in_rebalance = False
+        finally:
+            self._taken(tps)  # after: revoked partitions are still ours inside the callback
         self._set_assigned(tps, add=False)
         log.info("partitions revoked: %s; holding %s", _names(tps), _names(self.assignment()))
+
+    def _lost_cb(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
+        """Partitions lost (the group went on without this member, or the broker forgot the
+        group): already another's, so the batch in flight commits none of their offsets."""
+        self._taken([(tp.topic, tp.partition) for tp in parts])
+        log.warning("partitions lost: %s", _names([(tp.topic, tp.partition) for tp in parts]))
+        self._revoke_cb(consumer, parts)
+
+    def _taken(self, tps: Partitions) -> None:
+        self.takeaways += 1
+        for tp in tps:
+            self._taken_at[tp] = self.takeaways
 
     def assignment(self) -> Partitions:
         with self._lock:
             return sorted(self._assigned)
+
+    # -- staying in the group while the caller waits -------------------------------------
+    def hold(self) -> None:
+        """Keep this member in its group without taking records, while the caller waits on
+        something else (a flush or commit retried through a broker outage).
+
+        A member that does not poll for ``max.poll.interval.ms`` leaves its group; after a
+        broker restart every member of a group waited at once and all of them left it (D45).
+        This pauses what the member holds and polls once, which serves a rebalance; a record
+        the poll returns anyway (from a partition assigned inside it) is put back (sought to)
+        and its partition paused too, so nothing is skipped. ``release`` resumes them.
+        """
+        if self._static or self._in_rebalance:
+            return
+        try:
+            fresh = [tp for tp in self.assignment() if tp not in self._held]
+            if fresh:
+                self.consumer.pause([TopicPartition(t, p) for t, p in fresh])
+                self._held.update(fresh)
+            msg = self.consumer.poll(0)
+        except KafkaException as exc:
+            log.warning("cannot keep the group membership while waiting: %s", reason(exc))
+            return
+        if msg is None:
+            return
+        err = msg.error()
+        if err is not None:
+            check_event(err, on_error=self._on_error)
+            return
+        got: Any = msg  # a record: its topic, partition and offset are set
+        back = TopicPartition(got.topic(), got.partition(), got.offset())
+        try:
+            self.consumer.seek(back)
+            self.consumer.pause([TopicPartition(back.topic, back.partition)])
+            self._held.add((back.topic, back.partition))
+        except KafkaException as exc:  # the record would be skipped: read all from the commits
+            log.warning("cannot put back %s[%d]@%d (%s); rewinding to the committed offsets",
+                        back.topic, back.partition, back.offset, reason(exc))
+            self.rewind_to_committed()
+
+    def release(self) -> None:
+        """Resume what ``hold`` paused and this member still holds."""
+        if self._held:
+            self._resume(self._held & set(self.assignment()))
+            self._held.clear()
+
+    def _resume(self, tps: set[tuple[str, int]]) -> None:
+        if not tps:
+            return
+        self._held -= tps
+        try:
+            self.consumer.resume([TopicPartition(t, p) for t, p in sorted(tps)])
+        except KafkaException as exc:  # a partition left paused shows as a stall on the probes
+            log.warning("cannot resume %s: %s", _names(sorted(tps)), reason(exc))
 
     # -- consume -------------------------------------------------------------------------
     def consume_batch(self, max_messages: int, timeout_s: float) -> RawBatch:
@@ -241,7 +333,9 @@ class BatchConsumer:
                     msgs += self.consumer.consume(num_messages=n - 1, timeout=0)
         except KafkaException as exc:
             raise classify(exc, "consume") from None
-        return _columns(msgs, self._on_error)
+        batch = _columns(msgs, self._on_error)
+        batch.consumed_at = self.takeaways  # after the calls: a revocation inside them is past
+        return batch
 
     def lag(self) -> dict[tuple[str, int], int]:
         """Per assigned partition: cached high watermark - position (clamped at 0).
@@ -276,7 +370,20 @@ class BatchConsumer:
         return {tp.partition: tp.offset for tp in tps}
 
     # -- commit (at-least-once) ----------------------------------------------------------
-    def commit(self, offsets: dict[tuple[str, int], int]) -> None:
+    def commit(self, offsets: dict[tuple[str, int], int], *, consumed_at: int | None = None
+               ) -> None:
+        """Commit ``offsets`` (synchronously). ``consumed_at``: the batch's ``consumed_at``;
+        the offsets of a partition taken away since then are left out."""
+        if consumed_at is not None:
+            stale = [tp for tp in offsets if self._taken_at.get(tp, 0) > consumed_at]
+            if stale:
+                # Taken away (a rebalance, a lost membership, a broker restart) after the batch
+                # was consumed: its offsets may not even be of the log there now (a broker that
+                # lost its data). Their owner, maybe this member again, reads from the last
+                # commit (at-least-once).
+                log.warning("not committing %s: taken away after the batch was consumed",
+                            _names(sorted(stale)))
+                offsets = {tp: o for tp, o in offsets.items() if tp not in stale}
         if not offsets:
             return
         tps = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]

@@ -13,8 +13,9 @@ caller can dead-letter their cause instead of producing them again forever.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,10 +165,20 @@ def write_dead_letter(producer: Producer, dlq_topic: str, letter: DeadLetter, *,
             on_delivery=on_delivery)
 
 
-def flush(producer: Producer, deliveries: Deliveries, *, timeout_s: float) -> None:
-    """Wait for every outstanding message; raise if any failed or is still queued."""
+# How often a flush that waits calls its ``keep`` (a consumer staying in its group).
+KEEP_EVERY_S = 1.0
+
+
+def flush(producer: Producer, deliveries: Deliveries, *, timeout_s: float,
+          keep: Callable[[], None] | None = None) -> None:
+    """Wait for every outstanding message; raise if any failed or is still queued.
+    ``keep`` is called every ``KEEP_EVERY_S`` while messages wait."""
+    deadline = time.monotonic() + timeout_s
     try:
-        remaining = producer.flush(timeout_s)
+        remaining = producer.flush(timeout_s if keep is None else min(timeout_s, KEEP_EVERY_S))
+        while remaining and keep is not None and (left := deadline - time.monotonic()) > 0:
+            keep()
+            remaining = producer.flush(min(left, KEEP_EVERY_S))
     except KafkaException as exc:  # a fatal error is raised here too (no error_cb is set)
         raise classify(exc, "flush") from None
     except SystemError as exc:
@@ -262,15 +273,16 @@ class BatchProducer:
     def poll(self) -> None:
         self._poll(0)
 
-    def flush(self, timeout_s: float) -> None:
-        """Wait for every outstanding message; raise if any failed or is still queued.
+    def flush(self, timeout_s: float, *, keep: Callable[[], None] | None = None) -> None:
+        """Wait for every outstanding message; raise if any failed or is still queued
+        (``keep``: called every ``KEEP_EVERY_S`` meanwhile).
 
         A fatal error on a non-transactional producer (e.g. UNKNOWN_PRODUCER_ID from a broker
         that lost its producer state) renews the producer, which is safe for an idempotent one,
         and raises ``DeliveryFailed`` so the caller produces the batch again.
         """
         try:
-            flush(self.producer, self.deliveries, timeout_s=timeout_s)
+            flush(self.producer, self.deliveries, timeout_s=timeout_s, keep=keep)
         except FatalError as exc:
             if self.transactional:
                 raise

@@ -24,11 +24,20 @@ class _NoCoordinator:
         self.commits = 0
         self.deadline = time.monotonic() + limit_s
         self.rewinds = 0
+        self.holds = 0
+        self.released = False
 
     def flush(self, timeout_s: float) -> None:
         pass
 
-    def commit(self, offsets: dict[tuple[str, int], int]) -> None:
+    def hold(self) -> None:
+        self.holds += 1
+
+    def release(self) -> None:
+        self.released = True
+
+    def commit(self, offsets: dict[tuple[str, int], int], *, consumed_at: int | None = None
+               ) -> None:
         self.commits += 1
         if time.monotonic() > self.deadline:
             raise AssertionError(f"still retrying the commit after {self.commits} tries")
@@ -48,6 +57,8 @@ def test_a_commit_that_never_reaches_a_coordinator_is_given_up_and_the_loop_poll
     worker._deliver(Outputs(), {("data.nocoord", 0): 42})  # was: retried until the test's limit
     assert time.monotonic() - t0 < 2.5
     assert io.commits >= 2  # retried within its patience first
+    # Each wait between tries kept the group membership; resumed once given up.
+    assert io.holds == io.commits - 1 and io.released
     reg = worker.metrics.registry
     assert reg.get_sample_value("headrace_scorer_commits_total", {"stream": "nocoord"}) in (
         None, 0.0)  # not counted as a commit
