@@ -556,8 +556,8 @@ class Worker:
 
     def _retrying(self, what: str, exc: Exception, delay: float,
                   keep: Callable[[], None] | None = None) -> None:
-        """Count and log a retry, then wait ``delay`` (``keep``: called first, so the consumer
-        stays in its group through the wait)."""
+        """Count and log a retry, then wait ``delay`` (``keep``: called every second, so the
+        consumer stays in its group through the wait)."""
         self.metrics.retries.labels(stream=self.metrics.stream, what=what).inc()
         if self.stop.is_set():
             if self._stop_seen is None:
@@ -570,9 +570,11 @@ class Worker:
         if self.on_retry is not None:
             self.on_retry(f"{what} failed: {exc}")
         self.last_progress = time.monotonic()  # still alive: retrying is progress
-        if keep is not None:
-            keep()
-        time.sleep(delay)
+        end = time.monotonic() + delay
+        while (left := end - time.monotonic()) > 0:
+            if keep is not None:
+                keep()
+            time.sleep(min(left, 1.0))
 
     def _update_lag(self) -> None:
         self._next_lag = time.monotonic() + LAG_EVERY_S

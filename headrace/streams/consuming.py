@@ -200,7 +200,14 @@ class BatchConsumer:
         self._lock = threading.Lock()
         self.rewinds = 0  # seeks back to the committed offsets: consumed batches are stale
         self.positions_seen: dict[tuple[str, int], int] = {}  # by ``lag`` (the loop's thread)
-        self.consumer = Consumer(conn.consumer_config(group_id, **overrides))
+        config = conn.consumer_config(group_id, **overrides)
+        self.consumer = Consumer(config)
+        # ``hold`` polls once this long has passed since the last poll: each step of a
+        # rebalance waits for the member's next poll, and a member that goes
+        # max.poll.interval.ms without one leaves its group.
+        self.hold_after_s = min(
+            1.0, float(config.get("max.poll.interval.ms", 300_000)) / 3000.0)
+        self._last_poll = time.monotonic()
         if partitions:
             tps = [TopicPartition(t, p, OFFSET_INVALID) for t in self.topics for p in partitions]
             self.consumer.assign(tps)  # static ownership: start from the committed offsets
@@ -266,12 +273,16 @@ class BatchConsumer:
 
         A member that does not poll for ``max.poll.interval.ms`` leaves its group; after a
         broker restart every member of a group waited at once and all of them left it (D45).
-        This pauses what the member holds and polls once, which serves a rebalance; a record
-        the poll returns anyway (from a partition assigned inside it) is put back (sought to)
-        and its partition paused too, so nothing is skipped. ``release`` resumes them.
+        Once ``hold_after_s`` has passed since the last poll (a short wait pauses nothing: a
+        pause drops what was fetched ahead), this pauses what the member holds and polls once,
+        which serves a rebalance; a record the poll returns anyway (from a partition assigned
+        inside it) is put back (sought to) and its partition paused too, so nothing is
+        skipped. ``release`` resumes them. Call it at least every second while waiting.
         """
-        if self._static or self._in_rebalance:
+        if (self._static or self._in_rebalance
+                or time.monotonic() - self._last_poll < self.hold_after_s):
             return
+        self._last_poll = time.monotonic()
         try:
             fresh = [tp for tp in self.assignment() if tp not in self._held]
             if fresh:
@@ -322,6 +333,7 @@ class BatchConsumer:
         that is a fixed ``t`` of latency on every batch, so the wait is a ``poll`` for one.
         """
         n = max(1, max_messages)
+        self._last_poll = time.monotonic()
         try:
             msgs = self.consumer.consume(num_messages=n, timeout=0)
             if not msgs:

@@ -88,7 +88,11 @@ def test_a_record_returned_while_holding_is_put_back_and_read_after_the_release(
     try:
         seen: list[tuple[int, int]] = []
         _read(c, 10, seen)
+        c.hold()  # just polled: a short wait pauses nothing (a pause drops what was fetched)
+        assert not c._held
+        c.hold_after_s = 0.0
         c.hold()
+        assert len(c._held) == 2
         # As if partition 1 had just been assigned inside a poll: held, but not paused.
         c.consumer.resume([TopicPartition(topic, 1)])
         c._held.discard((topic, 1))
