@@ -158,17 +158,7 @@ SUPPORT = Support()
 
 
 def _fill(template: str, rng: np.random.Generator) -> str:
-    out = template
-    while "{" in out:
-        start = out.index("{")
-        key = out[start + 1:out.index("}", start)]
-        pick = str(rng.integers(10)) if key == "n" else str(rng.choice(SLOTS[key]))
-        out = out.replace("{" + key + "}", pick, 1)
-    return out
-
-
-def _typo(word: str, rng: np.random.Generator) -> str:
-    return quality_tickets.typo(word, rng) if word.isalpha() else word
+    return quality_tickets.fill(template, SLOTS, rng)
 
 
 def _message(queue: str, rng: np.random.Generator, d: Support) -> str:
@@ -182,14 +172,7 @@ def _message(queue: str, rng: np.random.Generator, d: Support) -> str:
     for _ in range(int(rng.integers(d.max_chatter + 1))):
         sentences.insert(int(rng.integers(len(sentences) + 1)),
                          _fill(str(rng.choice(CHATTER)), rng))
-    out = []
-    for s in sentences:
-        words = [_typo(w, rng) if rng.random() < d.typo else w for w in s.split()]
-        text = " ".join(words)
-        if rng.random() < 0.6:  # some people write sentences, some do not
-            text = text[:1].upper() + text[1:] + str(rng.choice([".", ".", "!", "?"]))
-        out.append(text)
-    return " ".join(out)
+    return quality_tickets.written(sentences, rng, d.typo)
 
 
 def support(path: Path, rows: int = 1500, seed: int = SEED, d: Support = SUPPORT) -> Path:

@@ -133,6 +133,32 @@ def typo(word: str, rng: np.random.Generator) -> str:
     return word[:i] + str(rng.choice(list(KEYS))) + word[i + 1:]
 
 
+def fill(template: str, slots: dict[str, list[str]], rng: np.random.Generator) -> str:
+    """``template`` with each ``{slot}`` drawn from ``slots`` (``{n}``: a digit), in order."""
+    out = template
+    while "{" in out:
+        start = out.index("{")
+        key = out[start + 1:out.index("}", start)]
+        pick = str(rng.integers(10)) if key == "n" else str(rng.choice(slots[key]))
+        out = out.replace("{" + key + "}", pick, 1)
+    return out
+
+
+def written(sentences: list[str], rng: np.random.Generator, typo_rate: float) -> str:
+    """Sentences as a person types them: a typo in some words, and some sentences capitalised
+    and punctuated (some people write sentences, some do not)."""
+    out = []
+    for s in sentences:
+        # Drawn for every word, as the sets were first generated (their seeds stay the same).
+        words = [typo(w, rng) if rng.random() < typo_rate and w.isalpha() else w
+                 for w in s.split()]
+        text = " ".join(words)
+        if rng.random() < 0.6:
+            text = text[:1].upper() + text[1:] + str(rng.choice([".", ".", "!", "?"]))
+        out.append(text)
+    return " ".join(out)
+
+
 def ticket(intent: str, rng: np.random.Generator, d: Difficulty = DIFFICULTY) -> str:
     """One ticket whose request is ``intent``."""
     clauses = [_fill(str(rng.choice(INTENTS[intent])), rng)]
