@@ -11,7 +11,8 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,33 +230,41 @@ class BatchConsumer:
         self._set_assigned(tps, add=True)
         log.info("partitions assigned: %s; holding %s", _names(tps), _names(self.assignment()))
         if self._on_assign:
-            self._in_rebalance = True
-            try:
+            with self._rebalancing():
                 self._on_assign(tps)
-            finally:
-                self._in_rebalance = False
 
     def _revoke_cb(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
-        tps = [(tp.topic, tp.partition) for tp in parts]
-        self._resume(self._held & set(tps))  # never handed on (or back) paused
-        try:
-            if self._on_revoke:  # the scorer delivers and commits its batch in flight here
-                self._in_rebalance = True
-                try:
-                    self._on_revoke(tps)
-                finally:
-                    self._in_rebalance = False
-        finally:
-            self._taken(tps)  # after: revoked partitions are still ours inside the callback
-        self._set_assigned(tps, add=False)
-        log.info("partitions revoked: %s; holding %s", _names(tps), _names(self.assignment()))
+        self._hand_back([(tp.topic, tp.partition) for tp in parts], lost=False)
 
     def _lost_cb(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
         """Partitions lost (the group went on without this member, or the broker forgot the
         group): already another's, so the batch in flight commits none of their offsets."""
-        self._taken([(tp.topic, tp.partition) for tp in parts])
-        log.warning("partitions lost: %s", _names([(tp.topic, tp.partition) for tp in parts]))
-        self._revoke_cb(consumer, parts)
+        tps = [(tp.topic, tp.partition) for tp in parts]
+        log.warning("partitions lost: %s", _names(tps))
+        self._hand_back(tps, lost=True)
+
+    def _hand_back(self, tps: Partitions, *, lost: bool) -> None:
+        self._resume(self._held & set(tps))  # never handed on (or back) paused
+        if lost:
+            self._taken(tps)
+        try:
+            if self._on_revoke:  # the scorer delivers and commits its batch in flight here
+                with self._rebalancing():
+                    self._on_revoke(tps)
+        finally:
+            if not lost:  # after: revoked partitions are still ours inside the callback
+                self._taken(tps)
+        self._set_assigned(tps, add=False)
+        log.info("partitions revoked: %s; holding %s", _names(tps), _names(self.assignment()))
+
+    @contextmanager
+    def _rebalancing(self) -> Iterator[None]:
+        """Inside a rebalance callback (a poll): ``hold`` must not poll again."""
+        self._in_rebalance = True
+        try:
+            yield
+        finally:
+            self._in_rebalance = False
 
     def _taken(self, tps: Partitions) -> None:
         self.takeaways += 1
