@@ -33,7 +33,7 @@ def as_account(kube: KubeCluster, namespace: str, account: str) -> Any:
 
 
 def control_executor(kube: KubeCluster, ns: str, events: list[tuple[str, str, dict[str, Any]]],
-                     **config: Any) -> KubernetesExecutor:
+                     *, waiting_check_s: float = 5.0, **config: Any) -> KubernetesExecutor:
     """The executor as the control plane runs it: acting as the chart's ``headrace-control``
     account, each event it reports appended to ``events``."""
     from kubernetes import client
@@ -45,7 +45,8 @@ def control_executor(kube: KubeCluster, ns: str, events: list[tuple[str, str, di
         batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
         custom_api=client.CustomObjectsApi(control),
         networking_api=client.NetworkingV1Api(control),
-        on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0)
+        on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0,
+        waiting_check_s=waiting_check_s)
 
 
 def can(api: Api, verb: str, resource: str, ns: str, *, group: str = "",
@@ -230,7 +231,9 @@ def test_a_job_waiting_for_gpus_is_not_started(kube: KubeCluster, api: Api, appl
     for it. Four T4s: no node has them."""
     ns = applied
     events: list[tuple[str, str, dict[str, Any]]] = []
-    ex = control_executor(kube, ns, events, gpu_type="t4")
+    # Pods read on every poll: the first read may come before the scheduler's verdict, and
+    # the default 5 s between reads would hide the report from the polls below.
+    ex = control_executor(kube, ns, events, gpu_type="t4", waiting_check_s=0)
     ex.submit(JobSpec(job_id="big-1", model_name="churn", framework=Framework.TENSORFLOW,
                       resources=Resources(gpus=4, workers=1, cpu=1, memory_gib=2)))
 
@@ -244,6 +247,12 @@ def test_a_job_waiting_for_gpus_is_not_started(kube: KubeCluster, api: Api, appl
 
     wait_for(pending_and_counted_active, timeout_s=60,
              what="the pod refused by the scheduler and counted active by the Job controller")
+
+    def reported() -> bool:  # the executor's watch of the Job may lag the API server
+        ex.poll()
+        return any(e[0] != "queued" for e in events)
+
+    wait_for(reported, timeout_s=30, what="the executor to report the job")
     for _ in range(3):
         ex.poll()
     # Not started; the scheduler's reason reported (once) instead.
