@@ -479,7 +479,7 @@ class Worker:
         return refusals.take_out(out, gone, self.predictions_topic) if gone else []
 
     def _deliver(self, out: Outputs, offsets: dict[tuple[str, int], int],
-                 consumed_at: int | None = None) -> None:
+                 consumed_at: int | None) -> None:
         try:
             self._deliver_held(out, offsets, consumed_at)
         finally:

@@ -54,7 +54,8 @@ def test_a_commit_that_never_reaches_a_coordinator_is_given_up_and_the_loop_poll
                     stop=threading.Event())
     worker.commit_patience_s = 0.5
     t0 = time.monotonic()
-    worker._deliver(Outputs(), {("data.nocoord", 0): 42})  # was: retried until the test's limit
+    # Was: retried until the test's limit.
+    worker._deliver(Outputs(), {("data.nocoord", 0): 42}, None)
     assert time.monotonic() - t0 < 2.5
     assert io.commits >= 2  # retried within its patience first
     # Each wait between tries kept the group membership; resumed once given up.
