@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -31,8 +32,8 @@ def _member(conn: KafkaConnection, topic: str, revoked: list[list[tuple[str, int
                          on_revoke=revoked.append)
 
 
-def _read(c: BatchConsumer, until: int, seen: list[tuple[int, int]], limit_s: float = 30.0
-          ) -> None:
+def _read(c: BatchConsumer | StreamIO, until: int, seen: list[tuple[int, int]],
+          limit_s: float = 30.0) -> None:
     give_up = time.monotonic() + limit_s
     while len(seen) < until and time.monotonic() < give_up:
         b = c.consume_batch(100, 0.5)
@@ -77,37 +78,72 @@ def test_a_member_that_holds_through_a_long_wait_keeps_its_partitions_and_skips_
         c.close()
 
 
+class _AssignsInsidePoll:
+    """The member's consumer, whose next poll first assigns ``assign`` (as the rebalance
+    callback inside a poll does) and which records the records its polls return."""
+
+    def __init__(self, member: BatchConsumer) -> None:
+        self.member = member
+        self.real = member.consumer
+        self.assign: tuple[str, int] | None = None
+        self.returned: list[tuple[int | None, int | None]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def poll(self, timeout: float) -> Any:
+        if self.assign is not None:
+            self.member._set_assigned([self.assign], add=True)
+            self.assign = None
+        msg = self.real.poll(timeout)
+        if msg is not None and msg.error() is None:
+            self.returned.append((msg.partition(), msg.offset()))
+        return msg
+
+
 def test_a_record_returned_while_holding_is_put_back_and_read_after_the_release(
         conn: KafkaConnection, topic_factory: Callable[..., str]) -> None:
     """A partition assigned inside the hold's own poll is not paused yet: its record, if the
     poll returns one, is sought back to and read again after ``release``."""
     topic = topic_factory(partitions=2)
-    _send(conn, topic, 40, 2)
+    _send(conn, topic, 20, 1)  # partition 0 only: partition 1 is empty until it is "assigned"
     revoked: list[list[tuple[str, int]]] = []
     c = _member(conn, topic, revoked)
     try:
         seen: list[tuple[int, int]] = []
-        _read(c, 10, seen)
+        _read(c, 20, seen)
+        assert len(c.assignment()) == 2
         c.hold()  # just polled: a short wait pauses nothing (a pause drops what was fetched)
         assert not c._held
         c.hold_after_s = 0.0
         c.hold()
-        assert len(c._held) == 2
-        # As if partition 1 had just been assigned inside a poll: held, but not paused.
-        c.consumer.resume([TopicPartition(topic, 1)])
+        assert c._held == {(topic, 0), (topic, 1)}
+        # Partition 1 given records and taken back to the moment before its assignment: not
+        # held, not paused, not yet the member's. Each hold's poll assigns it first.
+        p1 = TopicPartition(topic, 1)
+        c.consumer.resume([p1])
         c._held.discard((topic, 1))
-        put_back = False
+        p = make_producer(conn)
+        for i in range(20):
+            p.produce(topic, f"w{i}".encode(), partition=1)
+        assert p.flush(15) == 0
+        spy = _AssignsInsidePoll(c)
+        c.consumer = spy  # type: ignore[assignment]
         give_up = time.monotonic() + 15
-        while not put_back and time.monotonic() < give_up:
+        while not spy.returned and time.monotonic() < give_up:
+            c._set_assigned([(topic, 1)], add=False)
+            spy.assign = (topic, 1)
+            time.sleep(0.2)  # the fetch runs on while the partition is neither paused nor ours
             c.hold()
-            put_back = (topic, 1) in c._held
-            time.sleep(0.05)
-        assert put_back, "the hold's poll never returned a record of the unpaused partition"
-        before = len(seen)
+        assert spy.returned, "the hold's poll never returned a record of the new partition"
+        [(partition, _)] = spy.returned
+        assert partition == 1 and (topic, 1) in c._held
         assert c.consume_batch(100, 1.0).partitions.size == 0  # everything paused
         c.release()
         _read(c, 40, seen)
-        assert len(seen) > before and not revoked
+        assert not revoked
+        # The returned record too, read once after the release: without the seek back to it,
+        # the consumer's position had moved past it and it would be missing here.
         _each_once(seen, 2, 20)
     finally:
         c.close()
@@ -138,17 +174,12 @@ def test_the_scorers_flush_keeps_its_consumer_in_the_group_until_delivered(
     io = StreamIO(conn, _member(conn, topic, revoked))
     try:
         seen: list[tuple[int, int]] = []
-        while len(seen) < 100:
-            b = io.consume_batch(100, 0.5)
-            seen += zip(b.partitions.tolist(), b.offsets.tolist(), strict=True)
+        _read(io, 100, seen)
         io._producer.producer = _SlowProducer(time.monotonic() + WAIT_S)  # type: ignore[assignment]
         io.flush(WAIT_S + 5)
         assert not revoked and len(io.assignment()) == 3
         io.release()
-        give_up = time.monotonic() + 30
-        while len(seen) < 300 and time.monotonic() < give_up:
-            b = io.consume_batch(100, 0.5)
-            seen += zip(b.partitions.tolist(), b.offsets.tolist(), strict=True)
+        _read(io, 300, seen)
         assert not revoked
         _each_once(seen, 3, 100)
     finally:
