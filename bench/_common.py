@@ -58,7 +58,7 @@ def _time_model_calls() -> None:
     process at the same moment, which a shared, loaded box cannot give across two runs."""
     import dataclasses
 
-    from headrace.scorers import swapping
+    from headrace.scorers.engine import swapping
 
     real = swapping.load_model
 
@@ -88,7 +88,7 @@ def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: 
     2 of the model shadows production on the stream."""
     from headrace.core.settings import load_settings
     from headrace.scorers.serving import Scorer
-    from headrace.scorers.settings import load_scorer_settings
+    from headrace.scorers.engine.settings import load_scorer_settings
 
     _time_model_calls()
     settings = load_settings(bootstrap=bootstrap, dfs_root=dfs, streams=[stream], partitions=1)

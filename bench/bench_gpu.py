@@ -152,7 +152,7 @@ def _model_alone(a: argparse.Namespace) -> dict[str, Any]:
     from headrace.scorers.adapters import select_runtime
 
     select_runtime(a.runtime)
-    from headrace.scorers.models import load_ref
+    from headrace.scorers.engine.models import load_ref
 
     m = load_ref(root=Path(a.dfs), ref=a.model.replace("_", ""), device=_device(a),
                  max_batch=a.batch)
@@ -220,7 +220,7 @@ def child_scorer(a: argparse.Namespace) -> dict[str, Any]:
 
     from headrace.core.settings import load_settings
     from headrace.scorers.serving import Scorer
-    from headrace.scorers.settings import load_scorer_settings
+    from headrace.scorers.engine.settings import load_scorer_settings
 
     _rewind(a.bootstrap, a.stream)
     settings = load_settings(bootstrap=a.bootstrap, dfs_root=a.dfs, streams=[a.stream],

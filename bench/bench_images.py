@@ -13,7 +13,7 @@ Contenders, side by side in one run on one embedded broker, each in its own subp
                   for one input), produce; auto commit: the loop most Python apps write
   headrace JSON   the real scorer, one JSON record a message, the image base64 under "image"
   headrace Arrow  the real scorer, Arrow IPC messages of ARROW_ROWS rows, a binary image column
-  model alone     the loaded model (headrace.scorers.models.load_model, its inputs_fn) on
+  model alone     the loaded model (headrace.scorers.engine.models.load_model, its inputs_fn) on
                   in-memory batches; "decoded" = float32 arrays ready (decode excluded),
                   "+decode" = the same PNG bytes decoded by headrace.store.images first
   mlserver        Seldon MLServer in its Kafka mode with a custom runtime serving the same
@@ -182,7 +182,7 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _loaded(a: argparse.Namespace) -> Any:
-    from headrace.scorers.models import load_model
+    from headrace.scorers.engine.models import load_model
 
     return load_model(root=Path(a.dfs), name=a.model, alias="production", device=a.device,
                       max_batch=a.batch_size)

@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from headrace.scorers import predictions as p
-from headrace.scorers.encoding import arrow_predictions
+from headrace.scorers.wire import predictions as p
+from headrace.scorers.wire.encoding import arrow_predictions
 from headrace.store.signature import ModelOutput, OutputKind
 
 

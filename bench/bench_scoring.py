@@ -252,7 +252,7 @@ def contender_kafka_ml(a: argparse.Namespace) -> dict[str, Any]:
 
 def _profile(a: argparse.Namespace) -> dict[str, Any]:
     """The producer profile shared by pass-through and Headrace (see --idempotent)."""
-    from headrace.scorers.stream_io import NON_IDEMPOTENT
+    from headrace.scorers.engine.stream_io import NON_IDEMPOTENT
 
     return {} if a.idempotent else dict(NON_IDEMPOTENT)
 
@@ -264,7 +264,7 @@ def contender_passthrough(a: argparse.Namespace) -> dict[str, Any]:
     from confluent_kafka import TopicPartition
 
     from headrace.core import heap
-    from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
+    from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
     from headrace.streams.clients import make_consumer, make_producer
 
     heap.rarer_young_collections(8192)
@@ -311,7 +311,7 @@ def contender_passthrough(a: argparse.Namespace) -> dict[str, Any]:
 def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
     from headrace.core.settings import load_settings
     from headrace.scorers.serving import Scorer
-    from headrace.scorers.settings import load_scorer_settings
+    from headrace.scorers.engine.settings import load_scorer_settings
 
     settings = load_settings(bootstrap=a.bootstrap, dfs_root=a.dfs, streams=[a.stream],
                              partitions=1)
@@ -373,7 +373,7 @@ def machine_busy_s() -> float:
 
 
 def contender_model(a: argparse.Namespace) -> dict[str, Any]:
-    from headrace.scorers.models import load_model
+    from headrace.scorers.engine.models import load_model
 
     model = load_model(root=Path(a.dfs), name=MODEL, alias="production", device="cpu",
                        max_batch=a.batch_size)
@@ -388,8 +388,8 @@ def contender_model(a: argparse.Namespace) -> dict[str, Any]:
 
 def contender_pipeline(a: argparse.Namespace) -> dict[str, Any]:
     """The scorer's own work without Kafka: decode + score + encode (the scoring core)."""
-    from headrace.scorers.core import ScoringCore
-    from headrace.scorers.models import load_model
+    from headrace.scorers.engine.core import ScoringCore
+    from headrace.scorers.engine.models import load_model
     from headrace.streams import headers as hdr
     from headrace.streams.consuming import RawBatch
 

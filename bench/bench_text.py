@@ -185,7 +185,7 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def contender_model(a: argparse.Namespace) -> dict[str, Any]:
-    from headrace.scorers.models import load_model
+    from headrace.scorers.engine.models import load_model
 
     model = load_model(root=Path(a.dfs), name=a.model or MODEL, alias="production",
                        device="cpu", max_batch=a.batch_size)

@@ -45,11 +45,11 @@ def _batch(values: list[bytes], content_type: str) -> Any:
 def _tap(dfs: Path, stream: str) -> Any:
     """The real ShadowTap, its candidate loaded, without Kafka (no follower, no labels)."""
     from headrace.core.settings import load_settings
-    from headrace.scorers.metrics import ScorerMetrics
-    from headrace.scorers.models import Sizing, load_ref
+    from headrace.scorers.engine.metrics import ScorerMetrics
+    from headrace.scorers.engine.models import Sizing, load_ref
     from headrace.scorers.rollout.shadow_tap import ShadowTap
-    from headrace.scorers.settings import load_scorer_settings
-    from headrace.scorers.taps import TapContext
+    from headrace.scorers.engine.settings import load_scorer_settings
+    from headrace.scorers.engine.taps import TapContext
 
     settings = load_settings(bootstrap="unused:9092", dfs_root=str(dfs), streams=[stream],
                              partitions=1)
@@ -71,7 +71,7 @@ def _split(core: Any, tap: Any, cand: Any, model: Any, batch: Any, times: dict[s
     from headrace.scorers.rollout.candidate import inputs_for
     from headrace.scorers.rollout.shadow_rows import Production, pair_rows
     from headrace.scorers.rollout.shadow_tap import _Handoff, _Started
-    from headrace.scorers.taps import Scored
+    from headrace.scorers.engine.taps import Scored
 
     def lap(name: str, t: float) -> float:
         now = time.perf_counter()
@@ -110,9 +110,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--cprofile", action="store_true", help="also a cProfile of the tap's steps")
     a = p.parse_args()
-    from headrace.scorers.core import ScoringCore
-    from headrace.scorers.models import load_model
-    from headrace.scorers.taps import Scored
+    from headrace.scorers.engine.core import ScoringCore
+    from headrace.scorers.engine.models import load_model
+    from headrace.scorers.engine.taps import Scored
     from headrace.streams import headers as hdr
 
     dfs = Path(tempfile.mkdtemp(prefix="profile-shadow-"))

@@ -28,8 +28,8 @@ import bench_text
 
 
 def main() -> None:
-    from headrace.scorers.core import ScoringCore
-    from headrace.scorers.models import load_model
+    from headrace.scorers.engine.core import ScoringCore
+    from headrace.scorers.engine.models import load_model
     from headrace.streams import headers as hdr
     from headrace.streams.consuming import RawBatch
 
@@ -62,7 +62,7 @@ def main() -> None:
                      [[("content-type", ct.encode())]] * n)
     core = ScoringCore()
     core.score(batch, model)
-    from headrace.scorers.inputs import decode_inputs
+    from headrace.scorers.wire.inputs import decode_inputs
 
     arrays = decode_inputs(batch, model.signature, core.limits).arrays
     assert model.inputs_fn is not None
@@ -96,7 +96,7 @@ def _split(core: Any, batch: Any, model: Any, reps: int) -> None:
     the whole call less the three."""
     import statistics
 
-    from headrace.scorers.inputs import decode_inputs
+    from headrace.scorers.wire.inputs import decode_inputs
 
     def ms(fn: Any) -> float:
         times = []
@@ -123,7 +123,7 @@ def _cpu_split(core: Any, batch: Any, model: Any, reps: int) -> None:
     per batch. Where the cores are all busy (as on a machine shared with the broker), the
     model's share of the scorer's wall time cannot pass its share of the CPU, Kafka's work
     not even counted."""
-    from headrace.scorers.inputs import decode_inputs
+    from headrace.scorers.wire.inputs import decode_inputs
 
     def cpu_ms(fn: Any) -> float:
         n = max(reps, 5)
@@ -148,7 +148,7 @@ def _overlap(core: Any, batch: Any, model: Any, reps: int) -> None:
     signature decode-ahead), then decoded ahead in a thread while the batch before is scored."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from headrace.scorers.inputs import decode_inputs
+    from headrace.scorers.wire.inputs import decode_inputs
 
     t0 = time.perf_counter()
     for _ in range(reps):

@@ -19,7 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from headrace.core.settings import Settings
 from headrace.scorers.serving import Scorer
-from headrace.scorers.settings import load_scorer_settings
+from headrace.scorers.engine.settings import load_scorer_settings
 from headrace.streams.clients import (
     KafkaConnection,
     make_consumer,

@@ -20,17 +20,17 @@ LINT = Path(sys.executable).with_name("lint-imports")
 PLANTS = [
     ("headrace/core/errors.py", "tensorflow"),
     ("headrace/store/dfs.py", "mxnet"),
-    ("headrace/scorers/batching.py", "keras"),
-    ("headrace/scorers/worker.py", "aiokafka"),
+    ("headrace/scorers/engine/batching.py", "keras"),
+    ("headrace/scorers/engine/worker.py", "aiokafka"),
     ("headrace/trainers/jobs.py", "confluent_kafka"),
     ("headrace/ops/demo.py", "faust"),
     ("headrace/trainers/control/plane.py", "faust"),
     ("headrace/cli/_context.py", "kafka"),
     ("headrace/ops/demo.py", "kubernetes"),
-    ("headrace/scorers/worker.py", "kubernetes"),
+    ("headrace/scorers/engine/worker.py", "kubernetes"),
     ("headrace/topology/commands.py", "helm_python"),
-    ("headrace/scorers/worker.py", "headrace.scorers.rollout.canary"),
-    ("headrace/scorers/core.py", "headrace.rollout.routing"),
+    ("headrace/scorers/engine/worker.py", "headrace.scorers.rollout.canary"),
+    ("headrace/scorers/engine/core.py", "headrace.rollout.routing"),
 ]
 
 

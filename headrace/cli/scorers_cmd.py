@@ -12,7 +12,7 @@ import typer
 from headrace.cli import _context
 from headrace.core.errors import ValidationFailed
 from headrace.core.settings import Settings
-from headrace.scorers.settings import ScorerSettings, load_scorer_settings
+from headrace.scorers.engine.settings import ScorerSettings, load_scorer_settings
 from headrace.streams.clients import KafkaConnection
 
 if TYPE_CHECKING:

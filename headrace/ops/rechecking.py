@@ -17,7 +17,7 @@ import numpy as np
 
 from headrace.core.errors import HeadraceError
 from headrace.ops.deadletters import AGAIN, PASS, UNCHECKED, Letter
-from headrace.scorers.inputs import Signature, decode_inputs
+from headrace.scorers.wire.inputs import Signature, decode_inputs
 from headrace.store import versions
 from headrace.streams import dlq as dlqh
 from headrace.streams.consuming import RawBatch

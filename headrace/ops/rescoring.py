@@ -1,6 +1,6 @@
 """Re-score a replayed range with a chosen model version into a side topic.
 
-The records go through the scorer's own scoring core (``headrace.scorers.core``): the same
+The records go through the scorer's own scoring core (``headrace.scorers.engine.core``): the same
 decode for every input kind (tabular, tensors, images, text; JSON, Arrow and raw images), the
 same model call and the same predictions as the live scorer writes (a JSON prediction per JSON
 record, an Arrow table per Arrow record), so a re-score cannot drift from the stream. Predictions
@@ -21,9 +21,9 @@ from headrace.core.errors import ValidationFailed
 from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET
 from headrace.ops.replay_checkpoints import ReplayCheckpoint
 from headrace.scorers.adapters import select_runtime
-from headrace.scorers.core import ScoringCore
-from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
-from headrace.scorers.models import load_ref
+from headrace.scorers.engine.core import ScoringCore
+from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
+from headrace.scorers.engine.models import load_ref
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.consuming import from_messages

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from headrace.contracts import LineageRange, RolloutRole
-from headrace.scorers import taps
+from headrace.scorers.engine import taps
 from headrace.scorers.rollout.state import RolloutWatch, watch_of
 from headrace.streams.topics import ControlTopics
 

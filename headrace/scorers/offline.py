@@ -22,8 +22,8 @@ from typing import Any, TypeAlias
 import numpy as np
 import pyarrow as pa
 
-from headrace.scorers.core import ScoringCore
-from headrace.scorers.models import LoadedModel, load_ref
+from headrace.scorers.engine.core import ScoringCore
+from headrace.scorers.engine.models import LoadedModel, load_ref
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import decode_arrow
 from headrace.streams.consuming import RawBatch

@@ -4,7 +4,7 @@ registers itself when imported)."""
 from __future__ import annotations
 
 from headrace.contracts import RolloutRole
-from headrace.scorers.roles import RoutingFactory
+from headrace.scorers.engine.roles import RoutingFactory
 from headrace.scorers.rollout import canary
 
 ROLES: tuple[tuple[str, RoutingFactory], ...] = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from headrace.scorers import drift_tap, lineage_tap
 from headrace.scorers.rollout import shadow_tap
-from headrace.scorers.taps import TapFactory
+from headrace.scorers.engine.taps import TapFactory
 
 TAPS: tuple[tuple[str, TapFactory], ...] = (
     (drift_tap.NAME, drift_tap.factory),

@@ -11,7 +11,7 @@ import pytest
 from pydantic_settings import BaseSettings
 
 from headrace.core.settings import Settings
-from headrace.scorers.settings import DriftSettings, ScorerSettings
+from headrace.scorers.engine.settings import DriftSettings, ScorerSettings
 from headrace.topology.pod_security import pod_spec_of
 from headrace.trainers.control.settings import ControlSettings
 from tests.chart.test_chart import CHART, VALUE_SETS, render_docs

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from headrace.scorers.encoding import json_predictions
+from headrace.scorers.wire.encoding import json_predictions
 from tests.faults.harness import predictions_agree
 
 

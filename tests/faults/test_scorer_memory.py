@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from headrace.scorers import splitting
+from headrace.scorers.wire import splitting
 from headrace.store.manifest import Manifest
 from headrace.store.versions import publish, set_alias
 from headrace.streams import headers as hdr

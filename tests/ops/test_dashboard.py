@@ -20,7 +20,7 @@ from headrace.core.errors import RecordRef, ValidationFailed
 from headrace.core.ports import free_port
 from headrace.core.settings import Settings, load_settings
 from headrace.ops.dashboard import Dashboard
-from headrace.scorers.metrics import ScorerMetrics
+from headrace.scorers.engine.metrics import ScorerMetrics
 from headrace.store.dfs import jobs_dir
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.dlq import DeadLetter

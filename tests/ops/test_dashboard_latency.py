@@ -14,7 +14,7 @@ import pytest
 from headrace.core.quantiles import bucket_difference, bucket_quantile
 from headrace.core.settings import Settings
 from headrace.ops.dashboard.scrape import Histogram, parse_metrics, scrape, summarise
-from headrace.scorers.metrics import LATENCY_BUCKETS, VectorHistogram
+from headrace.scorers.engine.metrics import LATENCY_BUCKETS, VectorHistogram
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.codecs import encode_json

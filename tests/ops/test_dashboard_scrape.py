@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from headrace.ops.dashboard.scrape import scrape
-from headrace.scorers.metrics import ScorerMetrics
+from headrace.scorers.engine.metrics import ScorerMetrics
 
 
 @pytest.fixture

@@ -163,9 +163,9 @@ def test_back_from_an_arrow_prediction_and_a_shadow_topic(
     batch's record; the shadow one says so."""
     import pyarrow as pa
 
-    from headrace.scorers.core import ScoringCore
-    from headrace.scorers.encoding import ARROW_HEADERS
-    from headrace.scorers.models import load_ref
+    from headrace.scorers.engine.core import ScoringCore
+    from headrace.scorers.wire.encoding import ARROW_HEADERS
+    from headrace.scorers.engine.models import load_ref
     from headrace.streams.consuming import from_messages
     from tests.fixtures import read_topic as read_messages
     from tests.scorers.conftest import FEATURES, send_arrow

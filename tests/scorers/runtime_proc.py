@@ -12,7 +12,7 @@ import threading
 
 from headrace.core.settings import load_settings
 from headrace.scorers.serving import Scorer
-from headrace.scorers.settings import load_scorer_settings
+from headrace.scorers.engine.settings import load_scorer_settings
 
 
 def main(runtime: str, pairs: list[str]) -> int:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from headrace.scorers.batching import Batcher, rows_in
-from headrace.scorers.stream_io import StreamIO
+from headrace.scorers.engine.batching import Batcher, rows_in
+from headrace.scorers.engine.stream_io import StreamIO
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.codecs import encode_arrow
 from headrace.streams.consuming import BatchConsumer

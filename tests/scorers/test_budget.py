@@ -17,11 +17,11 @@ import pytest
 
 from headrace.core.errors import ValidationFailed
 from headrace.core.settings import Settings
-from headrace.scorers import splitting
-from headrace.scorers.budget import MessageCaps, admit, arrow_cost, message_measure
-from headrace.scorers.decoding import tabular_row_bytes
-from headrace.scorers.encoding import ARROW_HEADERS, arrow_prediction_table, arrow_predictions
-from headrace.scorers.inputs import InputLimits, decode_inputs
+from headrace.scorers.wire import splitting
+from headrace.scorers.wire.budget import MessageCaps, admit, arrow_cost, message_measure
+from headrace.scorers.wire.decoding import tabular_row_bytes
+from headrace.scorers.wire.encoding import ARROW_HEADERS, arrow_prediction_table, arrow_predictions
+from headrace.scorers.wire.inputs import InputLimits, decode_inputs
 from headrace.scorers.serving import scorer_topics
 from headrace.streams import topics
 from headrace.streams.clients import KafkaConnection
@@ -75,8 +75,8 @@ def test_small_messages_pass_and_what_is_not_arrow_is_refused() -> None:
 
 _MEASURE = """
 import sys, numpy as np
-from headrace.scorers.budget import MessageCaps, arrow_cost
-from headrace.scorers.decoding import decode, tabular_row_bytes
+from headrace.scorers.wire.budget import MessageCaps, arrow_cost
+from headrace.scorers.wire.decoding import decode, tabular_row_bytes
 from headrace.streams.consuming import RawBatch
 value = open(sys.argv[1], "rb").read()
 est = arrow_cost(value, tabular_row_bytes(16)).decoded_bytes

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from headrace.core.errors import PermanentError
-from headrace.scorers.models import Sizing
+from headrace.scorers.engine.models import Sizing
 from headrace.scorers.rollout import candidates
 from headrace.scorers.rollout.candidates import CandidateLoader, watch_loading
 from tests.fixtures import eventually

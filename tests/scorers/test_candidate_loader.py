@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from headrace.core.errors import PermanentError
-from headrace.scorers.models import Sizing
+from headrace.scorers.engine.models import Sizing
 from headrace.scorers.rollout.candidates import CandidateLoader
 from tests.scorers.conftest import publish_tf
 

@@ -10,10 +10,10 @@ import threading
 import time
 
 from headrace.core.errors import RetriableError
-from headrace.scorers.metrics import ScorerMetrics
-from headrace.scorers.models import ModelHolder
-from headrace.scorers.outputs import Outputs
-from headrace.scorers.worker import Worker
+from headrace.scorers.engine.metrics import ScorerMetrics
+from headrace.scorers.engine.models import ModelHolder
+from headrace.scorers.engine.outputs import Outputs
+from headrace.scorers.engine.worker import Worker
 
 
 class _NoCoordinator:

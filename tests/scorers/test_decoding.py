@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pyarrow as pa
 
-from headrace.scorers.decoding import decode
+from headrace.scorers.wire.decoding import decode
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import encode_arrow
 from headrace.streams.consuming import RawBatch

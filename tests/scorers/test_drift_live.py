@@ -176,9 +176,9 @@ def test_the_scorers_row_sample_is_capped_and_evenly_spaced() -> None:
 def test_the_chart_variables_turn_the_tap_off_and_set_its_time_bound(
         settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     from headrace.scorers.drift_tap import DriftTap, factory
-    from headrace.scorers.metrics import ScorerMetrics
-    from headrace.scorers.settings import load_scorer_settings
-    from headrace.scorers.taps import TapContext
+    from headrace.scorers.engine.metrics import ScorerMetrics
+    from headrace.scorers.engine.settings import load_scorer_settings
+    from headrace.scorers.engine.taps import TapContext
 
     def tap() -> DriftTap | None:
         scorer = load_scorer_settings(stream=settings.streams[0])

@@ -9,8 +9,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
-from headrace.scorers.fallback import candidates, fallback_message, load_previous
-from headrace.scorers.models import LoadedModel
+from headrace.scorers.engine.fallback import candidates, fallback_message, load_previous
+from headrace.scorers.engine.models import LoadedModel
 from headrace.store.dfs import model_dir
 from headrace.store.versions import AliasPointer, IntegrityError
 

@@ -18,7 +18,7 @@ import pytest
 from headrace import codecs
 from headrace.codecs import json_values
 from headrace.codecs.columns import Limits, Reasons, present
-from headrace.scorers.inputs import decode_inputs
+from headrace.scorers.wire.inputs import decode_inputs
 from headrace.store.signature import InputKind, ModelInput
 from headrace.streams.codecs import encode_arrow
 from tests.scorers.test_json_columns import batch

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from headrace.scorers.inputs import decode_inputs, json_columns
+from headrace.scorers.wire.inputs import decode_inputs, json_columns
 from headrace.store.signature import InputKind, ModelInput
 from headrace.streams.consuming import RawBatch
 from tests.scorers import signature_models as sm

@@ -16,7 +16,7 @@ import sys, warnings
 from pathlib import Path
 # Python's default filters, as a user's `headrace score` has them: recorded, not printed.
 with warnings.catch_warnings(record=True) as at_import:
-    from headrace.scorers.models import load_model
+    from headrace.scorers.engine.models import load_model
     import headrace.scorers.adapters.mxnet  # noqa: F401
 from tests.scorers.conftest import publish_mx
 publish_mx(Path(sys.argv[1]), "quiet")

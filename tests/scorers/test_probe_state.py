@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from headrace.scorers.metrics import ScorerMetrics
-from headrace.scorers.probing import ProbeState
-from headrace.scorers.stall import GroupStandstill, Lag, LagWatch
-from headrace.scorers.stream_io import StreamIO
+from headrace.scorers.engine.metrics import ScorerMetrics
+from headrace.scorers.engine.probing import ProbeState
+from headrace.scorers.engine.stall import GroupStandstill, Lag, LagWatch
+from headrace.scorers.engine.stream_io import StreamIO
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.consuming import BatchConsumer
 from headrace.streams.group_lag import GroupLag
@@ -52,7 +52,7 @@ def test_empty_polls_with_lag_are_a_stall_after_stall_s(caplog: pytest.LogCaptur
     metrics = ScorerMetrics(stream="s", model="m")
     state, worker = running(clock, {("data.s", 0): 59_170, ("data.s", 1): 0}, metrics=metrics)
     worker["consumed"] = clock.t
-    with caplog.at_level(logging.INFO, "headrace.scorers.probing"):
+    with caplog.at_level(logging.INFO, "headrace.scorers.engine.probing"):
         for _ in range(59):  # polls keep returning nothing: the loop turns, nothing consumed
             clock.t += 1.0
             worker["loop"] = clock.t
@@ -77,7 +77,7 @@ def test_empty_polls_with_lag_are_a_stall_after_stall_s(caplog: pytest.LogCaptur
     # Consuming again: both recover, said once.
     worker["consumed"] = clock.t
     caplog.clear()
-    with caplog.at_level(logging.INFO, "headrace.scorers.probing"):
+    with caplog.at_level(logging.INFO, "headrace.scorers.engine.probing"):
         assert state.live()[0] and state.ready()[0]
         assert state.live()[0] and state.ready()[0]
     assert sum("ok again" in r.getMessage() for r in caplog.records) == 2

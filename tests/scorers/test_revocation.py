@@ -23,10 +23,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from headrace.scorers.metrics import ScorerMetrics
-from headrace.scorers.models import ModelHolder
-from headrace.scorers.stream_io import RawBatch
-from headrace.scorers.worker import Worker
+from headrace.scorers.engine.metrics import ScorerMetrics
+from headrace.scorers.engine.models import ModelHolder
+from headrace.scorers.engine.stream_io import RawBatch
+from headrace.scorers.engine.worker import Worker
 
 TOPIC = "data.revoked"
 
@@ -77,7 +77,7 @@ def test_messages_consumed_before_a_revocation_are_dropped_though_the_partitions
 
     io.steps = [_batch(0, range(1750, 1753)), _batch(1, range(900, 902)), rebalance,
                 _batch(0, range(0, 3))]
-    with caplog.at_level(logging.INFO, "headrace.scorers.batching"):
+    with caplog.at_level(logging.INFO, "headrace.scorers.engine.batching"):
         batch = worker.batcher.next_batch(threading.Event())
     assert "dropped 3 consumed messages of revoked partitions" in caplog.text
     # Before: p0's offsets 1750-1752 were kept (p0 was owned again) and committed after 0-2.

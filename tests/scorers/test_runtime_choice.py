@@ -13,7 +13,7 @@ import pytest
 from headrace.core.errors import ConfigError, PermanentError
 from headrace.scorers import adapters
 from headrace.scorers.adapters import keras_backend
-from headrace.scorers.settings import load_scorer_settings
+from headrace.scorers.engine.settings import load_scorer_settings
 from headrace.store.manifest import Manifest
 from headrace.store.signature import InputKind, ModelInput, ModelOutput, OutputKind
 from tests.scorers.conftest import publish_mx

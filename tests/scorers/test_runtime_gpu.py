@@ -25,7 +25,7 @@ runtime, root = sys.argv[1], Path(sys.argv[2])
 from headrace.scorers.adapters import select_runtime
 select_runtime(runtime)
 import keras
-from headrace.scorers.models import load_ref
+from headrace.scorers.engine.models import load_ref
 from headrace.store.manifest import Manifest
 from headrace.store.signature import InputKind, ModelInput, ModelOutput, OutputKind
 from headrace.store.versions import publish, set_alias

@@ -18,7 +18,7 @@ from headrace.core.settings import Settings
 from headrace.models import load
 from headrace.ops.rollout.control import start_shadow
 from headrace.ops.rollout.live_evidence import compare
-from headrace.scorers.models import LoadedModel
+from headrace.scorers.engine.models import LoadedModel
 from headrace.scorers.rollout import candidates
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer
 from headrace.streams.topics import (

@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from headrace.scorers.metrics import ScorerMetrics
-from headrace.scorers.models import ModelHolder, load_model
-from headrace.scorers.stream_io import RawBatch, StreamIO
-from headrace.scorers.worker import Worker
+from headrace.scorers.engine.metrics import ScorerMetrics
+from headrace.scorers.engine.models import ModelHolder, load_model
+from headrace.scorers.engine.stream_io import RawBatch, StreamIO
+from headrace.scorers.engine.worker import Worker
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer

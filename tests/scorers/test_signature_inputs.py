@@ -13,11 +13,11 @@ import pyarrow as pa
 import pytest
 from PIL import Image
 
-from headrace.scorers import sizing
-from headrace.scorers.arrow_limits import read_meta
-from headrace.scorers.budget import MessageCaps, admit
-from headrace.scorers.inputs import InputLimits, decode_inputs, signature_bytes
-from headrace.scorers.predictions import Source, rows, top_k_for
+from headrace.scorers.engine import sizing
+from headrace.scorers.wire.arrow_limits import read_meta
+from headrace.scorers.wire.budget import MessageCaps, admit
+from headrace.scorers.wire.inputs import InputLimits, decode_inputs, signature_bytes
+from headrace.scorers.wire.predictions import Source, rows, top_k_for
 from headrace.store import tokens
 from headrace.store.signature import ModelOutput, OutputKind
 from headrace.streams import headers as hdr
@@ -196,8 +196,8 @@ def test_tokens_map_text_to_ids_padded_and_cut() -> None:
 
 
 def test_two_models_with_one_signature_score_one_decoded_batch(tmp_path: Path) -> None:
-    from headrace.scorers.core import score_inputs
-    from headrace.scorers.models import load_model
+    from headrace.scorers.engine.core import score_inputs
+    from headrace.scorers.engine.models import load_model
 
     sm.tf_digits(tmp_path, "a", seed=1)
     sm.tf_digits(tmp_path, "b", seed=2)
@@ -236,8 +236,8 @@ def test_json_predictions_keep_each_records_key_and_topic_whether_or_not_rows_dr
         tmp_path: Path) -> None:
     """The formatter takes the batch's own key list when every message is one scored row, and
     per-row lists otherwise: each prediction names its own record either way."""
-    from headrace.scorers.core import ScoringCore
-    from headrace.scorers.models import load_model
+    from headrace.scorers.engine.core import ScoringCore
+    from headrace.scorers.engine.models import load_model
 
     sm.tf_text(tmp_path, "t")
     model = load_model(root=tmp_path, name="t", alias="production", device="cpu", max_batch=64)

@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from headrace.scorers.encoding import arrow_predictions
-from headrace.scorers.predictions import Columns, Source, arrow_table, json_lines, rows
+from headrace.scorers.wire.encoding import arrow_predictions
+from headrace.scorers.wire.predictions import Columns, Source, arrow_table, json_lines, rows
 from headrace.store.signature import ModelOutput, OutputKind
 from headrace.streams.codecs import decode_arrow
 
@@ -78,7 +78,7 @@ def test_keys_become_the_json_string_literals_json_dumps_writes(values: list[str
                                                                 ) -> None:
     import pyarrow as pa
 
-    from headrace.scorers.encoding import _json_strings
+    from headrace.scorers.wire.encoding import _json_strings
 
     got = _json_strings(pa.array(values, pa.string())).to_pylist()
     assert got == ["null" if v is None else json.dumps(v, ensure_ascii=False) for v in values]

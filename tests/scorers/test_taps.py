@@ -1,4 +1,4 @@
-"""The scorer's batch taps (``scorers.taps``): a tap sees each batch exactly as production scored
+"""The scorer's batch taps (``scorers.engine.taps``): a tap sees each batch exactly as production scored
 it and its side outputs land in Kafka with the batch; a tap that raises, or whose output the
 producer refuses, never costs a production prediction."""
 
@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from headrace.core.settings import Settings
-from headrace.scorers import taps
-from headrace.scorers.outputs import SendSide, SideOutput
+from headrace.scorers.engine import taps
+from headrace.scorers.engine.outputs import SendSide, SideOutput
 from headrace.scorers.rollout.state import watch_of
-from headrace.scorers.taps import Scored, TapContext
+from headrace.scorers.engine.taps import Scored, TapContext
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.topics import TopicSpec, catalog, predictions_topic
 from tests.fixtures import read_all, read_topic

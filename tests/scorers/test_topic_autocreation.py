@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from headrace.core.errors import ConfigError
-from headrace.scorers.stream_io import SCORER_PRODUCER
+from headrace.scorers.engine.stream_io import SCORER_PRODUCER
 from headrace.streams.clients import KafkaConnection, list_topics, make_consumer
 from headrace.streams.producing import BatchProducer, FlushTimedOut
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from headrace.core.errors import BrokerUnavailable
-from headrace.scorers.topic_keeper import TopicKeeper
+from headrace.scorers.engine.topic_keeper import TopicKeeper
 from headrace.streams.clients import (
     KafkaConnection,
     delete_topics,
@@ -40,7 +40,7 @@ def test_a_deleted_topic_is_created_again_with_its_partitions(
     ensure_topics(conn, [spec])
     delete_topics(conn, [name])
     keeper = TopicKeeper(conn, [spec])
-    with caplog.at_level(logging.WARNING, "headrace.scorers.topic_keeper"):
+    with caplog.at_level(logging.WARNING, "headrace.scorers.engine.topic_keeper"):
         assert keeper.check_now("flush failed: 3 messages not acknowledged") == [name]
     assert partition_count(conn, name) == 3
     assert f"{name}: 3 partition(s)" in caplog.text and "flush failed" in caplog.text

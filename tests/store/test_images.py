@@ -1,6 +1,6 @@
 """The one image decode: a seeded corpus of random images in every mode Pillow reads goes through
 the trainer's path (``trainers.inputs``) and the scorer's (JSON base64 and Arrow binary through
-``scorers.inputs``) to identical arrays, for 1-, 3- and 4-channel models; and each mode's rule
+``scorers.wire.inputs``) to identical arrays, for 1-, 3- and 4-channel models; and each mode's rule
 (16-bit scaled, float 0..1, palette, alpha dropped, CMYK, EXIF orientation) holds on pixels
 computed by hand."""
 
@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from headrace.codecs import training_images as trainer_images
-from headrace.scorers.inputs import decode_inputs
+from headrace.scorers.wire.inputs import decode_inputs
 from headrace.store import images
 from headrace.store.signature import InputKind, ModelInput
 from headrace.streams.codecs import encode_arrow

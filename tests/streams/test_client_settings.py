@@ -15,7 +15,7 @@ import pytest
 
 from headrace.cli import main
 from headrace.core.errors import ConfigError
-from headrace.scorers.stream_io import SCORER_PRODUCER
+from headrace.scorers.engine.stream_io import SCORER_PRODUCER
 from headrace.streams.clients import (
     CONSUMER_DEFAULTS,
     PRODUCER_DEFAULTS,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from headrace.scorers.stream_io import StreamIO
+from headrace.scorers.engine.stream_io import StreamIO
 from headrace.streams.clients import CONSUMER_DEFAULTS, KafkaConnection, make_producer
 from headrace.streams.consuming import BatchConsumer
 

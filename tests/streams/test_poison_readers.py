@@ -174,7 +174,7 @@ def test_tail_decodes_and_prints_every_poison(capsys: pytest.CaptureFixture[str]
 
 
 def test_the_scorers_decode_dead_letters_deep_nesting_instead_of_raising() -> None:
-    from headrace.scorers.decoding import decode
+    from headrace.scorers.wire.decoding import decode
     from headrace.streams.consuming import RawBatch
 
     values = [b'{"a":' * 100_000, b'{"x": 1, "y": 2, "z": ' + b"[" * 100_000,
@@ -219,7 +219,7 @@ def test_live_counts_and_rollout_followers_skip_poison_and_keep_reading() -> Non
 
 def test_model_events_and_drift_states_skip_poison(monkeypatch: pytest.MonkeyPatch) -> None:
     from headrace.scorers import drift_tap
-    from headrace.scorers.stream_io import ModelEventsListener
+    from headrace.scorers.engine.stream_io import ModelEventsListener
 
     class Follow:
         def poll(self, timeout_s: float, max_messages: int) -> list[Record]:

@@ -130,7 +130,7 @@ def test_the_exported_text_model_scores_on_the_jax_backend(tmp_path: Path) -> No
 
 
 def test_a_version_of_a_newer_format_is_refused_in_one_line(tmp_path: Path) -> None:
-    from headrace.scorers.models import load_ref
+    from headrace.scorers.engine.models import load_ref
     from tests.scorers import signature_models as sm
 
     newer = FORMAT_VERSION + 1

@@ -1,6 +1,6 @@
 """Scorers as the dashboard sees them: each scorer's Prometheus text from its /metrics.
 
-Latency is shown three ways, from three histograms of the scorer (scorers/metrics.py):
+Latency is shown three ways, from three histograms of the scorer (scorers/engine/metrics.py):
 end to end (record CreateTime to prediction acknowledged), waiting (CreateTime to the scorer
 receiving it: time in the topic) and scoring (receipt to acknowledgement). Quantiles are
 interpolated inside their bucket (core.quantiles) over the last minute of scrapes when records

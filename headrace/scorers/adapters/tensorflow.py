@@ -30,7 +30,7 @@ from headrace.scorers.adapters import (
     rows_of,
 )
 from headrace.scorers.adapters.keras_backend import MODEL_FILE, check_backend
-from headrace.scorers.buffers import is_aligned
+from headrace.scorers.wire.buffers import is_aligned
 from headrace.store.manifest import Manifest
 from headrace.store.signature import ModelInput
 

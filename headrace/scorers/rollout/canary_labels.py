@@ -27,8 +27,8 @@ import numpy as np
 
 from headrace.contracts import RolloutRole
 from headrace.rollout.canary_steps import Labelled
-from headrace.scorers.models import LoadedModel
-from headrace.scorers.outputs import Outputs
+from headrace.scorers.engine.models import LoadedModel
+from headrace.scorers.engine.outputs import Outputs
 from headrace.scorers.rollout.candidate import classes_of
 from headrace.scorers.rollout.label_join import LabelJoin, follow_labels
 from headrace.scorers.rollout.live_counts import (

@@ -12,7 +12,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from headrace.rollout.canary_steps import Labelled
-from headrace.scorers.metrics import ScorerMetrics
+from headrace.scorers.engine.metrics import ScorerMetrics
 
 Totals = Callable[[], tuple[Labelled, Labelled]]  # (production, candidate)
 

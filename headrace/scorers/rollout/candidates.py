@@ -21,10 +21,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from headrace.core.errors import PermanentError
-from headrace.scorers.models import LoadedModel, Sizing, load_ref
+from headrace.scorers.engine.models import LoadedModel, Sizing, load_ref
 
 if TYPE_CHECKING:
-    from headrace.scorers.taps import TapContext
+    from headrace.scorers.engine.taps import TapContext
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from headrace.contracts.rollout import live_key
 from headrace.core.bad_records import BadRecords
 from headrace.core.errors import HeadraceError
 from headrace.rollout.tally import LiveTally
-from headrace.scorers.outputs import SideOutput
+from headrace.scorers.engine.outputs import SideOutput
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import send_events

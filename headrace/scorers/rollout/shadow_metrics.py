@@ -9,7 +9,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from headrace.scorers.metrics import LATENCY_BUCKETS, ScorerMetrics
+from headrace.scorers.engine.metrics import LATENCY_BUCKETS, ScorerMetrics
 from headrace.scorers.rollout.label_join import JoinStats
 from headrace.scorers.rollout.live_counts import LiveComparison
 

@@ -16,7 +16,7 @@ from headrace.streams.reading import Follower, Record, follow_ends
 from headrace.streams.topics import ControlTopics
 
 if TYPE_CHECKING:
-    from headrace.scorers.taps import TapContext
+    from headrace.scorers.engine.taps import TapContext
 
 log = logging.getLogger(__name__)
 

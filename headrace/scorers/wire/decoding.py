@@ -20,10 +20,10 @@ import numpy as np
 import pyarrow as pa
 
 from headrace.core.errors import ValidationFailed
-from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES
-from headrace.scorers.budget import FLOAT32, FLOAT64, MessageCaps, admit
-from headrace.scorers.buffers import Scratch
-from headrace.scorers.json_rows import JsonRows, decode_rows
+from headrace.scorers.wire.arrow_limits import DEFAULT_MAX_ARROW_BYTES
+from headrace.scorers.wire.budget import FLOAT32, FLOAT64, MessageCaps, admit
+from headrace.scorers.wire.buffers import Scratch
+from headrace.scorers.wire.json_rows import JsonRows, decode_rows
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import arrow_flags, decode_arrow
 from headrace.streams.consuming import RawBatch

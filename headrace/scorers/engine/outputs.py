@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from headrace.scorers import splitting
-from headrace.scorers.decoding import Features
-from headrace.scorers.inputs import Decoded
+from headrace.scorers.wire import splitting
+from headrace.scorers.wire.decoding import Features
+from headrace.scorers.wire.inputs import Decoded
 from headrace.streams.consuming import RawBatch
 from headrace.streams.dlq import DeadLetter
 

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.scorers.encoding import ARROW_SCHEMA, _json_strings, key_strings
+from headrace.scorers.wire.encoding import ARROW_SCHEMA, _json_strings, key_strings
 from headrace.store.signature import ModelOutput, OutputKind
 
 DEFAULT_TOP_K = 5

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from headrace.core.errors import PermanentError, RecordRef, ValidationFailed
-from headrace.scorers.splitting import Part
+from headrace.scorers.wire.splitting import Part
 from headrace.streams.codecs import arrow_flags, decode_arrow
 from headrace.streams.consuming import RawBatch
 from headrace.streams.dlq import DeadLetter

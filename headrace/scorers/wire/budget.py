@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from headrace.core.errors import ValidationFailed
-from headrace.scorers.arrow_limits import ArrowMeta, read_meta
+from headrace.scorers.wire.arrow_limits import ArrowMeta, read_meta
 
 DEFAULT_MAX_MESSAGE_ROWS = 1 << 20
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024

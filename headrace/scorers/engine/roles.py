@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     import numpy as np
 
     from headrace.contracts import RolloutRole
-    from headrace.scorers.core import ScoringCore
-    from headrace.scorers.models import LoadedModel
-    from headrace.scorers.outputs import Outputs
-    from headrace.scorers.taps import TapContext
+    from headrace.scorers.engine.core import ScoringCore
+    from headrace.scorers.engine.models import LoadedModel
+    from headrace.scorers.engine.outputs import Outputs
+    from headrace.scorers.engine.taps import TapContext
     from headrace.streams.consuming import RawBatch
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headrace.core.errors import HeadraceError
-from headrace.scorers.models import LoadedModel
+from headrace.scorers.engine.models import LoadedModel
 from headrace.store.versions import AliasPointer, alias_history
 
 log = logging.getLogger(__name__)

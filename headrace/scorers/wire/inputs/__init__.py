@@ -31,10 +31,10 @@ from headrace import codecs
 from headrace.codecs.columns import Getter, Limits, Reasons
 from headrace.core.errors import ValidationFailed
 from headrace.core.limits import MAX_RECORD_BYTES
-from headrace.scorers.arrow_limits import DEFAULT_MAX_ARROW_BYTES
-from headrace.scorers.budget import MessageCaps, admit
-from headrace.scorers.decoding import BadInput, is_arrow_mask
-from headrace.scorers.inputs import json_columns
+from headrace.scorers.wire.arrow_limits import DEFAULT_MAX_ARROW_BYTES
+from headrace.scorers.wire.budget import MessageCaps, admit
+from headrace.scorers.wire.decoding import BadInput, is_arrow_mask
+from headrace.scorers.wire.inputs import json_columns
 from headrace.store.signature import ModelInput
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import decode_arrow

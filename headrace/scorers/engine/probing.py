@@ -25,8 +25,8 @@ from collections.abc import Callable
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from headrace.core.probe_server import ProbeHTTPServer
-from headrace.scorers.metrics import ScorerMetrics
-from headrace.scorers.stall import Lag
+from headrace.scorers.engine.metrics import ScorerMetrics
+from headrace.scorers.engine.stall import Lag
 
 log = logging.getLogger(__name__)
 

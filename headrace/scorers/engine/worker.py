@@ -46,18 +46,18 @@ import numpy as np
 
 from headrace.contracts import RolloutRole
 from headrace.core.errors import FatalError, RetriableError
-from headrace.scorers import refusals, splitting
-from headrace.scorers.batching import Batcher, rows_in
-from headrace.scorers.core import ScoringCore
-from headrace.scorers.decode_pool import DecodePool
-from headrace.scorers.decoding import DecodedAhead, is_arrow_mask, tabular_row_bytes
-from headrace.scorers.encoding import ARROW_HEADERS, JSON_HEADERS
-from headrace.scorers.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
-from headrace.scorers.metrics import ScorerMetrics
-from headrace.scorers.models import LoadedModel, ModelHolder
-from headrace.scorers.outputs import Outputs
-from headrace.scorers.roles import Routing, close_roles
-from headrace.scorers.stream_io import (
+from headrace.scorers.wire import refusals, splitting
+from headrace.scorers.engine.batching import Batcher, rows_in
+from headrace.scorers.engine.core import ScoringCore
+from headrace.scorers.wire.decode_pool import DecodePool
+from headrace.scorers.wire.decoding import DecodedAhead, is_arrow_mask, tabular_row_bytes
+from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
+from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
+from headrace.scorers.engine.metrics import ScorerMetrics
+from headrace.scorers.engine.models import LoadedModel, ModelHolder
+from headrace.scorers.engine.outputs import Outputs
+from headrace.scorers.engine.roles import Routing, close_roles
+from headrace.scorers.engine.stream_io import (
     CommitAbandoned,
     DeliveryFailed,
     FlushTimedOut,
@@ -65,7 +65,7 @@ from headrace.scorers.stream_io import (
     StreamIO,
     TransactionAborted,
 )
-from headrace.scorers.taps import (
+from headrace.scorers.engine.taps import (
     Scored,
     SideOutput,
     Tap,

@@ -2,7 +2,7 @@
 
 Decoding a JSON record costs about as much as consuming, scoring and publishing it together, and
 all of it holds the GIL. The worker hands the next batch's JSON records to ``processes`` helpers
-(``python -m headrace.scorers.decode_pool``; numpy and msgspec only) and scores the current batch
+(``python -m headrace.scorers.wire.decode_pool``; numpy and msgspec only) and scores the current batch
 meanwhile. A helper decodes with the very same ``json_rows.decode_rows`` as the worker would, so
 the rows and every dead-letter reason are identical either way.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from headrace.scorers.json_rows import JsonRows, decode_rows
+from headrace.scorers.wire.json_rows import JsonRows, decode_rows
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class _Helper:
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "headrace.scorers.decode_pool"],
+            [sys.executable, "-m", "headrace.scorers.wire.decode_pool"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, bufsize=0, close_fds=True)
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.wfd = self.proc.stdin.fileno()

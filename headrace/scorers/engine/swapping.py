@@ -16,10 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from headrace.core.errors import FatalError, HeadraceError, PermanentError, RetriableError
-from headrace.scorers.fallback import fallback_message, load_previous
-from headrace.scorers.metrics import ScorerMetrics
-from headrace.scorers.models import LoadedModel, ModelHolder, Sizing, load_model, load_ref
-from headrace.scorers.stream_io import ModelEventsListener
+from headrace.scorers.engine.fallback import fallback_message, load_previous
+from headrace.scorers.engine.metrics import ScorerMetrics
+from headrace.scorers.engine.models import LoadedModel, ModelHolder, Sizing, load_model, load_ref
+from headrace.scorers.engine.stream_io import ModelEventsListener
 from headrace.store.versions import AliasPointer, IntegrityError, VersionNotFound, read_alias
 
 log = logging.getLogger(__name__)
