@@ -4,15 +4,12 @@ admission), kube-controller-manager (the Job, ServiceAccount and garbage control
 kube-scheduler and kwok (simulated nodes; pods become Running and stay so until a test sets
 their outcome).
 
-    python tools/kube_cluster.py [--dir DIR] [--kueue]   (or ./dev kube [--kueue])
-
-prints ``kubeconfig: PATH`` once the API server answers and every component is up, and stops it on
-Ctrl-C or SIGTERM. Tests import :class:`KubeCluster`.
+Tests import :class:`KubeCluster`; ``./dev kube`` runs one (tools/kube_stack.py). The
+controllers with webhooks (tools/webhook_controller.py) build on this module, never it on them.
 """
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import json
@@ -22,7 +19,6 @@ import shutil
 import signal
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -30,7 +26,6 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from headrace.core.child_process import die_with_parent
@@ -405,64 +400,3 @@ class KubeCluster:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="kube", description="Start a Kubernetes control plane "
-                                 "(etcd, API server, scheduler, controller-manager, kwok) on "
-                                 "loopback until Ctrl-C.")
-    ap.add_argument("--dir", type=Path, default=None, help="state folder (default: a temp dir)")
-    ap.add_argument("--kueue", action="store_true",
-                    help="also install and run JobSet and Kueue (gang admission against "
-                    "quota)")
-    args = ap.parse_args(argv)
-    try:
-        cluster = KubeCluster(args.dir).start()
-    except KubeUnavailable as exc:
-        print(f"kube: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 1
-    controllers: list[Any] = []
-    if args.kueue:
-        sys.path.insert(0, str(HERE.parent))  # run as a script: tools/ is not a package then
-        from tools.jobset import JobSet  # they build on this module
-        from tools.kueue import Kueue
-
-        try:
-            for make in (JobSet, lambda c: Kueue(c, jobset=True)):
-                controllers.append(make(cluster))
-                controllers[-1].start()
-        except KubeUnavailable as exc:
-            for c in reversed(controllers):
-                c.stop()
-            cluster.stop()
-            print(f"kube: {str(exc).splitlines()[0]}", file=sys.stderr)
-            return 1
-    stop = False
-
-    def on_signal(_sig: int, _frame: FrameType | None) -> None:
-        nonlocal stop
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    print(f"kubeconfig: {cluster.kubeconfig}  (Kubernetes {cluster.version}, "
-          f"started in {cluster.started_s:.1f}s; Ctrl-C stops it)", flush=True)
-    for c in controllers:
-        print(f"{c.name}: {c.version} running (log {c.log_path})", flush=True)
-    try:
-        while not stop:
-            time.sleep(0.5)
-            if not stop:  # Ctrl-C reaches the whole process group: etcd may be gone already
-                cluster._check_alive()
-    except KubeUnavailable as exc:
-        print(f"kube: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 1
-    finally:
-        for c in reversed(controllers):
-            c.stop()
-        cluster.stop()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
