@@ -31,6 +31,7 @@ PLANTS = [
     ("headrace/topology/commands.py", "helm_python"),
     ("headrace/scorers/engine/worker.py", "headrace.scorers.rollout.canary"),
     ("headrace/scorers/engine/core.py", "headrace.rollout.routing"),
+    ("headrace/trainers/job_process.py", "headrace.trainers.tuning.pruning"),
 ]
 
 

@@ -362,6 +362,7 @@ def schedule_fire(
 def job_run(ctx: typer.Context, job_id: str, topic_prefix: PrefixOpt = "") -> None:
     """Run one job from jobs/JOB_ID/request.json (resumes from its checkpoints)."""
     from headrace.streams.connection import connection_for
+    from headrace.trainers import stop_rules
     from headrace.trainers.job_process import run_job
 
     try:
@@ -372,7 +373,7 @@ def job_run(ctx: typer.Context, job_id: str, topic_prefix: PrefixOpt = "") -> No
     code = run_job(root=s.dfs_root, job_id=job_id,
                    conn=connection_for(s) if s.bootstrap else None,
                    topics=_topics(ctx, topic_prefix),
-                   caps=RequestCaps.from_settings(s))
+                   caps=RequestCaps.from_settings(s), stop_rules=stop_rules.FACTORIES)
     if code:
         raise typer.Exit(int(code))
 

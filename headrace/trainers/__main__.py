@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         member = GangMember.from_env(os.environ)
         settings = load_settings()
         conn = connection_for(settings) if settings.bootstrap else None
+        from headrace.trainers import stop_rules
         from headrace.trainers.job_process import run_job
         from headrace.trainers.limits import RequestCaps
 
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
                        topics=ControlTopics.with_prefix(args.topic_prefix),
                        caps=RequestCaps.from_settings(settings), member=member,
                        attempt=int(attempt) if supervised and attempt.isdigit() else None,
-                       supervised=supervised)
+                       supervised=supervised, stop_rules=stop_rules.FACTORIES)
     except HeadraceError as exc:
         print(f"headrace job: {exc}", file=sys.stderr)
         return ExitCode.RETRIABLE if isinstance(exc, RetriableError) else ExitCode.PERMANENT

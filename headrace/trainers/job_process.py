@@ -32,7 +32,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -87,7 +87,6 @@ from headrace.trainers.inputs import (
 )
 from headrace.trainers.limits import RequestCaps
 from headrace.trainers.promotion import promote
-from headrace.trainers.tuning import pruning  # noqa: F401  (registers the tune trials' stop rule)
 
 log = logging.getLogger("headrace.job")
 LOCK = ".lock"
@@ -106,6 +105,8 @@ class JobContext:
     # Run by an executor, which retries or writes the final state; else (by hand) the job
     # writes its own final state: ``status.json`` never stays ``running`` after it.
     supervised: bool = False
+    # The stop rules besides early stopping (trainers.stop_rules: the entry points pass them).
+    stop_rules: Sequence[stopping.StopRuleFactory] = ()
 
     def event(self, kind: JobEventKind, *, wait: bool = True, **fields: Any) -> None:
         if self.sink is None:
@@ -138,11 +139,14 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
             publish_hook: versions.PublishHook | None = None,
             caps: RequestCaps | None = None,
             member: GangMember = GangMember(), attempt: int | None = None,
-            supervised: bool = False) -> int:
+            supervised: bool = False,
+            stop_rules: Sequence[stopping.StopRuleFactory] = ()) -> int:
     """Run one job (or this process's share of a distributed one); return its exit code.
     Every failure ends as a one-line reason in ``status.json`` (and a LOG event). Under an
     executor (``supervised``; ``attempt`` is the number it launched) the control plane decides
-    retry or FAILED; run by hand, a failure is final: ``status.json`` says failed."""
+    retry or FAILED; run by hand, a failure is final: ``status.json`` says failed.
+    ``stop_rules``: the rules asked after each epoch besides early stopping (the entry points
+    pass :data:`headrace.trainers.stop_rules.FACTORIES`)."""
     _setup_logging()
     try:
         with _locked(root, job_id, member):
@@ -152,7 +156,8 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
                 st = jobs.read_status(root, job_id)
                 attempt = (st.attempts if st else 0) + (1 if member.chief else 0)
             ctx = JobContext(root, job_id, request, sink, topics, attempt=max(1, attempt),
-                             caps=caps or RequestCaps(), member=member, supervised=supervised)
+                             caps=caps or RequestCaps(), member=member, supervised=supervised,
+                             stop_rules=stop_rules)
             handler = _EventLogHandler(ctx)
             handler.setFormatter(logging.Formatter("%(message)s"))
             log.addHandler(handler)
@@ -390,7 +395,7 @@ def _train(ctx: JobContext, model: Model, sp: Split, *,
     n_batches = (n + bs - 1) // bs
     hist = history.read(ctx.root, ctx.job_id, upto=epoch0)
     hist.batch_size = bs
-    rules = stopping.rules_for(req)
+    rules = stopping.rules_for(req, ctx.stop_rules)
     lr = schedule.LearningRate(spec)
     for rule in rules:  # a resumed job catches up on the epochs it ran
         replay = getattr(rule, "replay", None)

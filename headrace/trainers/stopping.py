@@ -1,16 +1,17 @@
 """When training stops: rules asked after every epoch with that epoch's metrics.
 
-Early stopping on validation loss comes first; other rules (a tuner's pruning) register with
-:func:`register`. The job loop (both frameworks) calls every rule after each epoch with the
-keys of history.json (``loss``, ``val_loss``, ``val_accuracy``, ...), stops at the first
-reason, restores the best epoch's weights and records ``stopped_because``. In a distributed
+Early stopping on validation loss comes first; the other rules (a tuner's pruning) are listed in
+:mod:`headrace.trainers.stop_rules` and handed to the job by its entry point. The job loop (both
+frameworks) calls every rule after each epoch with the keys of history.json (``loss``,
+``val_loss``, ``val_accuracy``, ...), stops at the first reason, restores the best epoch's
+weights and records ``stopped_because``. In a distributed
 gang every worker asks the rules over the same metrics, so a rule must be deterministic there.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
 from headrace.contracts import TrainRequested
@@ -25,20 +26,14 @@ class StopRule(Protocol):
         """A stop reason ("early_stopping", "pruned", ...) or None to go on."""
 
 
+# ``factory(request)`` gives a rule for that job, or None when the rule does not apply to it.
 StopRuleFactory = Callable[[TrainRequested], StopRule | None]
-_FACTORIES: list[StopRuleFactory] = []
 
 
-def register(factory: StopRuleFactory) -> StopRuleFactory:
-    """Decorator: ``factory(request)`` gives a rule for that job (or None)."""
-    _FACTORIES.append(factory)
-    return factory
-
-
-def rules_for(request: TrainRequested) -> list[StopRule]:
-    """Early stopping first, then the registered rules, for one job."""
+def rules_for(request: TrainRequested, factories: Iterable[StopRuleFactory]) -> list[StopRule]:
+    """Early stopping first, then the rules of ``factories`` that apply, for one job."""
     rules: list[StopRule] = [EarlyStopping(request.spec.patience)]
-    for factory in _FACTORIES:
+    for factory in factories:
         rule = factory(request)
         if rule is not None:
             rules.append(rule)

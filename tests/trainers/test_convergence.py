@@ -81,12 +81,9 @@ class _StopAt:
         return self.reason if epoch >= self.epoch else None
 
 
-def test_a_registered_stop_rule_stops_the_job_with_its_reason(
-        dfs: Path, demo: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(stopping, "_FACTORIES", [])
+def test_a_listed_stop_rule_stops_the_job_with_its_reason(dfs: Path, demo: str) -> None:
     rules: list[_StopAt] = []
 
-    @stopping.register
     def prune(request: TrainRequested) -> _StopAt | None:
         if request.model_name != "pruned":
             return None
@@ -94,12 +91,12 @@ def test_a_registered_stop_rule_stops_the_job_with_its_reason(
         return rules[-1]
 
     jid = _job(dfs, demo, ModelSpec(epochs=20, hidden=(8,)), name="pruned")
-    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.OK
+    assert run_job(root=dfs, job_id=jid, conn=None, stop_rules=[prune]) == ExitCode.OK
     h = history.read(dfs, jid)
     assert (h.stopped_because, len(h.epochs)) == ("pruned", 2) and rules[0].seen == [1, 2]
     assert h.batch_size == 16  # none given: 240 training rows give 16 (32 steps or more)
     other = stopping.rules_for(TrainRequested(idempotency_key="k", model_name="other",
-                                              framework="mxnet", dataset_uri="d"))
+                                              framework="mxnet", dataset_uri="d"), [prune])
     assert [type(r).__name__ for r in other] == ["EarlyStopping"]
 
 
@@ -111,12 +108,11 @@ def test_a_resumed_job_keeps_its_curve_and_its_schedule(
                 raise RuntimeError("killed after epoch 3's training")
             return None
 
-    monkeypatch.setattr(stopping, "_FACTORIES", [lambda request: Crash()])
     spec = ModelSpec(epochs=6, hidden=(8,), patience=2, learning_rate=0.05)
     jid = _job(dfs, demo, spec)
-    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.RETRIABLE
+    assert run_job(root=dfs, job_id=jid, conn=None,
+                   stop_rules=[lambda request: Crash()]) == ExitCode.RETRIABLE
     assert [int(r["epoch"]) for r in history.read(dfs, jid).epochs] == [1, 2]
-    monkeypatch.setattr(stopping, "_FACTORIES", [])
     assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.OK
     h = history.read(dfs, jid)
     assert [int(r["epoch"]) for r in h.epochs] == list(range(1, len(h.epochs) + 1))

@@ -37,7 +37,7 @@ from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from headrace.topology.pod_security import manifest_violations
 from headrace.topology.validation import validate_object
-from headrace.trainers import jobs, stopping
+from headrace.trainers import jobs, stop_rules, stopping
 from headrace.trainers.executors.base import JobSpec, job_command
 from headrace.trainers.executors.kubernetes import KubernetesExecutorConfig, job_spec_for
 from headrace.trainers.executors.kubernetes_objects import training_job
@@ -207,13 +207,15 @@ def test_the_prune_rule_reports_each_epoch_and_prunes_a_trial_behind_the_median(
     def rules(number: int, **kw: Any) -> list[stopping.StopRule]:
         """The tune trial's prune rules (early stopping comes first, for every job)."""
         req = trial_request(c, space, number, {"learning_rate": 0.01, "batch_size": 32})
-        return [r for r in stopping.rules_for(req.model_copy(update=kw))
+        return [r for r in stopping.rules_for(req.model_copy(update=kw), stop_rules.FACTORIES)
                 if isinstance(r, pruning.PruneRule)]
 
-    # The rule is registered with the stop-rule seam and applies to tune trials only.
+    # The rule is listed with the stop rules the entry points pass and applies to tune trials
+    # only.
     [rule] = rules(bad.number)
     manual = trial_request(c, space, 0, {}).model_copy(update={"trigger": Trigger()})
-    assert not [r for r in stopping.rules_for(manual) if isinstance(r, pruning.PruneRule)]
+    assert not [r for r in stopping.rules_for(manual, stop_rules.FACTORIES)
+                if isinstance(r, pruning.PruneRule)]
     assert not rules(bad.number, resources=Resources(workers=2))  # a gang could disagree
     [keep] = rules(good.number)
     # Epoch 1 is warm-up; then the bad trial is behind the median and is pruned.
@@ -269,8 +271,8 @@ def test_the_prune_rule_never_fails_a_job_when_the_study_is_gone(
     assert "pruning off for this trial: study gone unreadable" in caplog.text
 
 
-def test_registering_the_rule_costs_a_job_that_is_no_trial_no_optuna_import() -> None:
-    code = ("import sys; import headrace.trainers.tuning.pruning; "
+def test_listing_the_rule_costs_a_job_that_is_no_trial_no_optuna_import() -> None:
+    code = ("import sys; import headrace.trainers.stop_rules; "
             "assert 'optuna' not in sys.modules, 'optuna imported'")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False, cwd=REPO)

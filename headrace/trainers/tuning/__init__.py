@@ -1,8 +1,8 @@
 """Hyperparameter search as jobs (``headrace tune``): an Optuna study whose journal lives on
 the DFS and whose every trial is an ordinary training job (trigger ``tune``).
 
-Names are loaded on first use: every job process imports ``tuning.pruning`` (to register its
-stop rule) and must not pay for Optuna unless it is a trial.
+Names are loaded on first use: every job process imports ``tuning.pruning`` (its stop rule is
+listed in trainers.stop_rules) and must not pay for Optuna unless it is a trial.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Pruning from inside a trial job: after each epoch the job's stop rules run (trainers.stopping);
-for a tune trial this rule reports the epoch's validation metric to the study's journal on the
-DFS and stops the job ("pruned") when the study's pruner says the trial is not worth finishing.
+"""Pruning from inside a trial job: after each epoch the job's stop rules run (trainers.stopping;
+this one is listed in trainers.stop_rules); for a tune trial this rule reports the epoch's
+validation metric to the study's journal on the DFS and stops the job ("pruned") when the
+study's pruner says the trial is not worth finishing.
 
 Only single-worker trials get the rule: the pruner reads what other trials reported so far,
 so two workers of a gang could decide differently. Pruning is an optimisation: if the study
@@ -17,7 +18,6 @@ from typing import TYPE_CHECKING
 from headrace.contracts import TrainRequested, TriggerKind
 from headrace.core.errors import HeadraceError
 from headrace.core.settings import load_settings
-from headrace.trainers import stopping
 
 if TYPE_CHECKING:
     import optuna
@@ -85,7 +85,6 @@ def trial_of(request: TrainRequested) -> tuple[str, int] | None:
     return t.source, int(t.slot)
 
 
-@stopping.register
 def prune_rule(request: TrainRequested) -> PruneRule | None:
     found = trial_of(request)
     if found is None or request.resources.workers > 1:
