@@ -7,38 +7,36 @@ stderr and its exit code; nothing the user can cause prints a traceback.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from typer._click.core import Context as ClickContext
-from typer._click.formatting import HelpFormatter
-from typer.core import TyperGroup
 from typer.exceptions import Abort, Exit, TyperException
 
 from headrace import __version__
-from headrace.cli import _context, _extras, streams_cmd
+from headrace.cli import (
+    _context,
+    _extras,
+    code_cmd,
+    drift_cmd,
+    labels_cmd,
+    lineage_cmd,
+    models_cmd,
+    ops_cmd,
+    predict_cmd,
+    scorers_cmd,
+    streams_cmd,
+    topology_cmd,
+    trainers_cmd,
+    tune_cmd,
+)
+from headrace.cli._help import HelpGroup
 from headrace.core.errors import FatalError, HeadraceError, PermanentError, RetriableError
-
-
-class _HelpGroup(TyperGroup):
-    """Lists subcommands with their whole first sentence, wrapped to the terminal, instead of
-    click's default of cutting it at about 45 characters with "..."."""
-
-    def format_commands(self, ctx: ClickContext, formatter: HelpFormatter) -> None:
-        rows = []
-        for name in self.list_commands(ctx):
-            cmd = self.get_command(ctx, name)
-            if cmd is not None and not cmd.hidden:
-                rows.append((name, cmd.get_short_help_str(limit=400)))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
-
 
 app = typer.Typer(
     name="headrace",
-    cls=_HelpGroup,
+    cls=HelpGroup,
     help="Event-driven ML pipeline on Kafka: triggered training, versioned models, "
     "streaming scoring.",
     no_args_is_help=True,
@@ -70,32 +68,28 @@ def _root(
     ctx.obj = _context.CliContext(bootstrap=bootstrap, dfs_root=dfs_root)
 
 
-streams_cmd.register(app)
-
-
-def _register_optional() -> None:
-    # Areas register themselves if present; each module is a thin shell over its package.
-    import importlib
-
-    for mod in ("trainers_cmd", "code_cmd", "scorers_cmd", "predict_cmd", "ops_cmd",
-                "topology_cmd", "tune_cmd", "drift_cmd", "lineage_cmd",
-                "models_cmd", "labels_cmd"):
-        try:
-            module = importlib.import_module(f"headrace.cli.{mod}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"headrace.cli.{mod}":
-                continue
-            raise
-        if hasattr(module, "register"):
-            module.register(app)
-        elif hasattr(module, "app"):
-            app.add_typer(module.app)
-
-
-_register_optional()
+# Every command area, each a thin shell over its package. Importing one imports no role's
+# library (tests/cli/test_lazy_roles.py; tools/check_wheel.sh on the wheel with one extra):
+# a command whose extra is missing says so in one line when it runs (cli/_extras.py).
+COMMANDS: tuple[Callable[[typer.Typer], None], ...] = (
+    streams_cmd.register,
+    trainers_cmd.register,  # and the datasets group
+    code_cmd.register,
+    scorers_cmd.register,
+    predict_cmd.register,
+    ops_cmd.register,
+    topology_cmd.register,
+    tune_cmd.register,
+    drift_cmd.register,
+    lineage_cmd.register,
+    models_cmd.register,
+    labels_cmd.register,
+)
+for _register in COMMANDS:
+    _register(app)
 for _group in app.registered_groups:
-    if not (isinstance(_group.cls, type) and issubclass(_group.cls, _HelpGroup)):
-        _group.cls = _HelpGroup  # a group with its own subclass (tune) keeps it
+    if not (isinstance(_group.cls, type) and issubclass(_group.cls, HelpGroup)):
+        _group.cls = HelpGroup  # a group with its own subclass (tune) keeps it
 
 
 def main(argv: list[str] | None = None) -> int:

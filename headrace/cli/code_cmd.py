@@ -37,3 +37,7 @@ def list_(ctx: typer.Context) -> None:
         table.add_row(cv.name, cv.ref, str(len(cv.files)), f"{cv.size:,} B",
                       cv.pushed_at[:16].replace("T", " "))
     console.print(table)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app)

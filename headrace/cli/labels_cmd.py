@@ -29,3 +29,7 @@ def send(ctx: typer.Context,
     typer.echo(f"sent {got.sent} labels to {got.topic}"
                + (" (created the topic: scorers join labels from it within 5 s)"
                   if got.created else ""))
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app)

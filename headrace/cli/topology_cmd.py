@@ -136,3 +136,7 @@ def apply_cmd(
                                  force_conflicts=force_conflicts)
     for line in lines:
         typer.echo(line.rstrip("\n"))
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app)

@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 from typer._click.core import Context as ClickContext
 
-from headrace.cli import _context, _HelpGroup
+from headrace.cli import _context
+from headrace.cli._help import HelpGroup
 from headrace.core.errors import ConfigError, PermanentError
 
 if TYPE_CHECKING:
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 console = Console()
 
 
-class _RunByDefault(_HelpGroup):
+class _RunByDefault(HelpGroup):
     """``headrace tune NAME ...`` is ``headrace tune run NAME ...``; ``show`` is a command."""
 
     def parse_args(self, ctx: ClickContext, args: list[str]) -> list[str]:
