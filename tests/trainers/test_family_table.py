@@ -4,25 +4,25 @@ parsed (the control plane dead-letters it), never inside a job."""
 
 from __future__ import annotations
 
-import importlib
-from types import MappingProxyType
-
 import pytest
 
-from headrace.contracts import ModelSpec, TrainRequested, families, parse
+from headrace.contracts import Framework, ModelSpec, TrainRequested, families, parse
 from headrace.core.errors import PermanentError
-from headrace.core.llvm_guard import before_torch
 from headrace.store.signature import InputKind
+from headrace.trainers.backends.family_builders import LOADERS, family_builders
+
+
+def test_every_framework_of_the_table_has_a_loader_and_every_loader_a_framework() -> None:
+    named = {fw for f in families.TABLE.values() for fw in f.frameworks}
+    assert named == families.ALL_FRAMEWORKS == {fw.value for fw in LOADERS}
+    assert set(LOADERS) == set(Framework)
 
 
 @pytest.mark.parametrize("framework", ["tensorflow", "mxnet", "torch"])
 def test_each_frameworks_registry_holds_exactly_the_tables_families(framework: str) -> None:
-    wanted = {f.name for f in families.TABLE.values() if framework in f.builders}
-    before_torch()  # torch after TensorFlow in one process (core.llvm_guard)
-    for module in {f.builders[framework] for f in families.TABLE.values()
-                   if framework in f.builders}:
-        registry = importlib.import_module(module).FAMILIES
-        assert set(registry) == wanted, (module, set(registry) ^ wanted)
+    wanted = {f.name for f in families.TABLE.values() if framework in f.frameworks}
+    registry = family_builders(framework)
+    assert set(registry) == wanted, set(registry) ^ wanted
 
 
 def test_the_table_names_real_input_kinds_and_spec_fields() -> None:
@@ -43,8 +43,7 @@ def test_unknown_or_unsupported_families_are_refused_when_the_request_is_parsed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(PermanentError, match="unknown model family 'gpt': use one of mlp"):
         parse(TrainRequested, _request("gpt", "mxnet"))
-    only_tf = families.Family("tfonly", frozenset({"numeric"}), (),
-                              MappingProxyType({"tensorflow": families.KERAS}))
+    only_tf = families.Family("tfonly", frozenset({"numeric"}), (), frozenset({"tensorflow"}))
     monkeypatch.setattr(families, "TABLE", {**families.TABLE, "tfonly": only_tf})
     assert parse(TrainRequested, _request("tfonly", "tensorflow")).spec.model == "tfonly"
     with pytest.raises(PermanentError, match="model family 'tfonly' has no mxnet builder"):
