@@ -37,6 +37,7 @@ from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
 from headrace.topology.pod_security import manifest_violations
 from headrace.topology.validation import validate_object
+from headrace.trainers import history as job_history
 from headrace.trainers import jobs, stop_rules, stopping
 from headrace.trainers.executors.base import JobSpec, job_command
 from headrace.trainers.executors.kubernetes import KubernetesExecutorConfig, job_spec_for
@@ -261,6 +262,38 @@ def test_the_median_pruner_waits_for_the_samplers_random_trials_and_the_patience
         study.tell(t, curve[-1])
     assert not behind(9)  # within the patience
     assert behind(10)
+
+
+@pytest.mark.parametrize("entry", ["headrace job run", "python -m headrace.trainers"])
+def test_each_way_a_job_runs_hands_it_the_listed_stop_rules(
+        dfs: Path, demo: str, monkeypatch: pytest.MonkeyPatch, entry: str) -> None:
+    """The job runner imports no tuning code (a contract): its entry points pass it
+    trainers.stop_rules, so a trial far behind its study is pruned whichever way it runs."""
+    c = storage.write_config(dfs, config(demo, epochs=8, params={"hidden": [16],
+                                                                 "patience": 2}))
+    study, space = storage.load_study(dfs, c), parse_space(c.space)
+    for _ in FINISHED:  # the sampler's four random trials, finished far ahead of any real one
+        t = study.ask(space.distributions)
+        for epoch in range(1, 9):
+            t.report(1e-6, epoch)
+        study.tell(t, 1e-6)
+    bad = study.ask(space.distributions)
+    req = trial_request(c, space, bad.number, {"learning_rate": 0.01, "batch_size": 32})
+    jid, _ = jobs.create_request(dfs, req)
+    monkeypatch.setenv("HEADRACE_DFS_ROOT", str(dfs))  # the rule reads the job's settings
+    monkeypatch.delenv("HEADRACE_BOOTSTRAP", raising=False)  # no events: the DFS tells it all
+    if entry == "headrace job run":
+        assert main(["--dfs-root", str(dfs), "job", "run", jid]) == 0
+    else:
+        proc = subprocess.run([sys.executable, "-m", "headrace.trainers", "run", jid],
+                              capture_output=True, text=True, timeout=300, check=False,
+                              cwd=REPO)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    h = job_history.read(dfs, jid)
+    # Early stopping (patience 2) could stop no sooner than epoch 3: the pruner did.
+    assert (h.stopped_because, len(h.epochs)) == ("pruned", 2)
+    reported = storage.load_study(dfs, c).trials[bad.number].intermediate_values
+    assert sorted(reported) == [1, 2]
 
 
 def test_the_prune_rule_never_fails_a_job_when_the_study_is_gone(
