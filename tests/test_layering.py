@@ -32,6 +32,7 @@ PLANTS = [
     ("headrace/scorers/engine/worker.py", "headrace.scorers.rollout.canary"),
     ("headrace/scorers/engine/core.py", "headrace.rollout.routing"),
     ("headrace/trainers/job_process.py", "headrace.trainers.tuning.pruning"),
+    ("headrace/trainers/job_run/training.py", "headrace.trainers.stop_rules"),
 ]
 
 

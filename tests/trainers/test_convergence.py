@@ -160,7 +160,7 @@ def test_a_long_curve_prints_compactly_with_the_best_and_last_epochs() -> None:
 
 def test_a_retry_after_early_stopping_trains_no_more_epochs(
         dfs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from headrace.trainers import job_process
+    from headrace.trainers.job_run import publishing
 
     spec = ModelSpec(epochs=60, hidden=(64, 64), batch_size=16, learning_rate=0.01, patience=3)
     jid = _job(dfs, _shuffled(dfs), spec)
@@ -168,7 +168,7 @@ def test_a_retry_after_early_stopping_trains_no_more_epochs(
     def crash(*args: object, **kwargs: object) -> None:
         raise OSError("the DFS went away while publishing")
 
-    monkeypatch.setattr(job_process, "_publish", crash)
+    monkeypatch.setattr(publishing, "publish", crash)
     assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.RETRIABLE
     first = history.read(dfs, jid)
     assert first.stopped_because == "early_stopping"
