@@ -36,7 +36,8 @@ from headrace.streams.connection import connection_for
 from headrace.streams.producing import send_events
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs
-from headrace.trainers.control.app import ControlAppConfig, ControlHooks, build_app, topic_specs
+from headrace.trainers.control.app import build_app
+from headrace.trainers.control.app_config import ControlAppConfig, ControlHooks, topic_specs
 from headrace.trainers.control.faust_kafka import broker_credentials
 from headrace.trainers.control.health import ControlHealth
 from tests.fixtures import eventually

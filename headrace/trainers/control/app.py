@@ -19,98 +19,34 @@ Embedded broker (Tansu) notes, found by the spike and kept as settings here:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import signal
 import tempfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import faust
 from mode import Worker
 
-from headrace.core.errors import (
-    ConfigError,
-    FatalError,
-    HeadraceError,
-    PermanentError,
-    RecordRef,
-)
-from headrace.streams.client_errors import as_headrace
-from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.core.errors import ConfigError, FatalError, HeadraceError, RecordRef
+from headrace.streams.clients import ensure_topics
 from headrace.streams.producing import EventSink
-from headrace.streams.topics import ControlTopics, TopicSpec
 from headrace.trainers.control import recovery
+from headrace.trainers.control.app_config import (
+    ControlAppConfig,
+    ControlHooks,
+    changelogs,
+    topic_specs,
+)
 from headrace.trainers.control.faust_kafka import ControlApp, faust_broker_settings
 from headrace.trainers.control.health import ControlHealth, HealthServer
 from headrace.trainers.control.plane import Table
+from headrace.trainers.control.record_handling import act_on_drift, record_of, route_request
 
 log = logging.getLogger(__name__)
-
-
-
-@dataclass
-class ControlHooks:
-    """Callbacks into the control-plane logic; all run on the app's event loop and are short."""
-
-    # A raw TrainRequested record and the job table; raise PermanentError to dead-letter it.
-    on_request: Callable[[RecordRef, Table], None]
-    # Every tick, with the job table (after recovery): drive the executor.
-    on_tick: Callable[[Table], None]
-    # Every tick on the leader only, with the schedules table (backed by events.schedules).
-    on_schedules: Callable[[Table], object] | None = None
-    # New records on data.<stream>: (stream, how many, the counters table).
-    on_data: Callable[[str, int, Table], object] | None = None
-    # Each events.drift record, with the drift-episodes table (keyed by rule name).
-    on_drift: Callable[[RecordRef, Table], object] | None = None
-    # Once, after the tables are recovered: resubmit jobs that were queued or running.
-    on_ready: Callable[[Table], None] | None = None
-    on_stop: Callable[[], None] | None = None
-    # A request that was dead-lettered (not a parse error): report it on its job.
-    on_request_failed: Callable[[RecordRef, HeadraceError], None] | None = None
-
-
-@dataclass(frozen=True)
-class ControlAppConfig:
-    conn: KafkaConnection
-    topics: ControlTopics = field(default_factory=ControlTopics)
-    app_id: str = "headrace-control"
-    data_streams: tuple[str, ...] = ()
-    tick_s: float = 0.25
-    datadir: Path | None = None
-    replication_factor: int = 1
-    topic_config: dict[str, str] = field(default_factory=dict)  # e.g. min.insync.replicas
-    http_host: str = "0.0.0.0"
-    http_port: int | None = None  # /livez and /readyz; None: no server
-    liveness_s: float = 60.0
-    route_attempts: int = 4  # a retriable error is retried this often, then dead-lettered
-    route_backoff_s: float = 0.5
-    recovery_deadline_s: float = 120.0  # then a recovery that cannot end is said (recovery.py)
-    rebuild_table: bool = False  # reset the tables' changelogs at start (rebuilt from the DFS)
-
-    @property
-    def full_app_id(self) -> str:
-        return f"{self.topics.prefix}-{self.app_id}" if self.topics.prefix else self.app_id
-
-
-# faust names their changelogs <app id>-<table>-changelog
-TABLES = ("jobs", "rule-counters", "drift-episodes")
-
-
-def topic_specs(cfg: ControlAppConfig) -> list[TopicSpec]:
-    """Every topic the app uses, created up front with the configured durability (faust would
-    create its changelogs itself, without min.insync.replicas)."""
-    compact = {"cleanup.policy": "compact"}
-    specs = cfg.topics.specs(data_streams=cfg.data_streams)
-    specs += [TopicSpec(f"{cfg.full_app_id}-{t}-changelog", 1, f"faust table {t}", compact)
-              for t in TABLES]
-    specs.append(TopicSpec(f"{cfg.full_app_id}-__assignor-__leader", 1, "faust leader"))
-    return [dataclasses.replace(s, config={**s.config, **cfg.topic_config}) for s in specs]
 
 
 def _kafka_session(app: faust.App) -> bool:
@@ -125,25 +61,8 @@ def _kafka_session(app: faust.App) -> bool:
 def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
               health: ControlHealth | None = None) -> faust.App:
     """A faust app wired to ``hooks``; run it with :func:`run_control_app`."""
-    datadir = cfg.datadir or Path(tempfile.mkdtemp(prefix="headrace-control-"))
     health = health or ControlHealth(liveness_s=cfg.liveness_s)
-    app = ControlApp(
-        cfg.full_app_id,
-        **faust_broker_settings(cfg.conn),
-        store="memory://",
-        datadir=str(datadir),
-        web_enabled=False,
-        topic_partitions=1,
-        topic_replication_factor=cfg.replication_factor,
-        consumer_auto_offset_reset="earliest",
-        broker_session_timeout=6.0,
-        broker_heartbeat_interval=1.0,
-        broker_max_poll_interval=10.0,
-        producer_max_batch_size=1,  # see the module notes: Tansu's high watermark
-        producer_linger=0.0,
-    )
-    requests = app.topic(cfg.topics.train_requests, value_type=bytes, value_serializer="raw",
-                         key_type=bytes, key_serializer="raw", partitions=1)
+    app = _new_app(cfg)
     jobs: Any = app.Table("jobs", default=None, partitions=1, use_partitioner=True)
     schedules: Any = app.Table(
         "schedules", default=None, partitions=1, use_partitioner=True,
@@ -159,50 +78,65 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
             sink["s"] = EventSink(cfg.conn)
         return sink["s"]
 
+    _add_router(app, cfg, hooks, health, jobs, _sink)
+    _add_tick(app, cfg, hooks, health, jobs, schedules)
+    if hooks.on_data is not None and cfg.data_streams:
+        _add_counters(app, cfg, hooks.on_data, health, counters)
+    if hooks.on_drift is not None:
+        _add_drift_follower(app, cfg, hooks.on_drift, health, episodes)
+
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def _stop(app_: Any, **kw: Any) -> None:
+        if hooks.on_stop is not None:
+            hooks.on_stop()
+        if "s" in sink:
+            sink["s"].close()
+
+    return app
+
+
+def _new_app(cfg: ControlAppConfig) -> faust.App:
+    """The faust app with the broker's settings (see the module notes)."""
+    datadir = cfg.datadir or Path(tempfile.mkdtemp(prefix="headrace-control-"))
+    return ControlApp(
+        cfg.full_app_id,
+        **faust_broker_settings(cfg.conn),
+        store="memory://",
+        datadir=str(datadir),
+        web_enabled=False,
+        topic_partitions=1,
+        topic_replication_factor=cfg.replication_factor,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=6.0,
+        broker_heartbeat_interval=1.0,
+        broker_max_poll_interval=10.0,
+        producer_max_batch_size=1,  # see the module notes: Tansu's high watermark
+        producer_linger=0.0,
+    )
+
+
+def _add_router(app: faust.App, cfg: ControlAppConfig, hooks: ControlHooks,
+                health: ControlHealth, jobs: Any, sink: Callable[[], EventSink]) -> None:
+    """The agent that routes train requests into jobs (record_handling.route_request)."""
+    requests = app.topic(cfg.topics.train_requests, value_type=bytes, value_serializer="raw",
+                         key_type=bytes, key_serializer="raw", partitions=1)
+
     @app.agent(requests)
     async def route(stream: Any) -> None:
         with _crash_guard(health, "route"):
             async for event in stream.events():
-                record = _record(event.message)
+                record = record_of(event.message)
                 health.busy_since = health.clock()
                 try:
-                    await _route_one(record)
+                    await route_request(record, cfg=cfg, hooks=hooks, jobs=jobs, sink=sink)
                 finally:
                     health.busy_since = None
 
-    async def _route_one(record: RecordRef) -> None:
-        # Permanent: dead-letter at once. Retriable (a DFS or broker hiccup): retry with
-        # backoff, then dead-letter with the reason -- a request is never dropped silently.
-        for attempt in range(1, cfg.route_attempts + 1):
-            try:
-                try:
-                    hooks.on_request(record, jobs)
-                    return
-                except Exception as raw:  # a client's or a bug's: classified, never a crash
-                    raise as_headrace(raw, "routing a train request") from raw
-            except FatalError:
-                raise  # not this request's fault: the agent stops, the process exits
-            except PermanentError as exc:
-                if exc.__cause__ is not None and not isinstance(exc.__cause__, HeadraceError):
-                    log.error("train request at offset %s: %s", record.offset, exc,
-                              exc_info=exc.__cause__)
-                failed: HeadraceError = exc
-                break
-            except HeadraceError as exc:
-                failed = exc
-                if attempt == cfg.route_attempts:
-                    break
-                log.warning("train request at offset %s (attempt %d): %s", record.offset,
-                            attempt, exc)
-                await asyncio.sleep(cfg.route_backoff_s * 2 ** (attempt - 1))
-        _sink().dead_letter(cfg.topics.train_requests_dlq, record, failed,
-                            stage=failed.stage or "route")
-        if hooks.on_request_failed is not None and failed.stage != "parse":
-            try:
-                hooks.on_request_failed(record, failed)
-            except HeadraceError as exc:
-                log.error("reporting a failed request at offset %s: %s", record.offset, exc)
 
+def _add_tick(app: faust.App, cfg: ControlAppConfig, hooks: ControlHooks,
+              health: ControlHealth, jobs: Any, schedules: Any) -> None:
+    """The timer that drives the executor and, on the leader, the schedules; the first tick
+    after the tables are recovered resubmits the jobs that were queued or running."""
     state = {"ready": False}
 
     @app.timer(cfg.tick_s)
@@ -223,59 +157,40 @@ def build_app(cfg: ControlAppConfig, hooks: ControlHooks,
         except HeadraceError as exc:  # one bad tick must not stop the control plane
             log.error("control-plane tick: %s", exc)
 
-    if hooks.on_data is not None and cfg.data_streams:
-        on_data = hooks.on_data
-        for stream_name in cfg.data_streams:
-            data_topic = app.topic(cfg.topics.data(stream_name), value_type=bytes,
-                                   value_serializer="raw", key_type=bytes, key_serializer="raw")
 
-            def make_counter(name: str) -> Callable[[Any], Any]:
-                async def count(stream: Any) -> None:
-                    with _crash_guard(health, f"count-{name}"):
-                        async for batch in stream.take(10_000, within=cfg.tick_s):
-                            on_data(name, len(batch), counters)
-                count.__name__ = f"count_{name.replace('-', '_')}"
-                return count
+def _add_counters(app: faust.App, cfg: ControlAppConfig,
+                  on_data: Callable[[str, int, Table], object], health: ControlHealth,
+                  counters: Any) -> None:
+    """One agent per data stream counting its new records for the event rules."""
+    for stream_name in cfg.data_streams:
+        data_topic = app.topic(cfg.topics.data(stream_name), value_type=bytes,
+                               value_serializer="raw", key_type=bytes, key_serializer="raw")
 
-            app.agent(data_topic, name=f"count-{stream_name}")(make_counter(stream_name))
+        def make_counter(name: str) -> Callable[[Any], Any]:
+            async def count(stream: Any) -> None:
+                with _crash_guard(health, f"count-{name}"):
+                    async for batch in stream.take(10_000, within=cfg.tick_s):
+                        on_data(name, len(batch), counters)
+            count.__name__ = f"count_{name.replace('-', '_')}"
+            return count
 
-    if hooks.on_drift is not None:
-        on_drift = hooks.on_drift
-        drift = app.topic(cfg.topics.drift, value_type=bytes, value_serializer="raw",
-                          key_type=bytes, key_serializer="raw", partitions=1)
+        app.agent(data_topic, name=f"count-{stream_name}")(make_counter(stream_name))
 
-        @app.agent(drift, name="drift-episodes")
-        async def follow_drift(stream: Any) -> None:
-            with _crash_guard(health, "drift-episodes"):
-                async for event in stream.events():
-                    await _drift_one(_record(event.message))
 
-        async def _drift_one(record: RecordRef) -> None:
-            # A request that could not be sent leaves the rule's row unchanged, so a retry
-            # sends the same key again (never a second episode).
-            for attempt in range(1, cfg.route_attempts + 1):
-                try:
-                    on_drift(record, episodes)
-                    return
-                except FatalError:
-                    raise
-                except HeadraceError as exc:
-                    if isinstance(exc, PermanentError) or attempt == cfg.route_attempts:
-                        log.error("drift record at offset %s not acted on: %s", record.offset,
-                                  exc)
-                        return
-                    log.warning("drift record at offset %s (attempt %d): %s", record.offset,
-                                attempt, exc)
-                    await asyncio.sleep(cfg.route_backoff_s * 2 ** (attempt - 1))
+def _add_drift_follower(app: faust.App, cfg: ControlAppConfig,
+                        on_drift: Callable[[RecordRef, Table], object], health: ControlHealth,
+                        episodes: Any) -> None:
+    """The agent that hands events.drift records to the drift rules
+    (record_handling.act_on_drift)."""
+    drift = app.topic(cfg.topics.drift, value_type=bytes, value_serializer="raw",
+                      key_type=bytes, key_serializer="raw", partitions=1)
 
-    @app.on_before_shutdown.connect  # type: ignore[arg-type]
-    async def _stop(app_: Any, **kw: Any) -> None:
-        if hooks.on_stop is not None:
-            hooks.on_stop()
-        if "s" in sink:
-            sink["s"].close()
-
-    return app
+    @app.agent(drift, name="drift-episodes")
+    async def follow_drift(stream: Any) -> None:
+        with _crash_guard(health, "drift-episodes"):
+            async for event in stream.events():
+                await act_on_drift(record_of(event.message), cfg=cfg, on_drift=on_drift,
+                                   episodes=episodes)
 
 
 @contextlib.contextmanager
@@ -305,13 +220,6 @@ def _stop_failed(health: ControlHealth, reason: str) -> None:
         log.critical("%s; stopping the control plane (it exits non-zero to be restarted)",
                      reason)
         request_stop()
-
-
-def _record(msg: Any) -> RecordRef:
-    return RecordRef(
-        topic=msg.topic, partition=msg.partition, offset=msg.offset, key=msg.key,
-        value=msg.value, headers=tuple((k, v or b"") for k, v in (msg.headers or [])),
-        timestamp_ms=int(msg.timestamp * 1000) if msg.timestamp else None)
 
 
 def run_control_app(cfg: ControlAppConfig, hooks: ControlHooks) -> None:
@@ -348,11 +256,6 @@ def run_control_app(cfg: ControlAppConfig, hooks: ControlHooks) -> None:
         raise recovery.RecoveryStuck(watch.stuck_line)
     if health.fatal is not None:
         raise FatalError(f"the control plane stopped: {health.fatal}")
-
-
-def changelogs(cfg: ControlAppConfig) -> list[str]:
-    """Every topic a table recovers from (the schedules table's is events.schedules)."""
-    return [f"{cfg.full_app_id}-{t}-changelog" for t in TABLES] + [cfg.topics.schedules]
 
 
 def request_stop() -> None:

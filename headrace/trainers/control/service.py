@@ -18,7 +18,8 @@ from typing import Any
 from headrace.core.errors import ConfigError, RecordRef
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.topics import ControlTopics
-from headrace.trainers.control.app import ControlAppConfig, ControlHooks, run_control_app
+from headrace.trainers.control.app import run_control_app
+from headrace.trainers.control.app_config import ControlAppConfig, ControlHooks
 from headrace.trainers.control.drift_rule import DriftRule
 from headrace.trainers.control.plane import ControlPlane, Table, utcnow
 from headrace.trainers.control.rebuild import reconcile

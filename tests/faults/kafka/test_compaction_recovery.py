@@ -38,7 +38,7 @@ from headrace.streams.clients import KafkaConnection, ensure_topics, make_produc
 from headrace.streams.producing import EventSink
 from headrace.streams.reading import iter_records
 from headrace.streams.topics import ControlTopics, TopicSpec
-from headrace.trainers.control.app import ControlAppConfig, topic_specs
+from headrace.trainers.control.app_config import ControlAppConfig, topic_specs
 from tests.faults.harness import figures
 from tests.faults.kafka.test_compaction import COMPACT_SOON
 from tests.fixtures import eventually
