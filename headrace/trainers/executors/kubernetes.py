@@ -11,12 +11,14 @@ and 429 are retried with backoff), follows every trainer Job through one list + 
 restarts a failed or hung gang as its next attempt, and ``poll`` hands over the jobs that ended.
 
 The API objects are injected (``BatchV1Api``, ``CoreV1Api``, ``CustomObjectsApi`` or fakes), so
-this module needs no cluster to test; :func:`from_kube_config` builds the real ones.
+this module needs no cluster to test; :func:`from_kube_config` builds the real ones. Beside it:
+:mod:`kubernetes_api` (reaching the API, every call's retries), :mod:`kubernetes_attempts` (an
+attempt's objects created, found and deleted) and :mod:`kubernetes_status` (an attempt's state
+read from its Jobs and pods).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -25,20 +27,40 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from headrace.core.errors import ConfigError, FatalError, HeadraceError, RetriableError
+from headrace.core.errors import HeadraceError, RetriableError
 from headrace.trainers.distributed.heartbeat import verdict
 from headrace.trainers.executors import kubernetes_kueue as kueue
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, JobOutcome, JobSpec
+from headrace.trainers.executors.kubernetes_api import (
+    ApiCalls,
+    KubeApis,
+    jobset_installed,
+    kube_apis,
+    load_kube_config,
+    networking,
+    one_line,
+)
+from headrace.trainers.executors.kubernetes_attempts import AttemptObjects
 from headrace.trainers.executors.kubernetes_objects import (
     CONTAINER,
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
-    VOLCANO_GROUP,
-    VOLCANO_VERSION,
     ClusterPlacement,
     TrainingJobSpec,
-    training_objects,
+)
+from headrace.trainers.executors.kubernetes_status import (
+    NOT_YET,
+    Status,
+    disrupted,
+    ending,
+    exit_code,
+    gang_status,
+    jobset_status,
+    member_tag,
+    running,
+    selector,
+    unscheduled,
 )
 from headrace.trainers.executors.kubernetes_watch import JobWatch
 
@@ -119,12 +141,11 @@ class KubernetesExecutor:
         self._core = core_api
         self._custom = custom_api
         # NetworkingV1Api (gang NetworkPolicies); by default on the core API's client.
-        self._net = networking_api if networking_api is not None else _networking(core_api)
+        self._net = networking_api if networking_api is not None else networking(core_api)
         self._on_event = on_event
         self._timeout = request_timeout_s
         self._watch_s = watch_s
         self._backoff_s = backoff_s
-        self._api_tries = max(1, api_tries)
         # A Job whose pods are not all running: its pods are read this often for the
         # scheduler's reason (only then; a running job costs no pod reads).
         self._waiting_check_s = waiting_check_s
@@ -135,6 +156,10 @@ class KubernetesExecutor:
         self._watch = JobWatch(batch_api, config.namespace, request_timeout_s=request_timeout_s)
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._api = ApiCalls(max(1, api_tries), backoff_s, self._stop)
+        self._objects = AttemptObjects(self._api, batch=batch_api, core=core_api,
+                                       custom=custom_api, net=self._net,
+                                       timeout_s=request_timeout_s)
         self._thread: threading.Thread | None = None
 
     # -- Executor protocol -------------------------------------------------------------
@@ -154,7 +179,7 @@ class KubernetesExecutor:
         """Create the job's objects now; False when the Job already existed (idempotent)."""
         with self._lock:
             self._jobs[spec.job_id] = _Tracked(spec, state="queued", tried=True)
-        return self._create_attempt(spec)
+        return self._objects.create(spec)
 
     def poll(self) -> list[JobOutcome]:
         if self._thread is None:
@@ -172,7 +197,7 @@ class KubernetesExecutor:
             return False
         spec = tracked.spec
         if tracked.tried:
-            self._delete_attempt(spec, "Foreground")
+            self._objects.delete(spec, "Foreground")
         self._emit("failed", spec, "cancelled", reason="cancelled")
         return True
 
@@ -236,7 +261,7 @@ class KubernetesExecutor:
             try:
                 self.step()
             except Exception as exc:  # the API is down or refuses: keep supervising
-                log.warning("kubernetes executor: %s", _one_line(exc))
+                log.warning("kubernetes executor: %s", one_line(exc))
                 self._stop.wait(self._backoff_s)
             with self._lock:
                 idle = not self._jobs
@@ -276,7 +301,7 @@ class KubernetesExecutor:
             already = t.tried
             t.tried = True
             try:
-                created = self._create_attempt(t.spec) or already
+                created = self._objects.create(t.spec) or already
             except RetriableError as exc:  # the job waits; it is not failed by the API
                 log.warning("job %s: creating its objects failed, will retry: %s", job_id, exc)
                 with self._lock:
@@ -297,7 +322,7 @@ class KubernetesExecutor:
     def _settle_adopted(self, t: _Tracked) -> None:
         spec = t.spec
         try:
-            exists = self._owner_uid(spec, missing_ok=True) is not None
+            exists = self._objects.owner_uid(spec, missing_ok=True) is not None
         except RetriableError:
             with self._lock:
                 self._pending.append(spec.job_id)
@@ -313,74 +338,12 @@ class KubernetesExecutor:
         t.state = "queued"
         log.info("job %s: adopted %s (attempt %d)", spec.job_id, spec.job_name, spec.attempt)
 
-    def _create_attempt(self, spec: TrainingJobSpec) -> bool:
-        """The owner first (a gang's suspended), then what it owns, then let it start: the
-        Service and PodGroup exist before any pod, and deleting the owner deletes them."""
-        ns = spec.namespace
-        owner, *_ = training_objects(spec)
-        created = self._create(lambda: self._create_object(ns, owner))
-        if spec.pods == 1:
-            return created
-        uid = self._owner_uid(spec)
-        for obj in training_objects(spec, owner_uid=uid)[1:]:
-            self._create(functools.partial(self._create_object, ns, obj))
-        if spec.gang != "kueue":  # under Kueue, admission unsuspends it
-            self._call(lambda: self._patch_owner(spec, {"spec": {"suspend": False}}))
-        return created
-
-    def _create_object(self, ns: str, obj: Any) -> Any:
-        kind = obj["kind"] if isinstance(obj, dict) else obj.kind
-        if kind == "Job":
-            return self._batch.create_namespaced_job(ns, obj, _request_timeout=self._timeout)
-        if kind == "Service":
-            return self._core.create_namespaced_service(ns, obj, _request_timeout=self._timeout)
-        if kind == "NetworkPolicy":
-            return self._net.create_namespaced_network_policy(ns, obj,
-                                                              _request_timeout=self._timeout)
-        group, version, plural = _CUSTOM[kind]
-        return self._custom.create_namespaced_custom_object(
-            group=group, version=version, namespace=ns, plural=plural, body=obj,
-            _request_timeout=self._timeout)
-
-    def _owner_uid(self, spec: TrainingJobSpec, *, missing_ok: bool = False) -> str | None:
-        if spec.uses_jobset:
-            got = self._call(lambda: self._custom.get_namespaced_custom_object(
-                group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
-                plural=JOBSET_PLURAL, name=spec.job_name, _request_timeout=self._timeout),
-                missing_ok=missing_ok)
-            return None if got is None else str(got["metadata"]["uid"])
-        job = self._call(lambda: self._batch.read_namespaced_job(
-            spec.role_job_names[0], spec.namespace, _request_timeout=self._timeout),
-            missing_ok=missing_ok)
-        return None if job is None else str(job.metadata.uid)
-
-    def _patch_owner(self, spec: TrainingJobSpec, body: dict[str, Any]) -> Any:
-        if spec.uses_jobset:
-            return self._custom.patch_namespaced_custom_object(
-                group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
-                plural=JOBSET_PLURAL, name=spec.job_name, body=body,
-                _request_timeout=self._timeout)
-        return self._batch.patch_namespaced_job(spec.role_job_names[0], spec.namespace, body,
-                                                _request_timeout=self._timeout)
-
-    def _delete_attempt(self, spec: TrainingJobSpec, propagation: str) -> None:
-        """Delete the attempt's owner; the API server's garbage collector deletes the rest."""
-        if spec.uses_jobset:
-            self._call(lambda: self._custom.delete_namespaced_custom_object(
-                group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
-                plural=JOBSET_PLURAL, name=spec.job_name, propagation_policy=propagation,
-                _request_timeout=self._timeout), missing_ok=True)
-            return
-        self._call(lambda: self._batch.delete_namespaced_job(
-            spec.role_job_names[0], spec.namespace, propagation_policy=propagation,
-            _request_timeout=self._timeout), missing_ok=True)
-
     # -- status and logs ---------------------------------------------------------------
 
     def _poll_one(self, t: _Tracked) -> JobOutcome | None:
         spec = t.spec
         st = self._status(t)
-        if st is _NOT_YET:
+        if st is NOT_YET:
             return None
         if st is None:
             self._emit("failed", spec, "kubernetes job disappeared", reason="deleted")
@@ -390,12 +353,12 @@ class KubernetesExecutor:
         # (they wait for each other), and the missing ones' reason is what to report.
         # (A JobSet reports no ready count: its first active pod stands in.)
         need = 1 if spec.uses_jobset else spec.pods
-        if st is not None and t.state == "queued" and _running(st) >= need:
+        if st is not None and t.state == "queued" and running(st) >= need:
             t.state = "running"
             t.running_since = time.time()
-            self._emit("started", spec, f"{_running(st)} of {spec.workers} worker(s) running"
+            self._emit("started", spec, f"{running(st)} of {spec.workers} worker(s) running"
                        f"{self._nodes(spec)}", attempt=failed + 1)
-        elif st is not None and t.state == "queued" and int(st.active or 0) > _running(st):
+        elif st is not None and t.state == "queued" and int(st.active or 0) > running(st):
             self._report_waiting(t, attempt=failed + 1)
         elif st is not None and t.state == "queued" and spec.gang == "kueue":
             self._report_waiting(t, attempt=failed + 1, admission=True)
@@ -403,7 +366,7 @@ class KubernetesExecutor:
             t.failed = failed
             # The failure that ends the Job is not a retry (the Job controller marks it
             # FailureTarget, then Failed; its pod count can arrive first).
-            if failed <= spec.max_retries and not _ending(st):
+            if failed <= spec.max_retries and not ending(st):
                 self._emit("retrying", spec, f"worker failed ({failed} of "
                            f"{spec.max_retries + 1} attempts used); resuming from the last "
                            "checkpoint", attempt=failed + 1)
@@ -414,7 +377,7 @@ class KubernetesExecutor:
             log.warning("job %s: %s", spec.job_id, why)
             if self._restart_gang(t, hung=why):
                 return None
-            self._delete_attempt(spec, "Background")
+            self._objects.delete(spec, "Background")
             self._emit("failed", spec, why, reason=why, attempt=t.spec.attempt)
             return JobOutcome(spec.job_id, False, None, t.spec.attempt, why)
         for cond in (st.conditions or []) if st else []:
@@ -429,47 +392,34 @@ class KubernetesExecutor:
                 self._mirror_logs(t)  # logs are read on failure (or for `jobs logs`) only
                 why = f"{cond.reason or 'Failed'}: {cond.message or ''}".strip(": ")
                 self._emit("failed", spec, why, reason=why, attempt=max(failed, 1))
-                return JobOutcome(spec.job_id, False, _exit_code(self, spec), max(failed, 1), why)
+                return JobOutcome(spec.job_id, False, exit_code(self._pods(spec)), max(failed, 1),
+                                  why)
         return None
 
     def _status(self, t: _Tracked) -> Any:
         """The attempt's status as one Job's (``active``, ``failed``, ``conditions``) from
-        the watch; None when it is gone, ``_NOT_YET`` before the watch has shown it. A gang
+        the watch; None when it is gone, ``NOT_YET`` before the watch has shown it. A gang
         completes when its workers do and fails when any role does."""
         spec = t.spec
         if spec.uses_jobset:
-            got = self._call(lambda: self._custom.get_namespaced_custom_object(
+            got = self._api.call(lambda: self._custom.get_namespaced_custom_object(
                 group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=spec.namespace,
                 plural=JOBSET_PLURAL, name=spec.job_name, _request_timeout=self._timeout),
                 missing_ok=True)
             if got is None:
                 return None
-            st = got.get("status") or {}
-            rjs = st.get("replicatedJobsStatus") or []
-            conds = [_Cond("Complete" if c.get("type") == "Completed" else str(c.get("type")),
-                           str(c.get("status")), c.get("reason"), c.get("message"))
-                     for c in st.get("conditions") or [] if c.get("type") in ("Completed",
-                                                                              "Failed")]
-            return _Status(sum(int(r.get("active") or 0) for r in rjs),
-                           max((int(r.get("failed") or 0) for r in rjs), default=0), conds)
+            return jobset_status(got)
         statuses = []
         for name in spec.role_job_names:
             if not self._watch.known(name):
-                return None if name in t.seen else _NOT_YET
+                return None if name in t.seen else NOT_YET
             t.seen.add(name)
-            statuses.append(self._watch.status(name) or _Status(0, 0, []))
-        if len(statuses) == 1:
-            return statuses[0]
-        done = [c for c in (statuses[0].conditions or []) if c.type == "Complete"]
-        failed = [c for st in statuses for c in (st.conditions or []) if c.type == "Failed"]
-        readies = [getattr(st, "ready", None) for st in statuses]
-        return _Status(sum(int(st.active or 0) for st in statuses),
-                       max(int(st.failed or 0) for st in statuses), done + failed,
-                       None if None in readies else sum(int(r) for r in readies if r))
+            statuses.append(self._watch.status(name) or Status(0, 0, []))
+        return gang_status(statuses)
 
     def _pods(self, spec: TrainingJobSpec) -> list[Any]:
-        pods = self._call(lambda: self._core.list_namespaced_pod(
-            spec.namespace, label_selector=_selector(spec), _request_timeout=self._timeout),
+        pods = self._api.call(lambda: self._core.list_namespaced_pod(
+            spec.namespace, label_selector=selector(spec), _request_timeout=self._timeout),
             missing_ok=True)
         return list((pods.items if pods else None) or [])
 
@@ -491,7 +441,7 @@ class KubernetesExecutor:
             return
         t.waiting_checked = now
         try:
-            why = self._not_admitted(t.spec) if admission else _unscheduled(self._pods(t.spec))
+            why = self._not_admitted(t.spec) if admission else unscheduled(self._pods(t.spec))
         except HeadraceError:
             return
         if why is not None and why != t.waiting:
@@ -502,7 +452,7 @@ class KubernetesExecutor:
 
     def _not_admitted(self, spec: TrainingJobSpec) -> str | None:
         def list_call(version: str) -> Any:  # None where that version is not served
-            return self._call(lambda: self._custom.list_namespaced_custom_object(
+            return self._api.call(lambda: self._custom.list_namespaced_custom_object(
                 group=kueue.KUEUE_GROUP, version=version, namespace=spec.namespace,
                 plural="workloads", _request_timeout=self._timeout), missing_ok=True)
 
@@ -528,18 +478,18 @@ class KubernetesExecutor:
         spec = t.spec
         if spec.pods == 1 and not hung:
             return False
-        if _exit_code(self, spec) in PERMANENT_EXIT_CODES:
+        if exit_code(self._pods(spec)) in PERMANENT_EXIT_CODES:
             return False
-        disrupted = _disrupted(self, spec)
-        if t.restarts >= spec.max_retries and not disrupted:
+        preempted = disrupted(self._pods(spec))
+        if t.restarts >= spec.max_retries and not preempted:
             return False
-        self._delete_attempt(spec, "Background")
-        if not disrupted:  # a preempted or evicted member is not the job's fault
+        self._objects.delete(spec, "Background")
+        if not preempted:  # a preempted or evicted member is not the job's fault
             t.restarts += 1
         t.spec = replace(spec, attempt=spec.attempt + 1)
         t.state, t.seen = "queued", set()
         new = t.spec
-        self._create_attempt(new)
+        self._objects.create(new)
         what = hung or "gang member failed"
         self._emit("retrying", new, f"{what}: restarting all {new.pods} pods as "
                    f"{new.job_name} from the last checkpoint", attempt=new.attempt)
@@ -550,14 +500,14 @@ class KubernetesExecutor:
         job's log, once each: it marks what it appended). With ``sink`` (``jobs logs``): every
         line, to the sink, marking nothing here."""
         spec = t.spec
-        pods = self._call(lambda: self._core.list_namespaced_pod(
-            spec.namespace, label_selector=_selector(spec), _request_timeout=self._timeout))
+        pods = self._api.call(lambda: self._core.list_namespaced_pod(
+            spec.namespace, label_selector=selector(spec), _request_timeout=self._timeout))
         for pod in sorted(pods.items or [], key=lambda p: p.metadata.name):
             name = pod.metadata.name
             if (pod.status.phase if pod.status else None) == "Pending":
                 continue
             since = t.last_log.get(name) if sink is None else None
-            text = self._call(self._log_reader(spec, name, since), missing_ok=True)
+            text = self._api.call(self._log_reader(spec, name, since), missing_ok=True)
             at: dict[str, int] = {}  # lines so far at each timestamp (several can share one)
             new: list[tuple[str, int, str]] = []
             for line in (text or "").splitlines():
@@ -566,7 +516,7 @@ class KubernetesExecutor:
                 # RFC 3339 timestamps of one pod sort as strings; skip what was already sent.
                 if since is not None and ts <= since:
                     continue
-                tag = _member_tag(spec, name)
+                tag = member_tag(spec, name)
                 line = f"[{tag}] {msg}" if tag else msg
                 if sink is not None:
                     sink(line)
@@ -596,210 +546,6 @@ class KubernetesExecutor:
                            **fields)
         except Exception:  # a broken event sink must not stop job supervision
             log.exception("on_event failed for job %s", spec.job_id)
-
-    def _create(self, fn: Callable[[], Any]) -> bool:
-        try:
-            self._call(fn)
-        except _Conflict:
-            return False
-        return True
-
-    def _call(self, fn: Callable[[], Any], *, missing_ok: bool = False) -> Any:
-        """One API call, retried with backoff while the API answers 5xx, 429 or nothing."""
-        for attempt in range(self._api_tries):
-            try:
-                return self._call_once(fn, missing_ok=missing_ok)
-            except RetriableError:
-                if attempt + 1 == self._api_tries:
-                    raise
-                self._stop.wait(min(30.0, self._backoff_s * 2**attempt))
-        raise AssertionError("unreachable")
-
-    def _call_once(self, fn: Callable[[], Any], *, missing_ok: bool) -> Any:
-        try:
-            return fn()
-        except Exception as exc:
-            status = getattr(exc, "status", None)
-            if status == 404 and missing_ok:
-                return None
-            if status == 409:
-                raise _Conflict() from None
-            if status in (401, 403):
-                raise ConfigError(f"kubernetes API refused the executor ({status}): check its "
-                                  "ServiceAccount and Role") from None
-            if status is None or status == 429 or int(status) >= 500:
-                raise RetriableError(f"kubernetes API unavailable: {_one_line(exc)}") from None
-            raise FatalError(f"kubernetes API error {status}: {_one_line(exc)}") from None
-
-
-def _member_tag(spec: TrainingJobSpec, pod: str) -> str | None:
-    """``w1``, ``s0`` or ``sched`` for a gang's pod (``<attempt>-<role>-0-<index>-<suffix>``),
-    else None."""
-    if spec.pods == 1:
-        return None
-    for role, tag in (("worker", "w"), ("server", "s"), ("scheduler", "sched")):
-        prefix = f"{spec.job_name}-{role}-0-"
-        index = pod[len(prefix):].split("-", 1)[0] if pod.startswith(prefix) else ""
-        if index.isdecimal():
-            return tag if role == "scheduler" else f"{tag}{index}"
-    return None
-
-
-def _ending(st: Any) -> bool:
-    return any(c.type in ("Failed", "FailureTarget") and c.status == "True"
-               for c in (st.conditions or []))
-
-
-def _unscheduled(pods: list[Any]) -> str | None:
-    """``Reason: message`` of the first Pending pod the scheduler refused (``PodScheduled``
-    False), e.g. ``Unschedulable: 0/6 nodes are available: 6 Insufficient nvidia.com/gpu``."""
-    for pod in sorted(pods, key=lambda p: p.metadata.name):
-        if not pod.status or pod.status.phase != "Pending":
-            continue
-        for cond in pod.status.conditions or []:
-            if cond.type == "PodScheduled" and cond.status == "False":
-                return f"{cond.reason or 'Unschedulable'}: {cond.message or ''}".strip(": ")
-    return None
-
-
-def _selector(spec: TrainingJobSpec) -> str:
-    sel = f"headrace.io/job={spec.name}"
-    return f"{sel},headrace.io/attempt={spec.attempt}" if spec.pods > 1 else sel
-
-
-def _disrupted(ex: KubernetesExecutor, spec: TrainingJobSpec) -> bool:
-    """A member of the attempt was preempted, evicted or drained (``DisruptionTarget``)."""
-    pods = ex._call(lambda: ex._core.list_namespaced_pod(
-        spec.namespace, label_selector=_selector(spec), _request_timeout=ex._timeout),
-        missing_ok=True)
-    for pod in (pods.items if pods else []) or []:
-        for cond in (getattr(pod.status, "conditions", None) or []) if pod.status else []:
-            if cond.type == "DisruptionTarget" and cond.status == "True":
-                return True
-    return False
-
-
-def _networking(core_api: Any) -> Any:
-    from kubernetes import client
-
-    return client.NetworkingV1Api(core_api.api_client)
-
-
-_CUSTOM = {"PodGroup": (VOLCANO_GROUP, VOLCANO_VERSION, "podgroups"),
-           "JobSet": (JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL)}
-
-
-@dataclass(frozen=True)
-class _Cond:
-    type: str
-    status: str
-    reason: str | None = None
-    message: str | None = None
-
-
-@dataclass(frozen=True)
-class _Status:
-    active: int
-    failed: int
-    conditions: list[_Cond]
-    ready: int | None = None  # None: not reported (JobSet), ``active`` stands in
-
-
-def _running(st: Any) -> int:
-    """Pods running: the Job's ``ready`` count. ``active`` also counts pods still Pending
-    (waiting for a GPU, unschedulable), so a job waiting for capacity is not "started" and its
-    startup watchdog does not run (D50)."""
-    ready = getattr(st, "ready", None)
-    return int(ready) if ready is not None else int(st.active or 0)
-
-
-_NOT_YET = object()  # a Job just created that the watch has not shown yet
-
-
-class _Conflict(Exception):
-    pass
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "reason", None) or exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def _exit_code(ex: KubernetesExecutor, spec: TrainingJobSpec) -> int | None:
-    """The trainer's last exit code, read from its pods (None if no pod terminated)."""
-    pods = ex._call(lambda: ex._core.list_namespaced_pod(
-        spec.namespace, label_selector=_selector(spec), _request_timeout=ex._timeout),
-        missing_ok=True)
-    codes: list[tuple[str, int]] = []
-    for pod in (pods.items if pods else []) or []:
-        for cs in (pod.status.container_statuses or []) if pod.status else []:
-            term = cs.state.terminated if cs.state else None
-            if cs.name == CONTAINER and term is not None and term.exit_code:
-                codes.append((str(term.finished_at or ""), int(term.exit_code)))
-    return max(codes)[1] if codes else None
-
-
-@dataclass(frozen=True)
-class KubeApis:
-    """The three API objects the executor uses (real ones from :func:`kube_apis`)."""
-
-    batch: Any
-    core: Any
-    custom: Any
-    namespace: str = "headrace"  # where the JobSet question is asked
-    networking: Any = None  # NetworkingV1Api (None: on the core API's client)
-
-
-NO_KUBE_CONFIG = ("no Kubernetes configuration: not running in a pod (KUBERNETES_SERVICE_HOST "
-                  "is unset) and no kubeconfig (KUBECONFIG or ~/.kube/config)")
-
-
-def load_kube_config(*, context: str | None = None) -> None:
-    """Load the in-cluster config when running in a pod, else the kubeconfig (``context``);
-    ``ConfigError`` (one line naming what is missing) if there is neither -- never a silent
-    fallback to local training."""
-    try:
-        from kubernetes import config as kube_config
-    except ImportError:
-        raise ConfigError("the Kubernetes executor needs the kubernetes package "
-                          "(pip install 'headrace[kubernetes]')") from None
-    try:
-        kube_config.load_incluster_config()
-    except kube_config.ConfigException:
-        try:
-            kube_config.load_kube_config(context=context)
-        except (kube_config.ConfigException, OSError, TypeError) as exc:
-            detail = _one_line(exc)
-            if "no configuration found" in detail.lower() or isinstance(exc, FileNotFoundError):
-                raise ConfigError(NO_KUBE_CONFIG) from None
-            raise ConfigError(f"kubeconfig unusable: {detail}") from None
-
-
-def kube_apis(*, context: str | None = None) -> KubeApis:
-    """The API objects on the loaded configuration (see :func:`load_kube_config`)."""
-    load_kube_config(context=context)
-    from kubernetes import client
-
-    return KubeApis(batch=client.BatchV1Api(), core=client.CoreV1Api(),
-                    custom=client.CustomObjectsApi(), networking=client.NetworkingV1Api())
-
-
-def jobset_installed(apis: Any) -> bool:
-    """Whether the cluster serves JobSet (gangs are then one JobSet each): listing JobSets
-    in the namespace answers 404 where its CRD is not installed (a namespaced question, so
-    the control plane's Role is enough). Asked once when the executor is built."""
-    try:
-        apis.custom.list_namespaced_custom_object(
-            group=JOBSET_GROUP, version=JOBSET_VERSION, namespace=apis.namespace,
-            plural=JOBSET_PLURAL, limit=1, _request_timeout=10)
-    except Exception as exc:
-        status = getattr(exc, "status", None)
-        if status in (401, 403, 404):
-            if status != 404:
-                log.warning("JobSet: not allowed to list jobsets (%s): gangs are Jobs", status)
-            return False
-        raise RetriableError(f"kubernetes API unavailable: {_one_line(exc)}") from None
-    return True
 
 
 def from_kube_config(
