@@ -13,8 +13,8 @@ restarts a failed or hung gang as its next attempt, and ``poll`` hands over the 
 The API objects are injected (``BatchV1Api``, ``CoreV1Api``, ``CustomObjectsApi`` or fakes), so
 this module needs no cluster to test; :func:`from_kube_config` builds the real ones. Beside it:
 :mod:`kubernetes_api` (reaching the API, every call's retries), :mod:`kubernetes_attempts` (an
-attempt's objects created, found and deleted) and :mod:`kubernetes_status` (an attempt's state
-read from its Jobs and pods).
+attempt's objects created, found and deleted), :mod:`kubernetes_status` (an attempt's state
+read from its Jobs and pods) and :mod:`kubernetes_logs` (its pods' logs sent once each).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from headrace.trainers.executors.kubernetes_api import (
     one_line,
 )
 from headrace.trainers.executors.kubernetes_attempts import AttemptObjects
+from headrace.trainers.executors.kubernetes_logs import PodLogs
 from headrace.trainers.executors.kubernetes_objects import (
-    CONTAINER,
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
@@ -57,7 +57,6 @@ from headrace.trainers.executors.kubernetes_status import (
     exit_code,
     gang_status,
     jobset_status,
-    member_tag,
     running,
     selector,
     unscheduled,
@@ -157,6 +156,8 @@ class KubernetesExecutor:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._api = ApiCalls(max(1, api_tries), backoff_s, self._stop)
+        self._logs = PodLogs(self._api, core=core_api, timeout_s=request_timeout_s,
+                             window_s=config.log_window_s)
         self._objects = AttemptObjects(self._api, batch=batch_api, core=core_api,
                                        custom=custom_api, net=self._net,
                                        timeout_s=request_timeout_s)
@@ -496,47 +497,10 @@ class KubernetesExecutor:
         return True
 
     def _mirror_logs(self, t: _Tracked, sink: Callable[[str], None] | None = None) -> None:
-        """Send each pod's new log lines as one event (the control plane appends them to the
-        job's log, once each: it marks what it appended). With ``sink`` (``jobs logs``): every
-        line, to the sink, marking nothing here."""
         spec = t.spec
-        pods = self._api.call(lambda: self._core.list_namespaced_pod(
-            spec.namespace, label_selector=selector(spec), _request_timeout=self._timeout))
-        for pod in sorted(pods.items or [], key=lambda p: p.metadata.name):
-            name = pod.metadata.name
-            if (pod.status.phase if pod.status else None) == "Pending":
-                continue
-            since = t.last_log.get(name) if sink is None else None
-            text = self._api.call(self._log_reader(spec, name, since), missing_ok=True)
-            at: dict[str, int] = {}  # lines so far at each timestamp (several can share one)
-            new: list[tuple[str, int, str]] = []
-            for line in (text or "").splitlines():
-                ts, _, msg = line.partition(" ")
-                seq = at[ts] = at.get(ts, -1) + 1
-                # RFC 3339 timestamps of one pod sort as strings; skip what was already sent.
-                if since is not None and ts <= since:
-                    continue
-                tag = member_tag(spec, name)
-                line = f"[{tag}] {msg}" if tag else msg
-                if sink is not None:
-                    sink(line)
-                else:
-                    new.append((ts, seq, line))
-            if new:
-                self._emit("log", spec, "\n".join(line for _, _, line in new), pod=name,
-                           lines=new)
-                t.last_log[name] = new[-1][0]
-
-    def _log_reader(self, spec: TrainingJobSpec, pod: str, since: str | None) -> Callable[[], Any]:
-        # After the first read only a recent window is fetched; timestamps drop the overlap.
-        window = self._config.log_window_s if since else None
-
-        def read() -> Any:
-            return self._core.read_namespaced_pod_log(
-                pod, spec.namespace, container=CONTAINER, timestamps=True, since_seconds=window,
-                _request_timeout=self._timeout)
-
-        return read
+        self._logs.mirror(spec, t.last_log, sink=sink,
+                          emit=lambda message, **fields: self._emit("log", spec, message,
+                                                                    **fields))
 
     # -- plumbing ----------------------------------------------------------------------
 
