@@ -100,8 +100,7 @@ def test_a_listed_stop_rule_stops_the_job_with_its_reason(dfs: Path, demo: str) 
     assert [type(r).__name__ for r in other] == ["EarlyStopping"]
 
 
-def test_a_resumed_job_keeps_its_curve_and_its_schedule(
-        dfs: Path, demo: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_resumed_job_keeps_its_curve_and_its_schedule(dfs: Path, demo: str) -> None:
     class Crash:
         def after_epoch(self, epoch: int, metrics: Mapping[str, float]) -> str | None:
             if epoch == 3:
