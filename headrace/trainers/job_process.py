@@ -58,6 +58,7 @@ from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import (
+    cancelling,
     checkpoints,
     history,
     job_checks,
@@ -588,6 +589,10 @@ def _publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result:
                                  title=f"{req.model_name} (job {ctx.job_id})")
 
     kwargs: dict[str, Any] = {} if hook is None else {"hook": hook}
+    # The publish and an operator's cancel race for the job's end: the first claim wins.
+    won = cancelling.claim(ctx.root, ctx.job_id, cancelling.Claim(cancelling.PUBLISH))
+    if won.by == cancelling.CANCEL:
+        raise cancelling.JobCancelled(f"{won.line()}; not publishing")
     mv = versions.publish(ctx.root, manifest, write_files, **kwargs)
     log.info("published %s:%d", mv.name, mv.version)
     return mv

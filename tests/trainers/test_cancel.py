@@ -1,0 +1,176 @@
+"""Cancel, end to end: the control plane (faust app + local executor) on the real broker gets
+``CancelRequested`` records on its request topic. A running job's process group is stopped and
+the job ends CANCELLED once, with who asked and why, and nothing published; a queued job never
+starts; a finished job is refused (by the CLI in one line, and by the control plane); a control
+plane that claimed a cancel and died before recording it records it after its restart, once;
+the attempt count survives a restart. And the rule between a cancel and a publish racing for
+the job's end (``trainers.cancelling``)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from headrace.cli import main
+from headrace.contracts import (
+    CancelRequested,
+    JobEvent,
+    JobEventKind,
+    JobState,
+    ModelPublished,
+)
+from headrace.core.errors import PermanentError
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.producing import send_events
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
+from headrace.trainers import api, cancelling, jobs
+from headrace.trainers.control.plane import ControlPlane, row_of
+from headrace.trainers.executors.local import LocalExecutor
+from tests.fixtures import eventually
+from tests.trainers.conftest import request, wait_events
+from tests.trainers.test_adoption import gang_pids
+
+Start = Callable[..., subprocess.Popen[bytes]]
+FINAL = (JobEventKind.SUCCEEDED, JobEventKind.FAILED, JobEventKind.CANCELLED)
+
+
+def _long(demo: str, key: str) -> object:
+    spec = request(demo).spec.model_copy(update={"epochs": 400, "batch_size": 16,
+                                                 "hidden": (16,), "patience": 400})
+    return request(demo, key=key, framework="mxnet", spec=spec)
+
+
+def _kinds(events: list[JobEvent], jid: str) -> list[JobEventKind]:
+    return [e.kind for e in events if e.job_id == jid and e.kind != JobEventKind.LOG]
+
+
+@pytest.mark.slow
+def test_cancel_stops_a_running_job_a_queued_one_never_starts_a_finished_one_is_refused(
+        conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
+        start_control: Start, capsys: pytest.CaptureFixture[str]) -> None:
+    start_control(app_id="cancel")
+    done = request(demo, key="cancel-done")  # a short job, to be finished first
+    send_events(conn, topics.train_requests, [done])
+    done_id = jobs.job_id_for("cancel-done")
+    wait_events(conn, topics.jobs, lambda evs: JobEventKind.SUCCEEDED in _kinds(evs, done_id),
+                timeout=180)
+    # A finished job: the CLI refuses in one line; sent anyway, the control plane refuses too.
+    rc = main(["--dfs-root", str(dfs), "--bootstrap", conn.bootstrap, "jobs", "cancel",
+               done_id, "--topic-prefix", topics.prefix])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and "already succeeded" in err[0], err
+    send_events(conn, topics.train_requests,
+                [CancelRequested(job_id=done_id, requested_by="bob", reason="late")],
+                key_of=lambda e: e.job_id)
+
+    # One long job runs (mxnet runs one at a time here); the second waits in the executor.
+    send_events(conn, topics.train_requests, [_long(demo, "cancel-run"),
+                                              _long(demo, "cancel-queued")])
+    run_id, queued_id = jobs.job_id_for("cancel-run"), jobs.job_id_for("cancel-queued")
+    wait_events(conn, topics.jobs, lambda evs: JobEventKind.STARTED in _kinds(evs, run_id)
+                and JobEventKind.QUEUED in _kinds(evs, queued_id), timeout=120)
+    eventually(lambda: bool(gang_pids(run_id)), timeout_s=30, what="the job's process")
+    api.request_cancel(conn=conn, root=dfs, job_id=queued_id, requested_by="alice",
+                       reason="not needed", topics=topics)
+    wait_events(conn, topics.jobs,
+                lambda evs: JobEventKind.CANCELLED in _kinds(evs, queued_id), timeout=60)
+    api.request_cancel(conn=conn, root=dfs, job_id=run_id, requested_by="alice",
+                       reason="wrong dataset", topics=topics)
+    events = wait_events(conn, topics.jobs,
+                         lambda evs: JobEventKind.CANCELLED in _kinds(evs, run_id), timeout=60)
+    time.sleep(3.0)  # room for a late second final state or a start of the queued job
+    events = read_events(conn, topics.jobs, JobEvent, idle_s=0.5)
+
+    run = [e for e in events if e.job_id == run_id and e.kind in FINAL]
+    assert [(e.kind, e.reason) for e in run] == [
+        (JobEventKind.CANCELLED, "cancelled by alice: wrong dataset")]
+    queued = _kinds(events, queued_id)
+    assert queued == [JobEventKind.QUEUED, JobEventKind.CANCELLED], queued  # never started
+    refused = [e for e in events if e.job_id == done_id and e.kind == JobEventKind.DUPLICATE]
+    assert [e.reason for e in refused] == ["cancel refused: the job already succeeded"]
+    assert [e.kind for e in events if e.job_id == done_id and e.kind in FINAL] == [
+        JobEventKind.SUCCEEDED]
+    for jid, why in ((run_id, "wrong dataset"), (queued_id, "not needed")):
+        st = jobs.read_status(dfs, jid)
+        assert st is not None and st.state == JobState.CANCELLED
+        assert st.reason == f"cancelled by alice: {why}" and st.version is None
+    assert not gang_pids(run_id), "the cancelled job's processes still run"
+    published = read_events(conn, topics.models, ModelPublished)
+    assert [m.job_id for m in published] == [done_id]  # nothing of the cancelled jobs
+    assert [p.name for p in (dfs / "models" / "demo").iterdir() if p.name.isdigit()] == ["1"]
+    with pytest.raises(PermanentError, match="already cancelled"):
+        api.request_cancel(conn=conn, root=dfs, job_id=run_id, requested_by="alice",
+                           topics=topics)
+
+
+@pytest.mark.slow
+def test_a_cancel_claimed_before_a_control_plane_died_is_recorded_once_after_its_restart(
+        conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics,
+        start_control: Start) -> None:
+    first = start_control(app_id="cancel-restart")
+    send_events(conn, topics.train_requests, [_long(demo, "cancel-restart")])
+    jid = jobs.job_id_for("cancel-restart")
+    wait_events(conn, topics.jobs, lambda evs: JobEventKind.STARTED in _kinds(evs, jid),
+                timeout=120)
+    eventually(lambda: bool(gang_pids(jid)), timeout_s=30, what="the job's process")
+    # The cancel's claim is on the DFS, then the control plane dies before it stops the job
+    # or records anything: its successor must finish the cancel, never resume the job.
+    won = cancelling.claim(dfs, jid, cancelling.Claim(cancelling.CANCEL, "carol", "restart",
+                                                      "ev-1"))
+    assert won.by == cancelling.CANCEL
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    start_control(app_id="cancel-restart")
+    wait_events(conn, topics.jobs, lambda evs: JobEventKind.CANCELLED in _kinds(evs, jid),
+                timeout=120)
+    eventually(lambda: not gang_pids(jid), timeout_s=30, what="the job's processes gone")
+    time.sleep(3.0)
+    events = read_events(conn, topics.jobs, JobEvent, idle_s=0.5)
+    final = [(e.kind, e.reason) for e in events if e.job_id == jid and e.kind in FINAL]
+    assert final == [(JobEventKind.CANCELLED, "cancelled by carol: restart")], final
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.state == JobState.CANCELLED and st.version is None
+
+
+def test_the_first_claim_on_a_jobs_end_wins(dfs: Path, demo: str) -> None:
+    """A publish claimed first refuses a later cancel; a cancel claimed first stops the
+    publish; a retry of the publisher finds its own claim."""
+    published, cancelled = request(demo, key="claim-p"), request(demo, key="claim-c")
+    for req in (published, cancelled):
+        jobs.create_request(dfs, req)
+    pub, can = jobs.job_id_for("claim-p"), jobs.job_id_for("claim-c")
+    cancel = cancelling.Claim(cancelling.CANCEL, "dan", "why", "ev")
+    assert cancelling.claim(dfs, pub, cancelling.Claim(cancelling.PUBLISH)).by == "publish"
+    assert cancelling.claim(dfs, pub, cancel).by == "publish"
+    assert cancelling.claim(dfs, pub, cancelling.Claim(cancelling.PUBLISH)).by == "publish"
+    assert cancelling.claim(dfs, can, cancel) == cancel
+    assert cancelling.claim(dfs, can, cancelling.Claim(cancelling.PUBLISH)) == cancel
+    assert cancel.line() == "cancelled by dan: why"
+
+
+def test_a_resumed_job_counts_the_attempts_made_before_the_restart(
+        conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics) -> None:
+    """Before: a job resumed after a control-plane restart started again at attempt 1 (its
+    log said ``--- attempt 1 ---``), so its retry budget started over."""
+    req = request(demo, key="attempts-survive")
+    jid, _ = jobs.create_request(dfs, req)
+    jobs.write_status(dfs, jobs.initial_status(jid, req).model_copy(
+        update={"state": JobState.RUNNING, "attempts": 2}))
+    executor = LocalExecutor(root=dfs, bootstrap=conn.bootstrap,
+                             topic_prefix=topics.prefix, max_attempts=3)
+    plane = ControlPlane(root=dfs, conn=conn, executor=executor, topics=topics)
+    table = {jid: row_of(JobState.RUNNING, req)}
+    try:
+        plane.on_ready(table)
+        st = jobs.read_status(dfs, jid)
+        assert st is not None and st.attempts == 3
+        assert "--- attempt 3 ---" in jobs.log_path(dfs, jid).read_text()
+        assert "--- attempt 1 ---" not in jobs.log_path(dfs, jid).read_text()
+    finally:
+        plane.close()
