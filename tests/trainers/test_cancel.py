@@ -23,6 +23,7 @@ from headrace.contracts import (
     JobEventKind,
     JobState,
     ModelPublished,
+    TrainRequested,
 )
 from headrace.core.errors import PermanentError
 from headrace.streams.clients import KafkaConnection
@@ -174,3 +175,38 @@ def test_a_resumed_job_counts_the_attempts_made_before_the_restart(
         assert "--- attempt 1 ---" not in jobs.log_path(dfs, jid).read_text()
     finally:
         plane.close()
+
+
+def test_a_cancelled_study_asks_no_new_trial_and_cancels_its_running_ones(
+        dfs: Path, conn: KafkaConnection, topics: ControlTopics) -> None:
+    """``tune cancel``: the running trial's job gets a CancelRequested; once the control plane
+    has ended it (CANCELLED, written here as it would), the study's runner ends with it failed
+    and asks nothing more, though 5 trials were wanted; a second cancel is refused."""
+    from headrace.trainers.tuning import storage
+    from headrace.trainers.tuning.space import parse_space
+    from headrace.trainers.tuning.study import cancel_study, run_study, trial_request
+    from tests.trainers.test_tuning import config
+
+    c = storage.write_config(dfs, config())
+    study, space = storage.load_study(dfs, c), parse_space(c.space)
+    ids = []
+    for state in (JobState.SUCCEEDED, JobState.RUNNING):
+        t = study.ask(space.distributions)
+        req = trial_request(c, space, t.number, t.params)
+        jid, _ = jobs.create_request(dfs, req)
+        t.set_user_attr("job_id", jid)
+        jobs.write_status(dfs, jobs.initial_status(jid, req).model_copy(
+            update={"state": state, "metrics": {"loss": 0.3}, "version": 1}))
+        ids.append(jid)
+        if state == JobState.SUCCEEDED:
+            study.tell(t.number, 0.3)
+    assert cancel_study(root=dfs, conn=conn, name="st", requested_by="erin", reason="enough",
+                        topics=topics) == [ids[1]]
+    sent = read_events(conn, topics.train_requests, CancelRequested, idle_s=0.5)
+    assert [(e.job_id, e.requested_by, e.reason) for e in sent] == [(ids[1], "erin", "enough")]
+    jobs.update_status(dfs, ids[1], state=JobState.CANCELLED, reason="cancelled by erin: enough")
+    result = run_study(root=dfs, conn=conn, config=c, trials=5, topics=topics, poll_s=0.05)
+    assert [(r.number, r.state) for r in result.trials] == [(0, "complete"), (1, "fail")]
+    assert read_events(conn, topics.train_requests, TrainRequested, idle_s=0.5) == []
+    with pytest.raises(PermanentError, match="already cancelled"):
+        cancel_study(root=dfs, conn=conn, name="st", requested_by="erin", topics=topics)
