@@ -71,8 +71,9 @@ class Transactions:
                consumed_at: int | None = None) -> None:
         """Wait for the batch's outputs, send its offsets and commit.
 
-        1. a partition taken away since ``consumed_at`` -> abort (D66);
-        2. flush, holding the group (D65); a failed or timed-out delivery -> abort;
+        1. flush, holding the group (D65); a failed or timed-out delivery -> abort;
+        2. a partition taken away since ``consumed_at`` (before or during the flush) -> abort
+           (D66);
         3. send_offsets_to_transaction (retriable -> retry, holding); commit_transaction once;
         4. ``txn_requires_abort`` -> abort, rewind, ``TransactionAborted``; a commit that
            timed out -> recreate the producer, rewind, ``TransactionAborted``; fatal ->
@@ -86,15 +87,17 @@ class Transactions:
 
     def _commit(self, offsets: dict[tuple[str, int], int], deadline: float,
                 consumed_at: int | None) -> None:
+        try:
+            self.producer.flush(max(0.5, deadline - time.monotonic()), keep=self.consumer.hold)
+        except RetriableError as exc:  # lost or unacknowledged outputs: never committed
+            self._abort(f"delivery failed: {exc}")
+        # After the flush, whose holds may have served a rebalance: the group metadata read
+        # below is the new generation's, which the coordinator would accept for them.
         if consumed_at is not None:
             stale = self.consumer.taken_since(offsets, consumed_at)
             if stale:
                 where = ", ".join(f"{t}[{p}]" for t, p in stale)
                 self._abort(f"{where} taken away after the batch was consumed")
-        try:
-            self.producer.flush(max(0.5, deadline - time.monotonic()), keep=self.consumer.hold)
-        except RetriableError as exc:  # lost or unacknowledged outputs: never committed
-            self._abort(f"delivery failed: {exc}")
         p = self.producer.producer
         tps = [TopicPartition(t, part, o) for (t, part), o in offsets.items()]
         meta = self.consumer.consumer.consumer_group_metadata()

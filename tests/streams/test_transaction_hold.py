@@ -7,6 +7,7 @@ outputs would be committed while the partition's next owner scores it again). Re
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -148,6 +149,47 @@ def test_a_transaction_with_a_partition_taken_away_after_it_was_consumed_is_abor
             # Only the later transaction's outputs are visible: none of the aborted batch's.
             assert sorted(_committed_outputs(conn, out, 5.0)) == sorted(later.values)
     finally:
+        a.close(timeout_s=5)
+        if b is not None:
+            b.close()
+
+
+def test_a_rebalance_served_while_the_transaction_flushes_aborts_it(
+        conn: KafkaConnection, topic_factory: Callable[..., str]) -> None:
+    """The partitions are taken away by a rebalance that the flush's own holds serve (the
+    outputs are slow to be acknowledged while another member joins): the check comes after
+    the flush, so the transaction is aborted, not committed with the new generation."""
+    topic, out = topic_factory(partitions=2), topic_factory(partitions=1, prefix="out")
+    _send(conn, topic, 40, 2)
+    revoked: list[list[tuple[str, int]]] = []
+    a = _txn_member(conn, topic, revoked)
+    b: BatchConsumer | None = None
+    stop = threading.Event()
+    try:
+        batch = a.consume_batch(100, 5.0)
+        while len(batch) < 40:
+            batch.extend(a.consume_batch(100, 0.5))
+        a.begin()
+        a.produce_many(out, batch.values, batch.keys, [])
+        real = a._producer.producer
+        a._producer.producer = _SlowAcks(real, time.monotonic() + 15)
+        b = BatchConsumer(conn, group_id=f"g-{topic}", topics=[topic])
+        joiner = b
+
+        def join() -> None:
+            while not stop.is_set():
+                joiner.consume_batch(10, 0.2)
+
+        threading.Thread(target=join, daemon=True).start()
+        with pytest.raises(TransactionAborted, match="taken away after the batch was consumed"):
+            a.commit_transaction(batch.next_offsets(), timeout_s=30.0,
+                                 consumed_at=batch.consumed_at)
+        a._producer.producer = real
+        assert revoked, "no rebalance reached the member while it flushed"
+        assert a.committed(topic, [0, 1]) == {0: -1001, 1: -1001}
+    finally:
+        stop.set()
+        time.sleep(0.5)
         a.close(timeout_s=5)
         if b is not None:
             b.close()
