@@ -25,8 +25,9 @@ from headrace.contracts import (
     ModelPublished,
     TrainRequested,
 )
-from headrace.core.errors import PermanentError
-from headrace.streams.clients import KafkaConnection
+from headrace.core.errors import PermanentError, RecordRef
+from headrace.streams import headers as hdr
+from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.producing import send_events
 from headrace.streams.reading import read_events
 from headrace.streams.topics import ControlTopics
@@ -35,6 +36,7 @@ from headrace.trainers.control.plane import ControlPlane, row_of
 from headrace.trainers.executors.local import LocalExecutor
 from tests.fixtures import eventually
 from tests.trainers.conftest import request, wait_events
+from tests.trainers.recording_executor import RecordingExecutor
 from tests.trainers.test_adoption import gang_pids
 
 Start = Callable[..., subprocess.Popen[bytes]]
@@ -210,3 +212,52 @@ def test_a_cancelled_study_asks_no_new_trial_and_cancels_its_running_ones(
     assert read_events(conn, topics.train_requests, TrainRequested, idle_s=0.5) == []
     with pytest.raises(PermanentError, match="already cancelled"):
         cancel_study(root=dfs, conn=conn, name="st", requested_by="erin", topics=topics)
+
+
+class _Recorder(RecordingExecutor):
+    def cancel(self, job_id: str) -> bool:
+        self.calls.append(("cancel", job_id))
+        return True
+
+
+def _as_record(topics: ControlTopics, event: CancelRequested) -> RecordRef:
+    return RecordRef(topic=topics.train_requests, partition=0, offset=0,
+                     key=event.job_id.encode(), value=event.to_bytes(),
+                     headers=tuple(hdr.contract_headers(event.SCHEMA, event.schema_version)))
+
+
+def test_a_cancel_meeting_a_publish_is_refused_and_a_redelivered_cancel_ends_a_job_once(
+        conn: KafkaConnection, dfs: Path, demo: str, topics: ControlTopics) -> None:
+    """The race with a finish: a job whose chief claimed the publish is not cancelled (it ends
+    as it would have); a cancel delivered twice stops the job once and records one final
+    state (the second is answered DUPLICATE)."""
+    ensure_topics(conn, topics.specs())
+    ids = []
+    for key in ("race-publishing", "race-running"):
+        req = request(demo, key=key)
+        jid, _ = jobs.create_request(dfs, req)
+        jobs.write_status(dfs, jobs.initial_status(jid, req).model_copy(
+            update={"state": JobState.RUNNING, "attempts": 1}))
+        ids.append(jid)
+    publishing, running = ids
+    cancelling.claim(dfs, publishing, cancelling.Claim(cancelling.PUBLISH))
+    executor = _Recorder()
+    plane = ControlPlane(root=dfs, conn=conn, executor=executor, topics=topics)
+    table: dict[str, object] = {}
+    try:
+        plane.on_request(_as_record(topics, CancelRequested(
+            job_id=publishing, requested_by="frank", reason="too late")), table)
+        twice = CancelRequested(job_id=running, requested_by="grace", reason="twice")
+        plane.on_request(_as_record(topics, twice), table)
+        plane.on_request(_as_record(topics, twice), table)  # redelivered
+    finally:
+        plane.close()
+    events = read_events(conn, topics.jobs, JobEvent, idle_s=0.5)
+    pub = [(e.kind, e.reason) for e in events if e.job_id == publishing]
+    assert pub == [(JobEventKind.DUPLICATE, "cancel refused: the job is publishing its model")]
+    st = jobs.read_status(dfs, publishing)
+    assert st is not None and st.state == JobState.RUNNING
+    run = [(e.kind, e.reason) for e in events if e.job_id == running]
+    assert run == [(JobEventKind.CANCELLED, "cancelled by grace: twice"),
+                   (JobEventKind.DUPLICATE, "cancel refused: the job already cancelled")], run
+    assert executor.calls == [("cancel", running)]
