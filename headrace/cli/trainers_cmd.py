@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import getpass
 import time
 from pathlib import Path
 from typing import Annotated
@@ -121,8 +122,8 @@ def train(
     final = _follow(conn=conn, job_id=job_id, topics=topics, since_ms=since,
                     epochs=request.spec.epochs,
                     timeout_s=timeout)
-    if final.kind == JobEventKind.FAILED:
-        console.print(f"[red]job {job_id} failed:[/red] {escape(final.reason or '')}")
+    if final.kind in (JobEventKind.FAILED, JobEventKind.CANCELLED):
+        console.print(f"[red]job {job_id} {final.kind.value}:[/red] {escape(final.reason or '')}")
         raise typer.Exit(1)
     said = _final_line(s.dfs_root, job_id, final)
     console.print(f"[green]job {job_id} succeeded:[/green] {escape(said)}")
@@ -245,6 +246,24 @@ def _gang_line(g: dict[str, object]) -> str:
         return "no (one process)"
     return f"{g['strategy']}: {g['workers']} workers" + (
         f", {g['servers']} parameter servers" if g["servers"] else "")
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(
+    ctx: typer.Context, job_id: str,
+    reason: Annotated[str, typer.Option("--reason", help="Why (kept with the job).")] = "",
+    by: Annotated[str | None, typer.Option(
+        "--by", help="Who asks (default: this user).")] = None,
+    topic_prefix: PrefixOpt = "",
+) -> None:
+    """Stop a job: the control plane stops its attempt (a queued job never starts) and the job
+    ends CANCELLED with who asked and why; nothing is published. A job that already ended, or
+    is publishing its model, is refused."""
+    who = by or getpass.getuser()
+    api.request_cancel(conn=_context.connection(ctx), root=_context.base_settings(ctx).dfs_root,
+                       job_id=job_id, requested_by=who, reason=reason,
+                       topics=_topics(ctx, topic_prefix))
+    console.print(f"cancel of job [bold]{job_id}[/bold] requested by {escape(who)}")
 
 
 @jobs_app.command("logs")

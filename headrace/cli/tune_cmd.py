@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import getpass
 from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -122,6 +123,24 @@ def _progress(row: TrialRow) -> None:
     else:
         console.print(f"trial {row.number} {row.state}: {_value(row)}"
                       + (f" ({row.reason})" if row.reason else ""))
+
+
+@tune_app.command("cancel")
+def tune_cancel(
+    ctx: typer.Context, name: Annotated[str, typer.Argument(help="Study name.")],
+    reason: Annotated[str, typer.Option("--reason", help="Why (kept with each job).")] = "",
+    by: Annotated[str | None, typer.Option(
+        "--by", help="Who asks (default: this user).")] = None,
+    topic_prefix: Annotated[str, typer.Option("--topic-prefix", hidden=True)] = "",  # tests
+) -> None:
+    """Stop a study: no new trial starts, and each running trial's job is cancelled."""
+    who = by or getpass.getuser()
+    s = _context.base_settings(ctx)
+    stopped = _tuning().cancel_study(root=s.dfs_root, conn=_context.connection(ctx), name=name,
+                                     requested_by=who, reason=reason,
+                                     topics=_context.control_topics(ctx, topic_prefix))
+    console.print(f"study {name} cancelled by {who}; cancel requested for "
+                  f"{len(stopped)} running trial job(s): {', '.join(stopped) or 'none'}")
 
 
 @tune_app.command("show")

@@ -11,7 +11,13 @@ from headrace.contracts.base import (
 )
 from headrace.contracts.drift import DriftDetected, DriftWindowState, WindowRange
 from headrace.contracts.families import FAMILIES, Family, family
-from headrace.contracts.jobs import JobEvent, JobEventKind, JobState
+from headrace.contracts.jobs import (
+    FINAL_STATES,
+    CancelRequested,
+    JobEvent,
+    JobEventKind,
+    JobState,
+)
 from headrace.contracts.lineage import LineageRange
 from headrace.contracts.models import ModelAction, ModelPublished
 from headrace.contracts.predictions import OutputValue, Prediction, TopLabel
@@ -36,8 +42,8 @@ from headrace.core.types import (
 )
 
 CONTRACTS: dict[str, type[Contract]] = {
-    c.SCHEMA: c for c in (TrainRequested, JobEvent, ModelPublished, Prediction,
-                          DriftDetected, RolloutState, LiveCounts, LineageRange)
+    c.SCHEMA: c for c in (TrainRequested, CancelRequested, JobEvent, ModelPublished,
+                          Prediction, DriftDetected, RolloutState, LiveCounts, LineageRange)
 }
 
 __all__ = [
@@ -45,9 +51,11 @@ __all__ = [
     "CONTRACTS",
     "ENTRYPOINT_PATTERN",
     "FAMILIES",
+    "FINAL_STATES",
     "MAX_EVENT_BYTES",
     "OBJECT_STORE_SCHEMES",
     "Canary",
+    "CancelRequested",
     "CodeRef",
     "Contract",
     "DatasetUri",

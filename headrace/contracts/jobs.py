@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from pydantic import Field
 
-from headrace.contracts.base import Contract, utcnow
+from headrace.contracts.base import Contract, new_id, utcnow
 from headrace.core.types import SafeName
 
 
@@ -17,6 +17,11 @@ class JobState(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"  # an operator asked (``CancelRequested``): nothing published
+
+
+# A job in one of these states never changes again.
+FINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
 
 
 class JobEventKind(StrEnum):
@@ -27,6 +32,7 @@ class JobEventKind(StrEnum):
     RETRYING = "retrying"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"
     DUPLICATE = "duplicate"
 
 
@@ -45,3 +51,17 @@ class JobEvent(Contract):
     reason: str | None = Field(default=None, max_length=4096)
     request_id: str | None = None
     worker: int | None = Field(default=None, ge=0)  # the gang member's index (0: the chief)
+
+
+class CancelRequested(Contract):
+    """An operator's request to stop a job (``headrace jobs cancel``), on the control plane's
+    request topic beside the train requests, keyed by the job id. A second one for the same job
+    changes nothing: the first ends it, later ones are answered DUPLICATE."""
+
+    SCHEMA: ClassVar[str] = "headrace.CancelRequested"
+
+    event_id: str = Field(default_factory=new_id, pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
+    job_id: str = Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")
+    requested_by: str = Field(min_length=1, max_length=256)
+    reason: str = Field(default="", max_length=1024)
+    ts: datetime = Field(default_factory=utcnow)

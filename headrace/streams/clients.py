@@ -7,7 +7,6 @@ Producing is in ``producing``, consuming in ``consuming`` (the scorer's batches)
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,12 +21,14 @@ from headrace.core.errors import (
     FatalError,
 )
 from headrace.streams.client_errors import classify, reason
+from headrace.streams.client_log import CLIENT_LOG
 from headrace.streams.topics import TopicSpec
 
 __all__ = ["classify", "reason"]  # re-exported: the classification lives in client_errors
 
-_KAFKA_LOG = logging.getLogger("headrace.kafka")
-_KAFKA_LOG.addHandler(logging.NullHandler())  # connection retries are not worth a line each
+# Between a client's tries to reach a broker that refuses it: from 0.5 s (librdkafka's 0.1 s
+# made a lost cluster a stream of connects) doubling to 10 s. An operator's values win.
+RECONNECT: dict[str, Any] = {"reconnect.backoff.ms": 500, "reconnect.backoff.max.ms": 10_000}
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,9 @@ class KafkaConnection:
                               f"({RESERVED[key.strip().lower()]}); remove it")
 
     def base(self) -> dict[str, Any]:
-        # librdkafka's own log lines go to Python logging, not straight to stderr.
-        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": _KAFKA_LOG}
+        # librdkafka's own log lines go to Python logging, rate-limited (``client_log``).
+        conf: dict[str, Any] = {"bootstrap.servers": self.bootstrap, "logger": CLIENT_LOG,
+                                **RECONNECT}
         if self.client_rack:
             conf["client.rack"] = self.client_rack
         conf.update(self.extra)

@@ -11,7 +11,7 @@ import logging
 import operator
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -390,13 +390,18 @@ class BatchConsumer:
                                       timeout=self.conn.timeout_s)
         return {tp.partition: tp.offset for tp in tps}
 
+    def taken_since(self, tps: Iterable[tuple[str, int]], consumed_at: int) -> Partitions:
+        """Those of ``tps`` taken away (revoked or lost) after a batch's ``consumed_at``: their
+        offsets from that batch are no longer this member's to commit (D66)."""
+        return sorted(tp for tp in tps if self._taken_at.get(tp, 0) > consumed_at)
+
     # -- commit (at-least-once) ----------------------------------------------------------
     def commit(self, offsets: dict[tuple[str, int], int], *, consumed_at: int | None = None
                ) -> None:
         """Commit ``offsets`` (synchronously). ``consumed_at``: the batch's ``consumed_at``;
         the offsets of a partition taken away since then are left out."""
         if consumed_at is not None:
-            stale = [tp for tp in offsets if self._taken_at.get(tp, 0) > consumed_at]
+            stale = self.taken_since(offsets, consumed_at)
             if stale:
                 # Taken away (a rebalance, a lost membership, a broker restart) after the batch
                 # was consumed: its offsets may not even be of the log there now (a broker that

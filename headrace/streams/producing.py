@@ -331,6 +331,21 @@ class BatchProducer:
             log.warning("the replaced producer could not be purged: %s", exc)
         self.deliveries.take()
 
+    def recreate(self) -> None:
+        """A transactional producer whose last transaction has an unknown outcome (its commit
+        or abort timed out): a new, uninitialised instance with the same transactional.id. Its
+        ``init_transactions`` fences the old one and settles the old transaction (the
+        coordinator completes a commit it prepared, aborts one still open); nothing the old
+        one held is sent again."""
+        old, self.producer = self.producer, Producer(self._conf)
+        try:
+            old.purge()
+            old.poll(0)
+        except (KafkaException, SystemError) as exc:
+            log.warning("the replaced transactional producer could not be purged: %s", exc)
+        self.deliveries.take()
+        self._topics.clear()
+
     def outstanding(self) -> int:
         return len(self.producer)
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from headrace.contracts import (
+    FINAL_STATES,
+    CancelRequested,
     Framework,
     JobEvent,
     JobEventKind,
@@ -46,7 +48,7 @@ from headrace.trainers.history import History
 from headrace.trainers.hyperparameters import split_params
 from headrace.trainers.limits import RequestCaps
 
-TERMINAL = (JobEventKind.SUCCEEDED, JobEventKind.FAILED)
+TERMINAL = (JobEventKind.SUCCEEDED, JobEventKind.FAILED, JobEventKind.CANCELLED)
 # (replication factor, topic config) for topics a request may have to create; None: (1, {}).
 Durability = tuple[int, dict[str, str]] | None
 
@@ -137,6 +139,23 @@ def request_training(*, conn: KafkaConnection, request: TrainRequested,
     return jobs.job_id_for(request.idempotency_key)
 
 
+def request_cancel(*, conn: KafkaConnection, root: Path, job_id: str, requested_by: str,
+                   reason: str = "", topics: ControlTopics = ControlTopics()
+                   ) -> CancelRequested:
+    """Ask the control plane to cancel ``job_id`` (a ``CancelRequested`` on the request topic,
+    keyed by the job). Refused here (``PermanentError``, one line) for a job this machine's DFS
+    does not hold or that already ended; the control plane checks again and answers on
+    events.jobs (CANCELLED, or DUPLICATE with why it refused)."""
+    jobs.read_request(root, job_id)  # one line for an unknown job
+    st = jobs.read_status(root, job_id)
+    if st is not None and st.state in FINAL_STATES:
+        said = f" (version {st.version})" if st.version else f" ({st.reason})" if st.reason else ""
+        raise PermanentError(f"job {job_id} already {st.state.value}{said}; nothing to cancel")
+    event = CancelRequested(job_id=job_id, requested_by=requested_by, reason=reason)
+    send_events(conn, topics.train_requests, [event], key_of=lambda e: e.job_id)
+    return event
+
+
 def follow_job(*, conn: KafkaConnection, job_id: str, topics: ControlTopics = ControlTopics(),
                since_ms: int | None = None, timeout_s: float = 3600.0) -> Iterator[JobEvent]:
     """The job's events from events.jobs until it succeeds or fails (or the timeout)."""
@@ -199,7 +218,7 @@ def job_log(*, root: Path, job_id: str, follow: bool = False,
         if not follow:
             return
         st = jobs.read_status(root, job_id)
-        if (st is not None and st.state.value in ("succeeded", "failed")) or (stop and stop()):
+        if (st is not None and st.state in FINAL_STATES) or (stop and stop()):
             return
         time.sleep(0.5)
 

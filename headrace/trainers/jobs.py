@@ -221,6 +221,8 @@ def update_status(root: Path, job_id: str, **changes: Any) -> JobStatus:
     if current is None:
         req = read_request(root, job_id)
         current = initial_status(job_id, req)
+    if current.state == JobState.CANCELLED:
+        return current  # final: a stopped attempt's late progress or failure changes nothing
     return write_status(root, current.model_copy(update=changes))
 
 

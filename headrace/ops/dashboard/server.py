@@ -168,7 +168,8 @@ def static_files() -> dict[str, tuple[bytes, str]]:
     return out
 
 
-JOB_STATUSES = ("queued", "running", "retrying", "succeeded", "failed", "duplicate", "unknown")
+JOB_STATUSES = ("queued", "running", "retrying", "succeeded", "failed", "cancelled", "duplicate",
+                "unknown")
 
 
 class Api:

@@ -31,7 +31,8 @@ from headrace.streams.topics import ControlTopics
 __all__ = ["MAX_LOG_LINES", "DashboardState", "JobBoard", "JobView"]
 TOPICS_TTL_S = 5.0
 DEAD_LETTERS_EVERY_S = 5.0  # pause between two background passes over every stream
-_TERMINAL = {JobEventKind.SUCCEEDED: "succeeded", JobEventKind.FAILED: "failed"}
+_TERMINAL = {JobEventKind.SUCCEEDED: "succeeded", JobEventKind.FAILED: "failed",
+             JobEventKind.CANCELLED: "cancelled"}
 
 
 @dataclass

@@ -8,11 +8,12 @@ broker's high watermark above its position, ``stall.LagWatch``) and has consumed
 poll is not progress: a scorer whose coordinator hung polls nothing forever. Before the loop
 starts, liveness holds (the startup probe covers model loading).
 
-Readiness fails while there is no model (``phase`` says what is happening: waiting for a
-model, ``loading model NAME:VERSION``, ``warming NAME:VERSION``), without partitions, while
-stalled, and while stopping. Each failing probe gives its reason in the JSON body, sets
-``headrace_scorer_probe_failing{probe,reason}`` (and ``headrace_scorer_stalled``), and logs
-one line when its state changes, not one per probe.
+Both say which brokers refuse connections now, if any (``kafka``; readiness's reason too when
+it holds no partition). Readiness fails while there is no model (``phase`` says what is
+happening: waiting for a model, ``loading model NAME:VERSION``, ``warming NAME:VERSION``),
+without partitions, while stalled, and while stopping. Each failing probe gives its reason in
+the JSON body, sets ``headrace_scorer_probe_failing{probe,reason}`` (and
+``headrace_scorer_stalled``), and logs one line when its state changes, not one per probe.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class ProbeState:
         self.model_ready: Callable[[], bool] = lambda: False
         self.assigned: Callable[[], int] = lambda: 0
         self.model_ref: Callable[[], str | None] = lambda: None
+        # Which brokers refuse the process's clients now (``streams.client_log``), or None.
+        self.kafka_unreachable: Callable[[], str | None] = lambda: None
         self._started_at: float | None = None
         self._said: dict[str, str | None] = {"live": None, "ready": None}
         self._lock = threading.Lock()
@@ -111,6 +114,9 @@ class ProbeState:
         info: dict[str, object] = {
             "phase": self.phase, "since_loop_s": round(idle, 3),
             "since_consumed_s": None if last is None else round(now - last, 3)}
+        kafka = self.kafka_unreachable()
+        if kafka is not None:
+            info["kafka"] = kafka
         stalled = self.stalled()
         if stalled is not None:
             return self._verdict("live", "stalled", stalled, info)
@@ -125,6 +131,9 @@ class ProbeState:
         info: dict[str, object] = {"phase": self.phase, "model": self.model_ref(),
                                    "model_ready": model, "partitions": parts,
                                    "stopping": self.stopping}
+        kafka = self.kafka_unreachable()
+        if kafka is not None:
+            info["kafka"] = kafka
         if self.stopping:
             return self._verdict("ready", "stopping", "stopping", info)
         if not model:
@@ -136,7 +145,8 @@ class ProbeState:
             stalled = self._standstill()  # said rather than "none held"
             if stalled is not None:
                 return self._verdict("ready", "stalled", stalled, info)
-            return self._verdict("ready", "no_partitions", "no partitions assigned", info)
+            return self._verdict("ready", "no_partitions", "no partitions assigned" + (
+                f": {kafka}" if kafka is not None else ""), info)
         stalled = self.stalled()
         if stalled is not None:
             return self._verdict("ready", "stalled", stalled, info)

@@ -126,9 +126,11 @@ class StreamIO:
         assert self._txn is not None, "not a transactional StreamIO"
         self._txn.begin()
 
-    def commit_transaction(self, offsets: dict[tuple[str, int], int], timeout_s: float) -> None:
+    def commit_transaction(self, offsets: dict[tuple[str, int], int], timeout_s: float, *,
+                           consumed_at: int | None) -> None:
+        """``consumed_at``: the batch's; a partition taken away since aborts it (D66)."""
         assert self._txn is not None, "not a transactional StreamIO"
-        self._txn.commit(offsets, timeout_s)
+        self._txn.commit(offsets, timeout_s, consumed_at=consumed_at)
 
     def abort_and_rewind(self, timeout_s: float) -> None:
         assert self._txn is not None, "not a transactional StreamIO"

@@ -28,9 +28,11 @@ the helper processes (Pillow and the model release the GIL): batch k+1 is decode
 model's inputs while batch k is in the model, with the same drop / revoke / swap rules (a swap
 to another signature decodes the batch again).
 
-Transactional mode replaces 4-5 with begin -> produce -> send_offsets_to_transaction ->
-commit_transaction; an abortable error aborts, rewinds to the committed offsets and lets the
-loop consume the batch again (confluent-kafka's eos-transactions example).
+Transactional mode replaces 4-5 with begin -> produce -> flush (holding the group) ->
+send_offsets_to_transaction -> commit_transaction; an abortable error aborts, rewinds to the
+committed offsets and lets the loop consume the batch again (confluent-kafka's eos-transactions
+example); a commit that timed out is never retried: the producer is recreated, which settles
+the old transaction, and then the consumer rewinds (``streams.transactions``).
 """
 
 from __future__ import annotations
@@ -46,13 +48,8 @@ import numpy as np
 
 from headrace.contracts import RolloutRole
 from headrace.core.errors import FatalError, RetriableError
-from headrace.scorers.wire import refusals, splitting
 from headrace.scorers.engine.batching import Batcher, rows_in
 from headrace.scorers.engine.core import ScoringCore
-from headrace.scorers.wire.decode_pool import DecodePool
-from headrace.scorers.wire.decoding import DecodedAhead, is_arrow_mask, tabular_row_bytes
-from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
-from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
 from headrace.scorers.engine.metrics import ScorerMetrics
 from headrace.scorers.engine.models import LoadedModel, ModelHolder
 from headrace.scorers.engine.outputs import Outputs
@@ -73,6 +70,11 @@ from headrace.scorers.engine.taps import (
     run_before_delivery,
     run_taps,
 )
+from headrace.scorers.wire import refusals, splitting
+from headrace.scorers.wire.decode_pool import DecodePool
+from headrace.scorers.wire.decoding import DecodedAhead, is_arrow_mask, tabular_row_bytes
+from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
+from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import Refused
 
@@ -327,7 +329,7 @@ class Worker:
         out.received_ms = batch.received_ms
         offsets = batch.next_offsets()
         if self.transactional:
-            if self._deliver_transaction(out, offsets):
+            if self._deliver_transaction(out, offsets, batch.consumed_at):
                 self._record(out, len(batch), t0)
             return
         self.complete_pending()
@@ -533,13 +535,15 @@ class Worker:
                 delay = min(delay * 2, MAX_BACKOFF_S)
         self.metrics.commits.inc()
 
-    def _deliver_transaction(self, out: Outputs, offsets: dict[tuple[str, int], int]) -> bool:
+    def _deliver_transaction(self, out: Outputs, offsets: dict[tuple[str, int], int],
+                             consumed_at: int | None) -> bool:
         """True when committed; False when aborted (the consumer was rewound to redo it)."""
-        self.io.begin()
-        self._produce(out)
-        self._late_side(out)
         try:
-            self.io.commit_transaction(offsets, timeout_s=max(self._flush_timeout(), 5.0))
+            self.io.begin()
+            self._produce(out)
+            self._late_side(out)
+            self.io.commit_transaction(offsets, timeout_s=max(self._flush_timeout(), 5.0),
+                                       consumed_at=consumed_at)
         except TransactionAborted as exc:
             self.metrics.retries.labels(stream=self.metrics.stream, what="transaction").inc()
             log.warning("%s; the batch will be consumed again", exc)

@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from headrace.contracts import (
+    FINAL_STATES,
+    CancelRequested,
     DriftDetected,
     JobEvent,
     JobEventKind,
@@ -38,10 +40,11 @@ from headrace.core.bad_records import BadRecords
 from headrace.core.errors import HeadraceError, PermanentError, RecordRef
 from headrace.store import versions
 from headrace.store.dfs import resolve_dataset
+from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.producing import EventSink
 from headrace.streams.topics import ControlTopics
-from headrace.trainers import jobs
+from headrace.trainers import cancelling, jobs
 from headrace.trainers.admission import admit
 from headrace.trainers.control.drift_rule import DriftRule, EpisodeState, episode_key, fold
 from headrace.trainers.control.triggers import (
@@ -93,8 +96,12 @@ class ControlPlane:
     def on_request(self, record: RecordRef, table: Table) -> str | None:
         """Accept a TrainRequested record; return the job id if a job was created.
 
-        Raises ``ValidationFailed`` (-> DLQ) when the record is not a TrainRequested.
+        Raises ``ValidationFailed`` (-> DLQ) when the record is not a TrainRequested. A
+        ``CancelRequested`` (its schema header says so) goes to ``on_cancel``.
         """
+        if record.header(hdr.SCHEMA) == CancelRequested.SCHEMA:
+            self.on_cancel(record, table)
+            return None
         try:
             req = parse(TrainRequested, record.value or b"")
         except PermanentError as exc:
@@ -140,6 +147,61 @@ class ControlPlane:
             return
         self.executor.submit(_job_spec(jid, req))
 
+    # -- cancel requests ------------------------------------------------------------------
+
+    def on_cancel(self, record: RecordRef, table: Table) -> None:
+        """Stop a job an operator cancelled: claim its end (``cancelling``), stop the attempt
+        (a queued one never starts), then the one final state CANCELLED with who and why. A
+        finished job, or one already publishing, is refused (a DUPLICATE event says why); a
+        second cancel changes nothing."""
+        try:
+            req = parse(CancelRequested, record.value or b"")
+        except PermanentError as exc:
+            raise exc.with_record(record, "parse") from None
+        jid = req.job_id
+        try:
+            train = jobs.read_request(self.root, jid)
+        except PermanentError:
+            log.warning("cancel %s by %s: no job %s", req.event_id, req.requested_by, jid)
+            return
+        st = jobs.read_status(self.root, jid)
+        if st is not None and st.state in FINAL_STATES:
+            self._refused(jid, train, req, f"the job already {st.state.value}")
+            return
+        won = cancelling.claim(self.root, jid, cancelling.Claim(
+            cancelling.CANCEL, req.requested_by, req.reason or None, req.event_id))
+        if won.by != cancelling.CANCEL:
+            self._refused(jid, train, req, "the job is publishing its model")
+            return
+        if won.event_id != req.event_id:
+            self._duplicate(jid, train, f"already cancelled ({won.line()})")
+        self._stop_cancelled(jid, train, table, won)
+
+    def _refused(self, jid: str, train: TrainRequested, req: CancelRequested, why: str) -> None:
+        log.info("cancel of job %s by %s refused: %s", jid, req.requested_by, why)
+        self._event(jid, train, JobEventKind.DUPLICATE, reason=f"cancel refused: {why}",
+                    message=f"cancel by {req.requested_by} refused: {why}")
+
+    def _stop_cancelled(self, jid: str, train: TrainRequested, table: Table,
+                        won: cancelling.Claim, handle: Any = None) -> None:
+        """The cancel holds the job's end: stop what runs of it, then record the end once."""
+        self.executor.cancel(jid)  # local: SIGTERM the process groups; queued: dropped
+        if handle and isinstance(self.executor, Adopting):
+            self.executor.reap(jid, handle)  # a previous control plane's attempt
+        self.owned.release(jid)
+        st = jobs.read_status(self.root, jid)
+        if st is not None and st.state in FINAL_STATES:
+            return  # recorded already (a redelivery, or before a restart)
+        line = won.line()
+        log.info("job %s %s", jid, line)
+        jobs.update_status(self.root, jid, state=JobState.CANCELLED, reason=line,
+                           finished_at=jobs.now_iso())
+        table[jid] = {**row_of(JobState.CANCELLED, train), "reason": line,
+                      "finished_at": jobs.now_iso()}
+        self._event(jid, train, JobEventKind.CANCELLED, reason=line,
+                    attempt=max(1, st.attempts if st is not None else 1),
+                    message=f"{line}; nothing published")
+
     def on_request_failed(self, record: RecordRef, exc: HeadraceError) -> None:
         """A request that could not be accepted (dead-lettered by the app): if it parses, its
         job gets a FAILED event with the reason, so the requester sees why (never a silent
@@ -175,7 +237,7 @@ class ControlPlane:
         """After recovery: adopt what still runs (its handle is in the job table), reap what
         cannot be adopted -- all of it before anything starts -- then resubmit the other
         jobs that were queued or running (they resume from their last checkpoint)."""
-        resume: list[tuple[str, TrainRequested]] = []
+        resume: list[tuple[str, TrainRequested, int]] = []
         for jid, row in list(table.items()):
             if not (row and row.get("owned", True) and jid not in self.executor.active()
                     and row.get("state") in (JobState.QUEUED, JobState.RUNNING)):
@@ -186,7 +248,13 @@ class ControlPlane:
                 continue
             handle = row.get("handle")
             st = jobs.read_status(self.root, jid)
-            if st is not None and st.state in (JobState.SUCCEEDED, JobState.FAILED):
+            won = cancelling.read_claim(self.root, jid)
+            if won is not None and won.by == cancelling.CANCEL and (
+                    st is None or st.state not in FINAL_STATES):
+                # Cancelled before the restart, not yet recorded: never resumed.
+                self._stop_cancelled(jid, req, table, won, handle)
+                continue
+            if st is not None and st.state in FINAL_STATES:
                 if handle and isinstance(self.executor, Adopting):
                     self.executor.reap(jid, handle)  # a leftover of a finished job
                 table[jid] = {**row, "state": st.state.value, "reason": st.reason}
@@ -197,17 +265,18 @@ class ControlPlane:
                 log.info("job %s is owned by another live router; not resumed here", jid)
                 table[jid] = {**row, "owned": False}
                 continue
-            spec = _job_spec(jid, req)
+            # The attempts already made count: a restart never gives a job a new budget.
+            spec = _job_spec(jid, req, attempts_done=st.attempts if st is not None else 0)
             if handle and isinstance(self.executor, Adopting):
                 if self.executor.adopt(spec, handle):
                     log.info("adopted job %s (%s)", jid, handle)
                     continue
                 log.info("reaping job %s's previous attempt (%s)", jid, handle)
                 self.executor.reap(jid, handle)
-            resume.append((jid, req))
-        for jid, req in resume:
-            log.info("resuming job %s", jid)
-            self.executor.submit(_job_spec(jid, req))
+            resume.append((jid, req, spec.attempts_done))
+        for jid, req, done in resume:
+            log.info("resuming job %s after %d attempt(s)", jid, done)
+            self.executor.submit(_job_spec(jid, req, attempts_done=done))
 
     def on_tick(self, table: Table) -> None:
         for jid in self.executor.active():
@@ -319,6 +388,11 @@ class ControlPlane:
         self.owned.release(jid)
         reason = (reason.strip().splitlines() or ["failed"])[0]
         st = jobs.read_status(self.root, jid)
+        if st is not None and st.state == JobState.CANCELLED:
+            # Its attempt ended because it was cancelled: the final state stays CANCELLED.
+            table[jid] = {**row_of(JobState.CANCELLED, req), "reason": st.reason,
+                          "finished_at": st.finished_at}
+            return
         if st is not None and st.state == JobState.SUCCEEDED:
             # The job published and wrote its final state: it is not rewritten (written once).
             log.warning("job %s already succeeded; not marking it failed (%s)", jid, reason)
@@ -420,10 +494,10 @@ class ControlPlane:
             self._sink.close()
 
 
-def _job_spec(jid: str, req: TrainRequested) -> JobSpec:
+def _job_spec(jid: str, req: TrainRequested, *, attempts_done: int = 0) -> JobSpec:
     return JobSpec(job_id=jid, model_name=req.model_name, framework=req.framework,
                    resources=req.resources, request_id=req.event_id,
-                   strategy=req.spec.strategy)
+                   strategy=req.spec.strategy, attempts_done=attempts_done)
 
 
 def row_of(state: JobState, req: TrainRequested) -> dict[str, Any]:

@@ -54,6 +54,9 @@ class JobSpec:
     resources: Resources = field(default_factory=Resources)
     request_id: str | None = None  # the TrainRequested event id
     strategy: str = "auto"  # spec.strategy (distributed jobs)
+    # Attempts made before this submit (a job resumed after a control-plane restart): the
+    # next is numbered after them, and they count against the retry budget.
+    attempts_done: int = 0
 
 
 @dataclass(frozen=True)

@@ -77,7 +77,7 @@ class LocalExecutor:
 
     def submit(self, job: JobSpec) -> None:
         if job.job_id not in self._jobs:
-            self._jobs[job.job_id] = _Job(job)
+            self._jobs[job.job_id] = _Job(job, attempts=job.attempts_done)
             self._start_ready(self.clock())  # start now, not at the next poll
 
     def active(self) -> list[str]:

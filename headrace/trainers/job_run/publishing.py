@@ -18,7 +18,7 @@ from headrace.store import versions
 from headrace.store.dfs import job_dir, write_atomic
 from headrace.store.manifest import MODEL_FORMATS, Manifest
 from headrace.store.outcomes import Outcome, Result
-from headrace.trainers import job_checks, jobs
+from headrace.trainers import cancelling, job_checks, jobs
 from headrace.trainers.backends import get_backend
 from headrace.trainers.backends.base import Backend, Model
 from headrace.trainers.datasets import Dataset, Split
@@ -128,6 +128,10 @@ def publish(ctx: JobContext, model: Model, ds: Dataset, ev: Evaluation, result: 
                                  title=f"{req.model_name} (job {ctx.job_id})")
 
     kwargs: dict[str, Any] = {} if hook is None else {"hook": hook}
+    # The publish and an operator's cancel race for the job's end: the first claim wins.
+    won = cancelling.claim(ctx.root, ctx.job_id, cancelling.Claim(cancelling.PUBLISH))
+    if won.by == cancelling.CANCEL:
+        raise cancelling.JobCancelled(f"{won.line()}; not publishing")
     mv = versions.publish(ctx.root, manifest, write_files, **kwargs)
     log.info("published %s:%d", mv.name, mv.version)
     return mv

@@ -25,7 +25,7 @@ import optuna
 from optuna.storages import JournalStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from headrace.contracts import JobState, TrainRequested, TriggerKind, parse
+from headrace.contracts import FINAL_STATES, JobState, TrainRequested, TriggerKind, parse
 from headrace.core.errors import HeadraceError, PermanentError, RetriableError
 from headrace.store import versions
 from headrace.store.dfs import job_dir
@@ -118,7 +118,7 @@ def run_study(*, root: Path, conn: KafkaConnection, config: StudyConfig, trials:
     with storage.runner_lock(root, config.name):
         result = _run(root, conn, config, space, trials, parallel, topics, durability, poll_s,
                       timeout_s, on_trial)
-    if promote_best and result.best is not None:
+    if promote_best and result.best is not None and cancelled(root, config.name) is None:
         return _promote_best(root, conn, topics, result)
     return result
 
@@ -142,6 +142,8 @@ def _run(root: Path, conn: KafkaConnection, config: StudyConfig, space: Space, t
                 if on_trial:
                     on_trial(row)
         asked = len(study.get_trials(deepcopy=False))
+        if cancelled(root, config.name) is not None:
+            asked = trials  # cancelled: no new trial; the running ones end CANCELLED
         while len(inflight) < parallel and asked < trials:
             trial = study.ask(space.distributions)
             request = trial_request(config, space, trial.number, trial.params)
@@ -192,7 +194,7 @@ def _finish(root: Path, tracker: _Tracker, config: StudyConfig, number: int,
         st = jobs.read_status(root, job_id)
     except RetriableError:
         return None  # being rewritten: read it next time
-    if st is None or st.state not in (JobState.SUCCEEDED, JobState.FAILED):
+    if st is None or st.state not in FINAL_STATES:
         return None
     if tracker.trial(number).state in DONE:  # told already (by an earlier run)
         return _row(root, tracker.trial(number))
@@ -202,7 +204,7 @@ def _finish(root: Path, tracker: _Tracker, config: StudyConfig, number: int,
                       ("promoted", st.promoted), ("reason", st.reason)):
         tracker.set_attr(number, key, attr)
     stopped = _history(root, job_id).get("stopped_because")
-    if st.state == JobState.FAILED:
+    if st.state in (JobState.FAILED, JobState.CANCELLED):
         study.tell(number, state=TrialState.FAIL)
     elif value is None:
         tracker.set_attr(number, "reason", f"the job's metrics have no {config.metric!r}")
@@ -231,6 +233,45 @@ def _row(root: Path, t: FrozenTrial) -> TrialRow:
                     job_state=attrs.get("job_state"), version=attrs.get("version"),
                     promoted=attrs.get("promoted"), reason=attrs.get("reason"),
                     epochs=history.get("epochs_run"))
+
+
+CANCELLED = "cancelled.json"
+
+
+def cancelled(root: Path, name: str) -> str | None:
+    """Who cancelled the study and why (``cancel_study``), or None."""
+    try:
+        return (storage.study_dir(root, name) / CANCELLED).read_text().strip() or "cancelled"
+    except OSError:
+        return None
+
+
+def cancel_study(*, root: Path, conn: KafkaConnection, name: str, requested_by: str,
+                 reason: str = "", topics: ControlTopics = ControlTopics()) -> list[str]:
+    """Stop a study: its runner asks no new trial (and ends once the running ones have), and
+    each running trial's job is cancelled (``api.request_cancel``). The jobs asked to stop.
+    A study with no trial left running is refused (``PermanentError``)."""
+    config = storage.read_config(root, name)
+    if config is None:
+        raise PermanentError(f"no study {name} (no {storage.STUDIES}/{name}/{storage.CONFIG})")
+    running = []
+    for t in storage.load_study(root, config).get_trials(deepcopy=False):
+        job_id = t.user_attrs.get("job_id")
+        st = jobs.read_status(root, job_id) if job_id else None
+        if job_id and (st is None or st.state not in FINAL_STATES):
+            running.append(str(job_id))
+    if cancelled(root, name) is None:
+        line = f"cancelled by {requested_by}" + (f": {reason}" if reason else "")
+        (storage.study_dir(root, name) / CANCELLED).write_text(line + "\n")
+    elif not running:
+        raise PermanentError(f"study {name} is already cancelled and has no trial running")
+    for job_id in running:
+        try:
+            api.request_cancel(conn=conn, root=root, job_id=job_id,
+                               requested_by=requested_by, reason=reason, topics=topics)
+        except PermanentError:
+            continue  # ended meanwhile
+    return running
 
 
 def show_study(*, root: Path, name: str) -> StudyResult:
