@@ -157,8 +157,8 @@ class _Server(ThreadingHTTPServer):
 class StandinRegistry:
     """The stand-in on a free loopback port; ``url`` is its Confluent-compatible base URL."""
 
-    def __init__(self, prefix: str = "/apis/ccompat/v7") -> None:
-        self.port = free_port()
+    def __init__(self, prefix: str = "/apis/ccompat/v7", port: int = 0) -> None:
+        self.port = port or free_port()
         self.server = _Server(("127.0.0.1", self.port), _Handler)
         self.server.store = _Store()
         self.server.prefix = prefix
@@ -172,7 +172,9 @@ class StandinRegistry:
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
+        if self._thread is not None:  # shutdown() waits for serve_forever: only once started
+            self.server.shutdown()
+            self._thread = None
         self.server.server_close()
 
     def __enter__(self) -> StandinRegistry:
