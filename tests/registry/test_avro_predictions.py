@@ -98,7 +98,6 @@ def test_avro_output_without_a_registry_or_an_unknown_format_is_a_config_error()
     assert build_format("json", FormatContext("predictions.x", None)).encode([b"{}"]) == [b"{}"]
 
 
-@pytest.mark.slow
 def test_a_registry_that_is_away_holds_the_predictions_until_it_returns(
         settings: Settings, conn: KafkaConnection, dfs: Path) -> None:
     # The registry is a stand-in started late on the port the scorer was given: what is under
