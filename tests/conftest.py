@@ -13,7 +13,7 @@ from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.topics import ControlTopics, TopicSpec
 from headrace.trainers.datasets import make_demo
-from tests import real_kafka, real_kube
+from tests import real_kafka, real_kube, real_registry
 from tools.kafka_cluster import KafkaCluster
 
 
@@ -44,6 +44,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_sessionfinish() -> None:
     real_kafka.stop()
     real_kube.stop()
+    real_registry.stop()
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from headrace.streams import topics as topic_names
 from headrace.streams.broker import MEMORY_ONLY_NOTICE, EmbeddedBroker, clear_state, write_state
 from headrace.streams.clients import ensure_topics, list_topics
 from headrace.streams.connection import connection_for
+from headrace.streams.schema_registry import SchemaRegistry, registry_config
 from headrace.streams.sending import (
     bad_lines_message,
     read_checked,
@@ -103,7 +104,11 @@ def send(
                                          "of .png/.jpg images (one record per file).")],
     fmt: Annotated[str, typer.Option("--format", help="json: a message per record (images "
                                      "as base64); arrow: Arrow IPC batches; raw: a message per "
-                                     "image, its bytes as they are.")] = "json",
+                                     "image, its bytes as they are; avro: a message per record "
+                                     "in the Schema Registry wire format (--schema).")] = "json",
+    schema: Annotated[Path | None, typer.Option(
+        "--schema", help="--format avro: the records' Avro schema (.avsc), registered under "
+        "data.<stream>-value in HEADRACE_SCHEMA_REGISTRY_URL's registry.")] = None,
     batch_rows: Annotated[int, typer.Option(help="Rows per Arrow message.", min=1)] = 10_000,
     key: Annotated[str | None, typer.Option(help="Column to use as the message key (an image "
                                             "folder: the file name).")] = None,
@@ -118,10 +123,17 @@ def send(
     ] = "image",
 ) -> None:
     """Publish a file's records (or a folder's images) to data.<stream>."""
-    if fmt not in ("json", "arrow", "raw"):
-        raise typer.BadParameter("must be json, arrow or raw", param_hint="--format")
+    if fmt not in ("json", "arrow", "raw", "avro"):
+        raise typer.BadParameter("must be json, arrow, raw or avro", param_hint="--format")
+    if (fmt == "avro") != (schema is not None):
+        raise typer.BadParameter("--format avro and --schema FILE.avsc go together",
+                                 param_hint="--schema")
     topic = topic_names.data_topic(stream)
     settings = _context.settings(ctx)
+    if fmt == "avro":
+        assert schema is not None
+        _send_avro(ctx, stream, file, schema, key, skip_bad)
+        return
     numeric, strings = _model_columns(settings.dfs_root, model or stream)
     got = read_checked(file, numeric=numeric, strings=strings,  # the whole file, before Kafka
                        image_column=image_input)
@@ -150,6 +162,46 @@ def send(
     out.print(f"sent {result.rows} records in {result.messages} messages to {result.topic}")
     if got.bad:
         side = write_side_file(file, got)
+        err.print(f"skipped {len(got.bad)} bad records, written to {side}:", highlight=False)
+        for b in got.bad[:10]:
+            err.print(f"  {b.describe()}", highlight=False, markup=False)
+
+
+def _registry(ctx: typer.Context, *, needed: bool) -> SchemaRegistry | None:
+    config = registry_config(_context.base_settings(ctx))
+    if config is None and needed:
+        raise ConfigError("no schema registry configured: set HEADRACE_SCHEMA_REGISTRY_URL "
+                          "(`./dev registry` starts one on loopback)")
+    return SchemaRegistry(config) if config is not None else None
+
+
+def _send_avro(ctx: typer.Context, stream: str, file: Path, schema: Path, key: str | None,
+               skip_bad: bool) -> None:
+    from headrace.streams.avro_records import as_read_records, read_avro_file, send_avro
+
+    registry = _registry(ctx, needed=True)
+    assert registry is not None
+    got = read_avro_file(file, schema)  # the whole file, before the registry and Kafka
+    if got.bad and not skip_bad:
+        raise ValidationFailed(bad_lines_message(file, as_read_records(got)))
+    topic = topic_names.data_topic(stream)
+    conn = _context.connection(ctx)
+    settings = _context.settings(ctx)
+    existing = list_topics(conn)
+    if topic not in existing and stream not in settings.streams:
+        raise ValidationFailed(
+            f"unknown stream {stream}: {topic} does not exist on {conn.bootstrap}; create it "
+            f"on purpose with `headrace topics --create --stream {stream}`")
+    wanted = {topic, topic_names.predictions_topic(stream), topic_names.dlq_topic(stream)}
+    missing = [s for s in topic_names.catalog(settings.with_overrides(streams=[stream]))
+               if s.name in wanted and s.name not in existing]
+    if missing:
+        ensure_topics(conn, missing, replication_factor=settings.replication_factor)
+    result, schema_id = send_avro(conn, topic, got, registry, key_column=key)
+    out.print(f"sent {result.rows} records as Avro (schema id {schema_id}, subject "
+              f"{topic}-value) to {result.topic}")
+    if got.bad:
+        side = write_side_file(file, as_read_records(got))
         err.print(f"skipped {len(got.bad)} bad records, written to {side}:", highlight=False)
         for b in got.bad[:10]:
             err.print(f"  {b.describe()}", highlight=False, markup=False)
@@ -242,9 +294,12 @@ def _print(msg: TailedMessage, as_json: bool, by_field: Shown | None = None) -> 
         print(json.dumps({
             "topic": msg.topic, "partition": msg.partition, "offset": msg.offset,
             "timestamp_ms": msg.timestamp_ms, "key": msg.key, "headers": msg.headers,
+            **({"schema_id": msg.schema_id} if msg.schema_id is not None else {}),
             "value": value}, default=str, ensure_ascii=False))
         return
     head = " ".join(f"{_clip(k)}={_clip(v)}" for k, v in msg.headers.items())
+    if msg.schema_id is not None:
+        head = f"schema-id={msg.schema_id} {head}".rstrip()
     out.print(f"[dim]{msg.topic}\\[{msg.partition}]@{msg.offset} key={escape(_clip(str(msg.key)))} "
               f"{escape(head)}[/]")
     out.print(json.dumps(value, default=str) if not isinstance(value, str) else value,
@@ -270,8 +325,9 @@ def tail_cmd(
     """Print decoded messages with their headers."""
     conn = _context.connection(ctx)
     by_field = _field_summaries(_context.settings(ctx).dfs_root, topic)
+    registry = _registry(ctx, needed=False)
     for msg in tail(conn, topic, from_beginning=from_beginning, max_messages=max_messages,
-                    idle_timeout_s=idle_timeout):
+                    idle_timeout_s=idle_timeout, registry=registry):
         _print(msg, as_json, by_field)
 
 

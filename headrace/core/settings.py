@@ -7,6 +7,7 @@ Nothing below the entrypoint reads the environment.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,6 +48,16 @@ class Settings(BaseSettings):
         default=None,
         description="File holding the SASL password (a mounted Secret); read once at start-up "
                     "into sasl.password, so the password is never in an env var.")
+    schema_registry_url: str | None = Field(
+        default=None,
+        description="Base URL of a Confluent-compatible Schema Registry (Apicurio's "
+                    "http://HOST:PORT/apis/ccompat/v7); unset: no wire-format records.")
+    schema_registry_auth_file: Path | None = Field(
+        default=None,
+        description="File holding the registry's basic auth as one line user:password (a "
+                    "mounted Secret); read once at start-up, never logged.")
+    schema_registry_ca_file: Path | None = Field(
+        default=None, description="PEM CA bundle to verify an https registry.")
     request_timeout_s: float = Field(default=10.0, gt=0, le=600)
     client_rack: str | None = None
     embedded_port: int = Field(default=0, ge=0, le=65535)
@@ -116,6 +127,13 @@ class Settings(BaseSettings):
     def _parse_kafka_config(cls, value: Any) -> Any:
         return _kafka_config_dict(value)
 
+    @field_validator("schema_registry_url", mode="after")
+    @classmethod
+    def _registry_url(cls, value: str | None) -> str | None:
+        if not value:
+            return None
+        return check_registry_url(value)
+
     @field_validator("dfs_root", mode="after")
     @classmethod
     def _absolute(cls, value: Path) -> Path:
@@ -126,6 +144,23 @@ class Settings(BaseSettings):
         data = self.model_dump()
         data.update({k: v for k, v in overrides.items() if v is not None})
         return load_settings(**data)
+
+
+def check_registry_url(url: str) -> str:
+    """The base URL without a trailing slash; ``ValueError`` for anything but http(s)://host."""
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"schema registry URL must be http(s)://HOST[:PORT][/PATH], got {url!r}")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("schema registry URL must not hold credentials: "
+                         "put user:password in the schema_registry_auth_file")
+    if parts.query or parts.fragment:
+        raise ValueError("schema registry URL must not have a query or fragment")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise ValueError(f"schema registry URL: {exc}") from None
+    return url.strip().rstrip("/")
 
 
 def _kafka_config_dict(value: Any) -> dict[str, str]:

@@ -40,12 +40,14 @@ from headrace.scorers.tap_registry import TAPS
 from headrace.scorers.wire.budget import MessageCaps
 from headrace.scorers.wire.decode_pool import DecodePool
 from headrace.scorers.wire.inputs import InputLimits
+from headrace.scorers.wire.output_formats import FormatContext, build_format
 from headrace.streams import client_log, topics
 from headrace.streams.client_errors import is_missing_topic
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.connection import connection_for
 from headrace.streams.consuming import BatchConsumer
 from headrace.streams.group_lag import GroupLag
+from headrace.streams.schema_registry import SchemaRegistry, registry_config
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,10 @@ class Scorer:
         decoders: DecodePool | None = None
         try:
             data = topics.data_topic(s.stream)
+            registry = registry_config(self.settings)  # a bad setting stops the start here
+            output = build_format(s.output_format, FormatContext(
+                topics.predictions_topic(s.stream),
+                SchemaRegistry(registry) if registry is not None else None))
             model_events = topics.ControlTopics.of(self.settings).models  # HEADRACE_TOPIC_PREFIX
             keeper = TopicKeeper(self.conn, scorer_topics(self.settings, s.stream),
                                  replication_factor=self.settings.replication_factor)
@@ -164,7 +170,8 @@ class Scorer:
                                    message=MessageCaps(max_rows=s.max_message_rows,
                                                        max_bytes=s.max_message_bytes)),
                 top_k=s.top_k, max_batch_bytes=s.max_batch_bytes,
-                taps=build_taps(context, TAPS), routes=routes, on_retry=keeper.check)
+                taps=build_taps(context, TAPS), routes=routes, on_retry=keeper.check,
+                output=output)
             worker_box.append(worker)
             self.worker = worker
             self.state.assigned = lambda: len(io.assignment()) if io is not None else 0

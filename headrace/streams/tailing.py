@@ -1,4 +1,5 @@
-"""Read messages from a topic and decode them by their content-type header."""
+"""Read messages from a topic and decode them by their content-type header (values in the Schema
+Registry wire format by their schema id, through the registry when one is given)."""
 
 from __future__ import annotations
 
@@ -15,9 +16,11 @@ from headrace.core import bounded_json
 from headrace.core.errors import ValidationFailed
 from headrace.core.limits import MAX_RECORD_BYTES
 from headrace.streams import headers as hdr
+from headrace.streams.avro_records import WireDecoder
 from headrace.streams.client_errors import good_messages
 from headrace.streams.clients import KafkaConnection, make_consumer, partitions_of
 from headrace.streams.codecs import decode_arrow
+from headrace.streams.schema_registry import SchemaRegistry, wire_schema_id
 from headrace.streams.summaries import image_type
 
 
@@ -31,13 +34,25 @@ class TailedMessage:
     headers: dict[str, str]
     value: Any  # decoded: a dict, a list of rows (Arrow), a string, or None
     raw: bytes | None
+    schema_id: int | None = None  # a Schema Registry wire-format value's schema id
 
 
-def decode_value(value: bytes | None, headers: dict[str, str]) -> Any:
+def _wire_id(value: bytes | None, headers: dict[str, str]) -> int | None:
+    """The schema id of a wire-format value (never of one labelled JSON or Arrow)."""
+    if headers.get(hdr.CONTENT_TYPE) in (hdr.JSON, hdr.ARROW):
+        return None
+    return wire_schema_id(value)
+
+
+def decode_value(value: bytes | None, headers: dict[str, str],
+                 wire: WireDecoder | None = None) -> Any:
     """The value decoded: JSON, Arrow rows (tensors as nested lists), an image's bytes as
-    they are. ``summaries.summarise`` shortens it for display."""
+    they are, a wire-format record through its schema. ``summaries.summarise`` shortens it
+    for display."""
     if value is None:
         return None
+    if _wire_id(value, headers) is not None:
+        return (wire or WireDecoder(None)).decode(value)
     ctype = headers.get(hdr.CONTENT_TYPE)
     if ctype == hdr.ARROW:
         try:
@@ -68,8 +83,11 @@ def tail(
     from_beginning: bool = False,
     max_messages: int | None = None,
     idle_timeout_s: float | None = None,
+    registry: SchemaRegistry | None = None,
 ) -> Iterator[TailedMessage]:
-    """Yield decoded messages from every partition; no consumer group offsets are committed."""
+    """Yield decoded messages from every partition; no consumer group offsets are committed.
+    ``registry``: decodes wire-format values (else they are shown by schema id only)."""
+    wire = WireDecoder(registry)
     parts = partitions_of(conn, topic)
     consumer = make_consumer(conn, f"headrace-tail-{uuid.uuid4().hex[:8]}",
                              **{"enable.auto.commit": False})
@@ -92,8 +110,8 @@ def tail(
                     topic=m.topic() or topic, partition=m.partition() or 0,
                     offset=m.offset() or 0,
                     timestamp_ms=m.timestamp()[1], key=key.decode("utf-8", "replace") if key
-                    is not None else None, headers=h, value=decode_value(m.value(), h),
-                    raw=m.value(),
+                    is not None else None, headers=h, value=decode_value(m.value(), h, wire),
+                    raw=m.value(), schema_id=_wire_id(m.value(), h),
                 )
                 seen += 1
                 if max_messages is not None and seen >= max_messages:

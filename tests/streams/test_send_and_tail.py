@@ -93,7 +93,7 @@ def test_malformed_file_gives_one_line_error_and_sends_nothing(
 @pytest.mark.parametrize("args, fragment", [
     (["send", "demo", "x.txt"], "unknown file type"),
     (["send", "Bad/Name", "x.jsonl"], "invalid stream name"),
-    (["send", "demo", "x.jsonl", "--format", "xml"], "json, arrow or raw"),
+    (["send", "demo", "x.jsonl", "--format", "xml"], "json, arrow, raw or avro"),
     (["tail", "data.demo", "--max", "0"], "--max"),
     (["frobnicate"], "No such command"),
 ])

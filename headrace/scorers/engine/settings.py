@@ -108,6 +108,11 @@ class ScorerSettings(BaseSettings):
     max_image_pixels: int = Field(
         default=40_000_000, ge=1, le=1 << 34,
         description="An image with more pixels is dead-lettered before decoding.")
+    output_format: Literal["json", "avro"] = Field(
+        default="json",
+        description="What JSON inputs' predictions are written as: JSON, or Avro in the Schema "
+                    "Registry wire format (needs HEADRACE_SCHEMA_REGISTRY_URL; the schema is "
+                    "registered under predictions.<stream>-value). Arrow inputs keep Arrow.")
     transactional: bool = False
     idempotent: bool = Field(
         default=True,

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from headrace.contracts import RolloutRole
-from headrace.core.errors import FatalError, RetriableError
+from headrace.core.errors import FatalError, PermanentError, RetriableError
 from headrace.scorers.engine.batching import Batcher, rows_in
 from headrace.scorers.engine.core import ScoringCore
 from headrace.scorers.engine.metrics import ScorerMetrics
@@ -75,6 +75,7 @@ from headrace.scorers.wire.decode_pool import DecodePool
 from headrace.scorers.wire.decoding import DecodedAhead, is_arrow_mask, tabular_row_bytes
 from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
+from headrace.scorers.wire.output_formats import JsonPredictions, PredictionFormat
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import Refused
 
@@ -142,8 +143,10 @@ class Worker:
         taps: list[Tap] | None = None,
         routes: list[Routing] | None = None,
         on_retry: Callable[[str], object] | None = None,
+        output: PredictionFormat | None = None,
     ) -> None:
         self.io = io
+        self.output: PredictionFormat = output or JsonPredictions()
         # Told what the loop retries (a missing topic is created again: ``TopicKeeper``).
         self.on_retry = on_retry
         self.taps = list(taps or [])
@@ -328,6 +331,7 @@ class Worker:
             self.finish(batch, model, out, None)
         out.received_ms = batch.received_ms
         offsets = batch.next_offsets()
+        self._to_wire(out)
         if self.transactional:
             if self._deliver_transaction(out, offsets, batch.consumed_at):
                 self._record(out, len(batch), t0)
@@ -335,6 +339,30 @@ class Worker:
         self.complete_pending()
         self._produce(out)
         self._pending = _Pending(out, offsets, len(batch), t0, batch.consumed_at)
+
+    def _to_wire(self, out: Outputs) -> None:
+        """The batch's JSON predictions (and a canary's JSON parts) in the output format, once,
+        after the taps have seen them. A registry that is away is retried with the partitions
+        held (nothing dead-lettered, nothing committed); a schema it refuses stops the scorer."""
+        if isinstance(self.output, JsonPredictions):
+            return
+        json_type = JSON_HEADERS[0]
+        delay = 0.05
+        while True:
+            try:
+                values = self.output.encode(out.json_values)
+                parts = [p if json_type not in p.headers else splitting.Part(
+                    self.output.encode([p.value])[0], p.key,
+                    self.output.headers + [h for h in p.headers if h not in JSON_HEADERS])
+                    for p in out.parts]
+                break
+            except RetriableError as exc:
+                self._retrying("schema registry", exc, delay, keep=self.io.hold)
+                delay = min(delay * 2, MAX_BACKOFF_S)
+            except PermanentError as exc:
+                raise FatalError(f"the {self.output.name} predictions cannot be written: {exc}"
+                                 ) from None
+        out.json_values, out.parts = values, parts
 
     def _routing(self, model: LoadedModel) -> Routing | None:
         """The role that splits this batch between models, if one does (a canary)."""
@@ -430,7 +458,7 @@ class Worker:
 
         if side_from is None:
             if out.json_values:
-                send(topic, out.json_values, out.json_keys, JSON_HEADERS)
+                send(topic, out.json_values, out.json_keys, self.output.headers)
             if out.arrow_values:
                 send(topic, out.arrow_values, out.arrow_keys, ARROW_HEADERS)
             for part in out.parts:
