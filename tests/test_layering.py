@@ -31,6 +31,13 @@ PLANTS = [
     ("headrace/topology/commands.py", "helm_python"),
     ("headrace/scorers/engine/worker.py", "headrace.scorers.rollout.canary"),
     ("headrace/scorers/engine/core.py", "headrace.rollout.routing"),
+    # The scorer's packages: engine over adapters over wire (layers), and no plug-in below the
+    # package root (forbidden, not even indirectly).
+    ("headrace/scorers/wire/decoding.py", "headrace.scorers.engine.batching"),
+    ("headrace/scorers/adapters/precision.py", "headrace.scorers.engine.sizing"),
+    ("headrace/scorers/wire/encoding.py", "headrace.scorers.adapters.precision"),
+    ("headrace/scorers/engine/worker.py", "headrace.scorers.tap_registry"),
+    ("headrace/scorers/wire/buffers.py", "headrace.scorers.lineage_tap"),
 ]
 
 
