@@ -13,16 +13,16 @@ from pathlib import Path
 
 import numpy as np
 
-from headrace.contracts import LiveCounts, ModelPublished, RolloutState, parse
+from headrace.contracts import LiveCounts, ModelPublished, RolloutState
 from headrace.contracts.gates import load_gates
 from headrace.core.errors import PermanentError, ValidationFailed
 from headrace.ops.rollout.control import current_rollout, stop_rollout
 from headrace.rollout.evidence import LiveEvidence
 from headrace.rollout.live_gate import LiveCheck, check_live
 from headrace.store.versions import PRODUCTION, read_alias
-from headrace.streams.clients import KafkaConnection, ensure_topics, partition_count
+from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.compacted import read_latest
 from headrace.streams.producing import EventSink
-from headrace.streams.reading import probe_ends, read_range
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import promotion
 
@@ -31,21 +31,7 @@ Pair = tuple[str, str, int, int]  # stream, model, production version, candidate
 
 def latest_counts(conn: KafkaConnection, topic: str) -> dict[Pair, list[LiveCounts]]:
     """Every pair's latest counts, one per partition."""
-    n = partition_count(conn, topic)
-    if n is None:
-        return {}
-    bounds = probe_ends(conn, topic, range(n))
-    latest: dict[bytes, LiveCounts] = {}
-    for rec in read_range(conn, topic, {p: (lo, end) for p, (lo, end) in bounds.items()}):
-        if rec.value is None:
-            if rec.key is not None:
-                latest.pop(rec.key, None)
-            continue
-        try:
-            c = parse(LiveCounts, rec.value)
-        except ValidationFailed:
-            continue  # a record this version does not understand
-        latest[rec.key or c.key()] = c
+    latest = read_latest(conn, topic, LiveCounts)
     pairs: dict[Pair, list[LiveCounts]] = {}
     for c in latest.values():
         pairs.setdefault((c.stream, c.model_name, c.production_version, c.candidate_version),
