@@ -337,12 +337,6 @@ def scan_headers(
     return out
 
 
-def iter_batches(reader: RangeReader, *, max_messages: int = 10_000,
-                 timeout_s: float = 0.5) -> Iterator[list[Any]]:
-    while not reader.done:
-        yield reader.poll(max_messages, timeout_s)
-
-
 def read_to_end(conn: KafkaConnection, topic: str, *, purpose: str = "read",
                 timeout_s: float | None = None) -> Iterator[Record]:
     """Every record of ``topic``, each partition from its start to its end now (verified by

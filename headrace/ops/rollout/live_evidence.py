@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from headrace.contracts import LiveCounts, ModelPublished, RolloutState
 from headrace.contracts.gates import load_gates
 from headrace.core.errors import PermanentError, ValidationFailed
@@ -144,7 +142,3 @@ def promote_if_live_gate(*, root: Path, conn: KafkaConnection, topics: ControlTo
             stop_rollout(conn=conn, stream=s, model_name=name, topics=topics,
                          reason=f"{name}:{version} promoted by the live gate")
     return decision
-
-
-def matrix_text(m: np.ndarray) -> list[list[str]]:
-    return [[str(int(x)) for x in row] for row in m]
