@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from headrace.core.llvm_guard import load_in_safe_order
 from headrace.core.settings import Settings, load_settings
 from headrace.streams.broker import EmbeddedBroker
 from headrace.streams.clients import KafkaConnection, ensure_topics
@@ -19,6 +20,9 @@ from tools.kafka_cluster import KafkaCluster
 
 def pytest_configure(config: pytest.Config) -> None:
     real_kafka.test_broker()  # a bad HEADRACE_TEST_BROKER stops the run before any test
+    # Before any test module imports TensorFlow itself: Triton first, as the product's ML
+    # packages do, so any subset of the suite imports the frameworks in either order.
+    load_in_safe_order()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

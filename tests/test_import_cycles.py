@@ -21,7 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # Tarjan's strongly connected components over grimp's graph: every component of more than one
-# module is an import circle. Imports under TYPE_CHECKING are not imports at run time: skipped.
+# module is an import circle. grimp counts imports under TYPE_CHECKING like any other, so a
+# circle closed only by a type-only import is reported too.
 _FIND = """
 import json, sys
 import grimp

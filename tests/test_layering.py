@@ -21,6 +21,15 @@ PLANTS = [
     ("headrace/core/errors.py", "tensorflow"),
     ("headrace/store/dfs.py", "mxnet"),
     ("headrace/scorers/engine/batching.py", "keras"),
+    # Every ML library has its homes; a module elsewhere is caught without being listed.
+    ("headrace/ops/demo.py", "torch"),
+    ("headrace/scorers/engine/core.py", "torch"),
+    ("headrace/trainers/onnx_export.py", "torchvision"),
+    ("headrace/store/versions.py", "onnxruntime"),
+    ("headrace/scorers/adapters/pytorch.py", "lightgbm"),
+    ("headrace/trainers/jobs.py", "mlflow"),
+    ("headrace/codecs/registry.py", "jax"),
+    ("headrace/scorers/engine/batching.py", "fastavro"),
     ("headrace/scorers/engine/worker.py", "aiokafka"),
     ("headrace/trainers/jobs.py", "confluent_kafka"),
     ("headrace/ops/demo.py", "faust"),
@@ -31,6 +40,13 @@ PLANTS = [
     ("headrace/topology/commands.py", "helm_python"),
     ("headrace/scorers/engine/worker.py", "headrace.scorers.rollout.canary"),
     ("headrace/scorers/engine/core.py", "headrace.rollout.routing"),
+    # The scorer's packages: engine over adapters over wire (layers), and no plug-in below the
+    # package root (forbidden, not even indirectly).
+    ("headrace/scorers/wire/decoding.py", "headrace.scorers.engine.batching"),
+    ("headrace/scorers/adapters/precision.py", "headrace.scorers.engine.sizing"),
+    ("headrace/scorers/wire/encoding.py", "headrace.scorers.adapters.precision"),
+    ("headrace/scorers/engine/worker.py", "headrace.scorers.tap_registry"),
+    ("headrace/scorers/wire/buffers.py", "headrace.scorers.lineage_tap"),
     ("headrace/trainers/job_process.py", "headrace.trainers.tuning.pruning"),
     ("headrace/trainers/job_run/training.py", "headrace.trainers.stop_rules"),
 ]

@@ -29,7 +29,6 @@ import hashlib
 import json
 import os
 import re
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -403,16 +402,3 @@ def _send(conn: KafkaConnection, ledger: Ledger, rid: str, items: Sequence[Redri
     producer.flush(timeout_s)
     now = datetime.now(UTC).isoformat()
     ledger.append([{**entry(lt, it, "done"), "at": now} for it in items for lt in it.letters])
-
-
-def wait_for_letters(conn: KafkaConnection, stream: str, count: int, *,
-                     timeout_s: float = 30.0) -> list[Letter]:
-    """Poll until the DLQ holds at least ``count`` letters (tests and the demo)."""
-    deadline = time.monotonic() + timeout_s
-    letters: list[Letter] = []
-    while time.monotonic() < deadline:
-        letters = read_letters(conn, stream)
-        if len(letters) >= count:
-            return letters
-        time.sleep(0.2)
-    return letters

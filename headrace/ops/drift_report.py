@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 
 from headrace.contracts import DriftDetected, DriftWindowState
-from headrace.contracts.base import C
 from headrace.core.errors import ValidationFailed
 from headrace.core.settings import Settings
 from headrace.drift.calibration import ALARM_TESTS
@@ -24,8 +23,8 @@ from headrace.drift.fitting import PROFILE_FILE, DriftProfile, load_profile
 from headrace.drift.profile import CategoryReference, FeatureReference
 from headrace.drift.windows import DriftWindow
 from headrace.store import versions
-from headrace.streams.clients import KafkaConnection, partition_count
-from headrace.streams.reading import read_events
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.compacted import read_latest
 from headrace.streams.topics import ControlTopics
 
 
@@ -57,26 +56,13 @@ class DriftReport:
         return [r.feature for r in self.rows if r.drifting]
 
 
-def _latest_by_key(items: list[DriftDetected]) -> dict[bytes, DriftDetected]:
-    out: dict[bytes, DriftDetected] = {}
-    for e in items:
-        out[e.key()] = e
-    return out
-
-
-def _read(conn: KafkaConnection, topic: str, model: type[C]) -> list[C]:
-    if partition_count(conn, topic) is None:  # no scorer or `up` has created it yet
-        return []
-    return read_events(conn, topic, model)
-
-
 def report(conn: KafkaConnection, settings: Settings, stream: str, *,
            model: str | None = None) -> DriftReport:
     topics = ControlTopics.of(settings)
     name = model or stream
-    mine = [e for e in _latest_by_key(_read(conn, topics.drift, DriftDetected)).values()
+    mine = [e for e in read_latest(conn, topics.drift, DriftDetected).values()
             if e.stream == stream and e.model_name == name]
-    states = [s for s in _read(conn, topics.drift_state, DriftWindowState)
+    states = [s for s in read_latest(conn, topics.drift_state, DriftWindowState).values()
               if s.stream == stream and s.model_name == name]
     version = max((e.model_version for e in mine), default=None)
     if version is None:
@@ -89,10 +75,7 @@ def report(conn: KafkaConnection, settings: Settings, stream: str, *,
         version = pointer.version
     profile = _profile(settings.dfs_root, name, version)
     events = {e.feature: e for e in mine if e.model_version == version}
-    latest_state: dict[bytes, DriftWindowState] = {}
-    for s in states:
-        if s.model_version == version:
-            latest_state[s.key()] = s
+    open_windows = [s for s in states if s.model_version == version]
     features = list(profile.features) if profile else []
     features += [f for f in events if f not in features]
     rows = []
@@ -108,7 +91,7 @@ def report(conn: KafkaConnection, settings: Settings, stream: str, *,
             consecutive=e.consecutive if e else 0, window=e.window if e else None,
             ts=e.ts if e else None))
     return DriftReport(stream=stream, model_name=name, model_version=version, profile=profile,
-                       rows=rows, events=events, open_windows=list(latest_state.values()))
+                       rows=rows, events=events, open_windows=open_windows)
 
 
 def _profile(root: Path, name: str, version: int) -> DriftProfile | None:

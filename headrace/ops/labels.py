@@ -1,5 +1,5 @@
 """``headrace labels send STREAM FILE``: late truth onto ``labels.<stream>``, as the scorer's
-label join reads it (scorers/label_join.py): each label keyed by its record's key (the same
+label join reads it (scorers/rollout/label_join.py): each label keyed by its record's key (the same
 UTF-8 bytes ``send`` and ``predict`` key records with, so the join finds the prediction) with
 the value ``{"label": CLASS}``, produced with the same client and partitioner as the records
 (librdkafka's default), so a label lands on its record's partition when the topics have as

@@ -15,7 +15,6 @@ never the data or predictions topics.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,8 @@ from headrace.store import versions
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, partition_count
 from headrace.streams.codecs import decode_arrow
-from headrace.streams.reading import RangeReader, Record, probe_ends, read_one, read_range
+from headrace.streams.compacted import read_latest
+from headrace.streams.reading import Record, probe_ends, read_one, read_range
 from headrace.streams.topics import ControlTopics, predictions_topic
 from headrace.trainers.jobs import read_request
 
@@ -63,30 +63,10 @@ def read_index(conn: KafkaConnection, topic: str,
     """The index's ranges (the latest record per key, as compaction would keep); ``keep``
     chooses by the key's fields (stream, partition, first, model, version, role) so only the
     wanted records are parsed."""
-    n = partition_count(conn, topic)
-    if n is None:
-        return []
-    bounds = probe_ends(conn, topic, range(n))
-    latest: dict[bytes, bytes] = {}
-    with RangeReader(conn, topic, {p: (lo, end) for p, (lo, end) in bounds.items()},
-                     purpose="lineage") as reader:
-        deadline = time.monotonic() + conn.timeout_s
-        while not reader.done and time.monotonic() < deadline:
-            for m in reader.poll(50_000, 0.2):
-                key, value = m.key(), m.value()
-                if key is None:
-                    continue
-                if value is None:
-                    latest.pop(key, None)  # a tombstone
-                elif keep is None or keep(key.split(b"|")):
-                    latest[key] = value
-    out: list[LineageRange] = []
-    for value in latest.values():
-        try:
-            out.append(parse(LineageRange, value))
-        except ValidationFailed:
-            continue  # a record this version does not understand: not lineage we can use
-    return out
+    def chosen(key: bytes) -> bool:
+        return keep is None or keep(key.split(b"|"))
+
+    return list(read_latest(conn, topic, LineageRange, keep=chosen).values())
 
 
 def merged(ranges: list[LineageRange]) -> list[LineageRange]:

@@ -85,14 +85,3 @@ def load(root: Path, replay_id: str) -> ReplayCheckpoint:
         return ReplayCheckpoint.model_validate_json(raw)
     except ValidationError as exc:
         raise PermanentError(f"checkpoint {path} is unreadable: {exc.errors()[0]['msg']}") from None
-
-
-def list_replays(root: Path) -> list[ReplayCheckpoint]:
-    base = root / "ops" / "replays"
-    out = []
-    for f in sorted(base.glob("*.json")) if base.is_dir() else []:
-        try:
-            out.append(ReplayCheckpoint.model_validate_json(f.read_bytes()))
-        except (ValidationError, OSError):
-            continue
-    return out

@@ -2,7 +2,7 @@
 
 ``LiveTally`` holds the counters of ``contracts.LiveCounts`` (named once there:
 ``LiveCounts.SUMMED`` and ``LiveCounts.MATRICES``) and adds them one way (``add``), whoever
-sums: a scorer's partition (``scorers.live_counts.PartitionCounts``), a scorer's total, a
+sums: a scorer's partition (``scorers.rollout.live_counts.PartitionCounts``), a scorer's total, a
 stream's evidence (``rollout.evidence.LiveEvidence``) or an offline recount (``add_rows``).
 What follows from the counts (agreement, live accuracy with Wilson intervals, McNemar, CBPE's
 estimate) is computed here too, so every view reads the same figures.

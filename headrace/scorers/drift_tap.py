@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 from prometheus_client import Counter, Gauge
 
-from headrace.contracts import DriftDetected, DriftWindowState, parse
+from headrace.contracts import DriftDetected, DriftWindowState
 from headrace.contracts.base import utcnow
 from headrace.core.bad_records import BadRecords
 from headrace.drift.fitting import PROFILE_FILE, DriftProfile, ProfileError, load_profile
@@ -32,7 +32,7 @@ from headrace.scorers.engine.taps import Scored, TapContext
 from headrace.scorers.wire.decoding import Features
 from headrace.store import tokens
 from headrace.store.dfs import model_dir
-from headrace.streams.reading import iter_records
+from headrace.streams.compacted import read_latest
 from headrace.streams.topics import ControlTopics
 
 log = logging.getLogger(__name__)
@@ -199,19 +199,9 @@ def read_states(ctx: TapContext, scope: str) -> dict[bytes, DriftWindowState]:
     topic = ControlTopics.of(ctx.settings).drift_state
     prefix = f"{ctx.scorer.stream}|".encode()
     suffix = f"|{scope}".encode()
-    out: dict[bytes, DriftWindowState] = {}
     bad = BadRecords(log, f"drift window state on {topic}")
-    for rec in iter_records(ctx.conn, topic, idle_s=0.5):
-        if rec.key is None or not rec.key.startswith(prefix) or not rec.key.endswith(suffix):
-            continue
-        if not rec.value:
-            out.pop(rec.key, None)
-            continue
-        try:
-            out[rec.key] = parse(DriftWindowState, rec.value)
-        except Exception as exc:  # whatever the bytes: the scorer starts all the same
-            bad.skip(f"{rec.topic}/{rec.partition}@{rec.offset}", exc)
-    return out
+    return read_latest(ctx.conn, topic, DriftWindowState, bad=bad,
+                       keep=lambda k: k.startswith(prefix) and k.endswith(suffix))
 
 
 def factory(ctx: TapContext) -> DriftTap | None:

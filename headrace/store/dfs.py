@@ -12,10 +12,6 @@ from headrace.core.naming import check_name, confined
 CHUNK = 1 << 20
 
 
-def models_dir(root: Path) -> Path:
-    return root / "models"
-
-
 def model_dir(root: Path, name: str) -> Path:
     return confined(root, "models", check_name(name, what="model name"))
 

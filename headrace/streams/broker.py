@@ -199,9 +199,3 @@ def find_running(*, path: Path | None = None) -> Discovered | None:
         return Discovered(str(data["bootstrap"]), pid, p)
     except (OSError, ValueError, KeyError, TypeError):
         return None
-
-
-def discover(*, path: Path | None = None) -> str | None:
-    """The bootstrap of a running ``headrace broker`` on this machine, if there is one."""
-    found = find_running(path=path)
-    return found.bootstrap if found else None

@@ -337,10 +337,23 @@ def scan_headers(
     return out
 
 
-def iter_batches(reader: RangeReader, *, max_messages: int = 10_000,
-                 timeout_s: float = 0.5) -> Iterator[list[Any]]:
-    while not reader.done:
-        yield reader.poll(max_messages, timeout_s)
+def read_to_end(conn: KafkaConnection, topic: str, *, purpose: str = "read",
+                timeout_s: float | None = None) -> Iterator[Record]:
+    """Every record of ``topic``, each partition from its start to its end now (verified by
+    reading: ``probe_ends``); nothing when the topic does not exist yet. A read that does not
+    reach the end in ``timeout_s`` (default: the connection's, at least 30 s) is retriable."""
+    n = partition_count(conn, topic)
+    if not n:
+        return
+    limit = timeout_s if timeout_s is not None else max(30.0, conn.timeout_s)
+    bounds = probe_ends(conn, topic, range(n))
+    with RangeReader(conn, topic, dict(bounds), purpose=purpose) as reader:
+        deadline = time.monotonic() + limit
+        while not reader.done:
+            if time.monotonic() > deadline:
+                raise RetriableError(f"reading {topic} to its end did not finish in {limit:.0f}s")
+            for m in reader.poll(50_000, 0.2):
+                yield record_of(m)
 
 
 class Follower:

@@ -353,12 +353,6 @@ def _send_raw(producer: BatchProducer, topic: str, table: pa.Table,
     return len(values)
 
 
-def send_file(conn: KafkaConnection, topic: str, path: Path, *, fmt: RecordFormat = "json",
-              key_column: str | None = None, batch_rows: int = 10_000) -> SendResult:
-    return send_table(conn, topic, read_records(path), fmt=fmt, key_column=key_column,
-                      batch_rows=batch_rows)
-
-
 def _check_objects(path: Path) -> None:
     """pyarrow's JSON reader crashes the process (pyarrow 22) when the first value is ``null``:
     a JSONL file must start with an object."""

@@ -232,9 +232,11 @@ def test_model_events_and_drift_states_skip_poison(monkeypatch: pytest.MonkeyPat
     listener._follower = Follow()  # type: ignore[assignment]
     assert listener.poll(0.1) == [] and listener.bad.count > 0
 
+    from headrace.streams import compacted
+
     recs = [Record(r.topic, r.partition, r.offset, b"s|v1|input", r.value, r.headers)
             for _, r in POISON]
-    monkeypatch.setattr(drift_tap, "iter_records", lambda *a, **k: iter(recs))
+    monkeypatch.setattr(compacted, "read_to_end", lambda *a, **k: iter(recs))
     ctx: Any = type("Ctx", (), {"conn": object(), "settings": _settings(),
                                 "scorer": type("S", (), {"stream": "s"})()})()
     assert drift_tap.read_states(ctx, "input") == {}
@@ -333,18 +335,16 @@ def test_rollout_evidence_lineage_and_events_readers_skip_poison(
     from headrace.ops import lineage
     from headrace.ops.rollout import control as rollout_control
     from headrace.ops.rollout import live_evidence
-    from headrace.streams import reading
+    from headrace.streams import compacted, reading
 
     recs = [r for _, r in POISON]
     keyed = [Record(r.topic, r.partition, r.offset, b"s", r.value, r.headers) for r in recs]
-    monkeypatch.setattr(rollout_control, "iter_records", lambda *a, **k: iter(keyed))
+    monkeypatch.setattr(compacted, "read_to_end", lambda *a, **k: iter(keyed))
     assert rollout_control.current_rollout(None, "s") is None  # type: ignore[arg-type]
 
     lc = _counts()
-    monkeypatch.setattr(live_evidence, "partition_count", lambda *a: 1)
-    monkeypatch.setattr(live_evidence, "probe_ends", lambda *a: {0: (0, 1)})
-    monkeypatch.setattr(live_evidence, "read_range",
-                        lambda *a, **k: [*recs, good(lc.to_bytes(), key=lc.key())])
+    monkeypatch.setattr(compacted, "read_to_end",
+                        lambda *a, **k: iter([*recs, good(lc.to_bytes(), key=lc.key())]))
     assert list(live_evidence.latest_counts(None, TOPIC)) == [  # type: ignore[arg-type]
         ("s", "m", 1, 2)]
 

@@ -4,14 +4,18 @@ how long each feature has been in its state."""
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from dataclasses import dataclass
 from typing import Any
 
-from headrace.contracts import DriftDetected, parse
-from headrace.core.errors import ValidationFailed
+from headrace.contracts import DriftDetected
+from headrace.core.bad_records import BadRecords
+from headrace.streams.compacted import Latest
 from headrace.streams.reading import Record
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -21,39 +25,42 @@ class FeatureState:
 
 
 class DriftBoard:
-    """Folds ``events.drift`` records (in topic order) into the latest state per key."""
+    """Folds ``events.drift`` records (in topic order) into the latest event per key (the
+    compacted-topic table: a tombstone removes the key), with since when each is in its
+    state."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.states: dict[bytes, FeatureState] = {}
-        self.records = 0
-        self.bad_records = 0
+        self.latest = Latest(DriftDetected, BadRecords(log, "drift event"))
+        self.since: dict[bytes, str] = {}
+
+    @property
+    def records(self) -> int:
+        return self.latest.read
+
+    @property
+    def bad_records(self) -> int:
+        return self.latest.bad.count
 
     def apply(self, rec: Record) -> None:
-        if rec.value is None:  # a tombstone: the feature's state was removed
-            if rec.key is not None:
-                with self.lock:
-                    self.states.pop(rec.key, None)
-            return
-        try:
-            ev = parse(DriftDetected, rec.value)
-        except ValidationFailed:
-            with self.lock:
-                self.bad_records += 1
-            return
-        key = ev.key()
         with self.lock:
-            self.records += 1
-            prev = self.states.get(key)
-            same_run = prev is not None and prev.latest.drifting == ev.drifting
-            since = prev.since if same_run and prev is not None else ev.ts.isoformat()
-            self.states[key] = FeatureState(ev, since)
+            prev = self.latest.get(rec.key)
+            self.latest.take(rec)
+            ev = self.latest.get(rec.key)
+            if rec.key is None or ev is None:  # no key, or a tombstone removed it
+                if rec.key is not None:
+                    self.since.pop(rec.key, None)
+                return
+            same_run = prev is not None and prev.drifting == ev.drifting
+            self.since[rec.key] = (self.since.get(rec.key, ev.ts.isoformat()) if same_run
+                                   else ev.ts.isoformat())
 
     def view(self, stream: str | None = None) -> dict[str, Any]:
         """{"streams": [{stream, drifting, features: [...]}]}, drifting features first."""
         with self.lock:
-            states = [s for s in self.states.values()
-                      if stream is None or s.latest.stream == stream]
+            states = [FeatureState(ev, self.since.get(k, ev.ts.isoformat()))
+                      for k, ev in self.latest.table().items()
+                      if stream is None or ev.stream == stream]
             counts = (self.records, self.bad_records)
         by_stream: dict[str, list[FeatureState]] = {}
         for s in states:

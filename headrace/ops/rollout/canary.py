@@ -1,6 +1,6 @@
 """Start and stop a canary (``headrace models canary``): publish the stream's ``RolloutState``
 that every scorer replica follows. The scorers do the rest: route by the salted hash, step
-forward by records, promote at 100, roll back by themselves (``scorers.canary``).
+forward by records, promote at 100, roll back by themselves (``scorers.rollout.canary``).
 
 A canary is one rollout of a stream: starting one replaces a shadow (or another canary) of
 the stream. Each start draws a new salt, so a new canary takes a new, independent set of keys;

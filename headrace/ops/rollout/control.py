@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headrace.contracts import RolloutRole, RolloutState, parse
+from headrace.contracts import RolloutRole, RolloutState
 from headrace.core.errors import PermanentError, ValidationFailed
 from headrace.core.naming import check_name
 from headrace.store.versions import load_version
 from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.compacted import read_latest
 from headrace.streams.producing import EventSink
-from headrace.streams.reading import iter_records
 from headrace.streams.topics import ControlTopics
 
 
@@ -69,15 +69,8 @@ def stop_rollout(*, conn: KafkaConnection, stream: str, model_name: str | None =
 
 
 def current_rollout(conn: KafkaConnection, stream: str, *,
-                    topics: ControlTopics = ControlTopics(), idle_s: float = 0.5
-                    ) -> RolloutState | None:
-    """The stream's latest state on the topic (None: never set), read to its end."""
-    latest: RolloutState | None = None
-    for rec in iter_records(conn, topics.rollout, idle_s=idle_s):
-        if rec.key != stream.encode() or not rec.value:
-            continue
-        try:
-            latest = parse(RolloutState, rec.value)
-        except Exception:  # an unreadable record is skipped, as the scorers do
-            continue
-    return latest
+                    topics: ControlTopics = ControlTopics()) -> RolloutState | None:
+    """The stream's latest state on the topic (None: never set, or removed), read to its end;
+    the rule every reader of the topic follows (``streams.compacted``)."""
+    key = stream.encode()
+    return read_latest(conn, topics.rollout, RolloutState, keep=lambda k: k == key).get(key)

@@ -11,18 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from headrace.contracts import LiveCounts, ModelPublished, RolloutState, parse
+from headrace.contracts import LiveCounts, ModelPublished, RolloutState
 from headrace.contracts.gates import load_gates
 from headrace.core.errors import PermanentError, ValidationFailed
 from headrace.ops.rollout.control import current_rollout, stop_rollout
 from headrace.rollout.evidence import LiveEvidence
 from headrace.rollout.live_gate import LiveCheck, check_live
 from headrace.store.versions import PRODUCTION, read_alias
-from headrace.streams.clients import KafkaConnection, ensure_topics, partition_count
+from headrace.streams.clients import KafkaConnection, ensure_topics
+from headrace.streams.compacted import read_latest
 from headrace.streams.producing import EventSink
-from headrace.streams.reading import probe_ends, read_range
 from headrace.streams.topics import ControlTopics
 from headrace.trainers import promotion
 
@@ -31,21 +29,7 @@ Pair = tuple[str, str, int, int]  # stream, model, production version, candidate
 
 def latest_counts(conn: KafkaConnection, topic: str) -> dict[Pair, list[LiveCounts]]:
     """Every pair's latest counts, one per partition."""
-    n = partition_count(conn, topic)
-    if n is None:
-        return {}
-    bounds = probe_ends(conn, topic, range(n))
-    latest: dict[bytes, LiveCounts] = {}
-    for rec in read_range(conn, topic, {p: (lo, end) for p, (lo, end) in bounds.items()}):
-        if rec.value is None:
-            if rec.key is not None:
-                latest.pop(rec.key, None)
-            continue
-        try:
-            c = parse(LiveCounts, rec.value)
-        except ValidationFailed:
-            continue  # a record this version does not understand
-        latest[rec.key or c.key()] = c
+    latest = read_latest(conn, topic, LiveCounts)
     pairs: dict[Pair, list[LiveCounts]] = {}
     for c in latest.values():
         pairs.setdefault((c.stream, c.model_name, c.production_version, c.candidate_version),
@@ -158,7 +142,3 @@ def promote_if_live_gate(*, root: Path, conn: KafkaConnection, topics: ControlTo
             stop_rollout(conn=conn, stream=s, model_name=name, topics=topics,
                          reason=f"{name}:{version} promoted by the live gate")
     return decision
-
-
-def matrix_text(m: np.ndarray) -> list[list[str]]:
-    return [[str(int(x)) for x in row] for row in m]

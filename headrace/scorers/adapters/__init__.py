@@ -27,8 +27,10 @@ import numpy as np
 
 from headrace.core import heap
 from headrace.core.errors import ConfigError, PermanentError
-from headrace.core.llvm_guard import before_torch
+from headrace.core.llvm_guard import before_torch, load_in_safe_order
 from headrace.store.manifest import Manifest
+
+load_in_safe_order()  # before any framework module of this package: see core.llvm_guard
 
 ModelFn = Callable[[np.ndarray], np.ndarray]
 Inputs = dict[str, np.ndarray]

@@ -5,8 +5,8 @@ predict`` / ``headrace.models.load`` (``scorers/offline``) and the benchmarks al
 record is decoded and scored by the same code wherever it is scored.
 
 Decoding goes by the model's contract: a tabular model's inputs are one numeric input, decoded by
-the fast float-matrix codec (``decoding``; JSON also in the decode helper processes, ``ahead``);
-a signature model's inputs by their kinds (``scorers.wire.inputs``; ahead in a thread). Both
+the fast float-matrix codec (``wire.decoding``; JSON also in the decode helper processes,
+``ahead``); a signature model's inputs by their kinds (``wire.inputs``; ahead in a thread). Both
 give rows tied to their message (and Arrow row), the bad rows as ``BadInput``s; then the rows
 are scored (a row the model fails on is isolated by bisection and dead-lettered alone) and
 formatted.

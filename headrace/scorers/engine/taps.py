@@ -94,18 +94,6 @@ class Tap(Protocol):
         """The scorer is stopping (the last batch is committed)."""
 
 
-class DeliveringTap(Tap, Protocol):
-    """A tap with a second phase (optional: the scorer looks for the method)."""
-
-    def before_delivery(self, out: Outputs, wait: bool = True) -> None:
-        """The batch that published ``out`` is about to be flushed and committed: add
-        (``out.side``) the side outputs of the work ``after_scoring`` started for it.
-        ``wait=False``: asked early (before the next batch is scored, so the outputs travel
-        sooner), add only what is done already; nothing is ever added twice. A tap with
-        ``bind_sender(send: SendSide)`` may produce what it adds from its own thread before
-        this call (and must add it here all the same, ``sent``)."""
-
-
 @dataclass(frozen=True)
 class TapContext:
     """What a tap or role factory may use: the settings, the stream's scorer settings, the
@@ -168,9 +156,14 @@ def run_taps(taps: list[Tap], scored: Scored, metrics: ScorerMetrics) -> None:
 
 def run_before_delivery(taps: list[Tap], out: Outputs, metrics: ScorerMetrics, *,
                         wait: bool = True) -> int:
-    """Every tap's second phase on the batch about to be committed (``wait=False``: only what
-    is done already); where the new side outputs start in ``out.side``. A tap that raises
-    loses what it added this time only."""
+    """Every tap's second phase on the batch about to be committed; where the new side outputs
+    start in ``out.side``. A tap that raises loses what it added this time only.
+
+    The phase is a tap's optional ``before_delivery(out, wait)``: add (``out.side``) the side
+    outputs of the work ``after_scoring`` started for this batch; ``wait=False`` (asked before
+    the next batch is scored, so the outputs travel sooner): only what is done already, never
+    anything twice. A tap with ``bind_sender(send)`` may produce them from its own thread first
+    and must add them here all the same (``sent``)."""
     start = len(out.side)
     for tap in taps:
         finish = getattr(tap, "before_delivery", None)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headrace.contracts import LiveCounts, RolloutRole, parse
+from headrace.contracts import LiveCounts, RolloutRole
 from headrace.contracts.rollout import live_key
 from headrace.core.bad_records import BadRecords
 from headrace.core.errors import HeadraceError
@@ -30,6 +30,7 @@ from headrace.rollout.tally import LiveTally
 from headrace.scorers.engine.outputs import SideOutput
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection
+from headrace.streams.compacted import Latest
 from headrace.streams.producing import send_events
 from headrace.streams.reading import Follower, Record, follow_ends
 
@@ -222,12 +223,12 @@ class LiveCountsFollower:
 
     def __init__(self, conn: KafkaConnection, topic: str, stream: str) -> None:
         self.conn, self.topic, self.stream = conn, topic, stream
-        self._latest: dict[bytes, LiveCounts] = {}
-        self._lock = threading.Lock()
         self._idle_since: float | None = None
         self._thread: threading.Thread | None = None
-        self._prefix = f"{stream}|".encode()
+        prefix = f"{stream}|".encode()
         self.bad = BadRecords(log, f"live counts record on {topic}")
+        self._latest = Latest(LiveCounts, self.bad, keep=lambda k: k.startswith(prefix),
+                              newer=lambda old, new: new.next_offset >= old.next_offset)
 
     def start(self, stop: threading.Event) -> LiveCountsFollower:
         self._thread = threading.Thread(target=self._run, args=(stop,), name="live-counts",
@@ -251,13 +252,11 @@ class LiveCountsFollower:
 
     def latest_for(self, pair: Pair) -> dict[int, LiveCounts]:
         head = pair.key(0).rsplit(b"|", 1)[0] + b"|"
-        with self._lock:
-            return {rec.partition: rec for k, rec in self._latest.items()
-                    if k.startswith(head) and rec.role == pair.role}
+        return {rec.partition: rec for k, rec in self._latest.table().items()
+                if k.startswith(head) and rec.role == pair.role}
 
     def newest(self, pair: Pair, partition: int) -> LiveCounts | None:
-        with self._lock:
-            return self._latest.get(pair.key(partition))
+        return self._latest.get(pair.key(partition))
 
     def _run(self, stop: threading.Event) -> None:
         follower = Follower(self.conn, [self.topic], from_beginning=True)
@@ -276,18 +275,9 @@ class LiveCountsFollower:
             follower.close()
 
     def take(self, rec: Record) -> None:
-        """One record of the topic: this stream's counts are kept, an unreadable one skipped."""
-        if not rec.value or not (rec.key or b"").startswith(self._prefix):
-            return
-        try:
-            lc = parse(LiveCounts, rec.value)
-        except Exception as exc:  # whatever the bytes: the thread goes on
-            self.bad.skip(f"{rec.topic}/{rec.partition}@{rec.offset}", exc)
-            return
-        with self._lock:
-            old = self._latest.get(lc.key())
-            if old is None or lc.next_offset >= old.next_offset:
-                self._latest[lc.key()] = lc
+        """One record of the topic, folded into this stream's latest counts (``Latest``): a
+        tombstone, or bytes that are no counts (counted in ``bad``), remove the key."""
+        self._latest.take(rec)
 
 
 def changed_counts(comp: LiveComparison, topic: str) -> SideOutput | None:

@@ -9,9 +9,10 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from headrace.contracts import RolloutState, parse
+from headrace.contracts import RolloutState
 from headrace.core.bad_records import BadRecords
 from headrace.streams.clients import KafkaConnection
+from headrace.streams.compacted import Latest
 from headrace.streams.reading import Follower, Record, follow_ends
 from headrace.streams.topics import ControlTopics
 
@@ -36,6 +37,8 @@ class RolloutWatch:
         self._thread: threading.Thread | None = None
         self.version = 0  # bumped on every change (a tap can tell a new rollout from the last)
         self.bad = BadRecords(log, f"rollout state on {topic}")
+        self._key = stream.encode()
+        self._latest = Latest(RolloutState, self.bad, keep=lambda k: k == self._key)
 
     @property
     def current(self) -> RolloutState | None:
@@ -88,15 +91,19 @@ class RolloutWatch:
             follower.close()
 
     def take(self, rec: Record) -> None:
-        """One record of the topic: this stream's state applied, an unreadable one skipped."""
-        if rec.key != self.stream.encode() or not rec.value:
+        """One record of the topic, folded into the stream's latest state (``Latest``): a
+        tombstone, or bytes that are no state (counted in ``bad``), leave no rollout."""
+        if not self._latest.take(rec):
             return
-        try:
-            state = parse(RolloutState, rec.value)
-        except Exception as exc:  # whatever the bytes: the thread goes on
-            self.bad.skip(f"{rec.topic}/{rec.partition}@{rec.offset}", exc)
+        state = self._latest.get(self._key)
+        if state is not None:
+            self.apply(state)
             return
-        self.apply(state)
+        with self._changed:  # the stream's state removed: as if never set
+            self._current = None
+            self.version += 1
+            self._changed.notify_all()
+        log.info("rollout for %s removed", self.stream)
 
 
 def watch_of(ctx: TapContext) -> RolloutWatch | None:

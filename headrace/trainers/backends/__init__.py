@@ -6,9 +6,11 @@ import importlib
 
 from headrace.contracts import Framework
 from headrace.core.errors import ValidationFailed
-from headrace.core.llvm_guard import before_torch
+from headrace.core.llvm_guard import before_torch, load_in_safe_order
 from headrace.trainers.backends.base import Backend, DistributedRuntime
 from headrace.trainers.distributed.peers import GangMember
+
+load_in_safe_order()  # before any framework module of this package: see core.llvm_guard
 
 _MODULES = {Framework.TENSORFLOW: "tensorflow_keras", Framework.MXNET: "mxnet_gluon",
             Framework.TORCH: "torch_nn"}
