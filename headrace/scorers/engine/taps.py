@@ -37,11 +37,12 @@ from headrace.scorers.engine.outputs import Outputs, SideOutput
 if TYPE_CHECKING:
     from headrace.contracts import RolloutRole
     from headrace.core.settings import Settings
-    from headrace.scorers.wire.decoding import Features
-    from headrace.scorers.wire.inputs import Decoded
     from headrace.scorers.engine.metrics import ScorerMetrics
     from headrace.scorers.engine.models import LoadedModel
     from headrace.scorers.engine.settings import ScorerSettings
+    from headrace.scorers.wire.decoding import Features
+    from headrace.scorers.wire.inputs import Decoded
+    from headrace.scorers.wire.registry_records import RegistryRecords
     from headrace.streams.clients import KafkaConnection
     from headrace.streams.consuming import RawBatch
 
@@ -119,6 +120,7 @@ class TapContext:
     metrics: ScorerMetrics
     stop: threading.Event = field(default_factory=threading.Event)
     shared: dict[str, Any] = field(default_factory=dict)
+    registry: RegistryRecords | None = None  # the scorer's Schema Registry reader, if any
 
 
 TapFactory = Callable[[TapContext], "Tap | None"]

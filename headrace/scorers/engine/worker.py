@@ -46,13 +46,8 @@ import numpy as np
 
 from headrace.contracts import RolloutRole
 from headrace.core.errors import FatalError, RetriableError
-from headrace.scorers.wire import refusals, splitting
 from headrace.scorers.engine.batching import Batcher, rows_in
 from headrace.scorers.engine.core import ScoringCore
-from headrace.scorers.wire.decode_pool import DecodePool
-from headrace.scorers.wire.decoding import DecodedAhead, is_arrow_mask, tabular_row_bytes
-from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
-from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
 from headrace.scorers.engine.metrics import ScorerMetrics
 from headrace.scorers.engine.models import LoadedModel, ModelHolder
 from headrace.scorers.engine.outputs import Outputs
@@ -73,6 +68,12 @@ from headrace.scorers.engine.taps import (
     run_before_delivery,
     run_taps,
 )
+from headrace.scorers.wire import refusals, splitting
+from headrace.scorers.wire.decode_pool import DecodePool
+from headrace.scorers.wire.decoding import DecodedAhead, is_arrow_mask, tabular_row_bytes
+from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
+from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
+from headrace.scorers.wire.registry_records import REGISTRY_STAGE
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import Refused
 
@@ -239,6 +240,9 @@ class Worker:
         idx = np.flatnonzero(~arrow)
         if len(idx) < self.ahead_min:
             return False
+        registry = self.limits.registry
+        if registry is not None and registry.wire_mask(batch.values).any():
+            return False  # the helpers read JSON alone; wire records are decoded here
         values = batch.values if len(idx) == len(batch) else [batch.values[i]
                                                                for i in idx.tolist()]
         if not self.decoders.submit(values, model.features):
@@ -318,12 +322,7 @@ class Worker:
             raise FatalError("no model loaded")
         if self._pending is not None:
             self._late_side(self._pending.out, wait=False)
-        route = self._routing(model)
-        if route is not None:
-            out = route.handle(batch, model, self)
-        else:
-            out = self.core.score(batch, model, ahead)
-            self.finish(batch, model, out, None)
+        out = self._score_holding(batch, model, ahead)
         out.received_ms = batch.received_ms
         offsets = batch.next_offsets()
         if self.transactional:
@@ -333,6 +332,25 @@ class Worker:
         self.complete_pending()
         self._produce(out)
         self._pending = _Pending(out, offsets, len(batch), t0, batch.consumed_at)
+
+    def _score_holding(self, batch: RawBatch, model: LoadedModel,
+                       ahead: DecodedAhead | Decoded | None) -> Outputs:
+        """Score the batch; while decoding it cannot finish for now (a Schema Registry that
+        does not answer), hold the partitions (nothing is consumed, nothing dead-lettered)
+        and try again."""
+        delay = 0.05
+        while True:
+            try:
+                route = self._routing(model)
+                if route is not None:
+                    return route.handle(batch, model, self)
+                out = self.core.score(batch, model, ahead)
+                self.finish(batch, model, out, None)
+                return out
+            except RetriableError as exc:
+                self._retrying("schema_registry" if exc.stage == REGISTRY_STAGE else "decode",
+                               exc, delay, keep=self.io.hold)
+                delay = min(delay * 2, MAX_BACKOFF_S)
 
     def _routing(self, model: LoadedModel) -> Routing | None:
         """The role that splits this batch between models, if one does (a canary)."""
