@@ -290,3 +290,24 @@ def test_the_scoring_core_puts_the_schema_id_in_the_dead_letter() -> None:
     h = hdr.to_dict(letter.headers())
     assert h[dlq.DLQ_SCHEMA_ID] == "42" and h[dlq.DLQ_STAGE] == "decode"
     assert "schema id 42 is unknown" in h[dlq.DLQ_ERROR_MESSAGE]
+
+
+def test_fixed_width_records_read_in_place_as_when_gathered() -> None:
+    schema = {"type": "record", "name": "Flat", "fields": [
+        {"name": "a", "type": "float"}, {"name": "b", "type": "double"},
+        {"name": "c", "type": "float"}]}
+    compiled = avro_columns.compile_schema(json.dumps(schema))
+    rng = np.random.default_rng(2)
+    recs = [{"a": float(np.float32(v)), "b": float(w), "c": -1.0}
+            for v, w in rng.normal(size=(50, 2))]
+    bodies = [avro_body(schema, r) for r in recs]
+    assert len({len(b) for b in bodies}) == 1  # equally spaced: read as strided views
+    cols, errors = compiled.columns([b"hdr" + b for b in bodies], ["a", "b", "c"], skip=3)
+    assert not errors and cols["b"].to_pylist() == [r["b"] for r in recs]
+    # One body cut short: the rows are no longer equally spaced, so they are gathered.
+    bodies[7] = bodies[7][:-1]
+    cols, errors = compiled.columns(bodies, ["a", "b", "c"])
+    assert list(errors) == [7]
+    want = [r["a"] for r in recs]
+    want[7] = None
+    assert cols["a"].to_pylist() == want

@@ -54,14 +54,14 @@ class AvroColumns:
     def vectorised(self) -> bool:
         return self._plan is not None
 
-    def columns(self, bodies: Sequence[bytes], wanted: Iterable[str]
+    def columns(self, values: Sequence[bytes], wanted: Iterable[str], skip: int = 0
                 ) -> tuple[dict[str, pa.Array], RowErrors]:
-        """The ``wanted`` fields the schema has, one row per body (a bad body's row is
-        null), and the bodies that do not decode with why."""
+        """The ``wanted`` fields the schema has, one row per value (its body from byte
+        ``skip`` on; a bad body's row is null), and the bodies that do not decode with why."""
         want = [f for f in dict.fromkeys(wanted) if f in set(self.fields)]
         if self._plan is not None:
-            return _vectorised(self._plan, bodies, want)
-        return _per_record(self._parsed, bodies, want)
+            return _vectorised(self._plan, values, want, skip)
+        return _per_record(self._parsed, [v[skip:] for v in values] if skip else values, want)
 
 
 def compile_schema(schema_str: str) -> AvroColumns:
@@ -183,12 +183,12 @@ def _plan_field(path: str, t: Any, named: dict[str, Any]) -> _Field:
 class _Reader:
     """Every body's read position, advanced a field at a time."""
 
-    def __init__(self, bodies: Sequence[bytes]) -> None:
-        n = len(bodies)
-        lengths = np.fromiter(map(len, bodies), np.int64, n)
+    def __init__(self, values: Sequence[bytes], skip: int) -> None:
+        n = len(values)
+        lengths = np.fromiter(map(len, values), np.int64, n)
         self.end = np.cumsum(lengths)
-        self.pos = self.end - lengths
-        self.buf = np.frombuffer(b"".join(bodies) + bytes(_PAD), np.uint8)
+        self.pos = self.end - lengths + skip
+        self.buf = np.frombuffer(b"".join(values) + bytes(_PAD), np.uint8)
         self.last = len(self.buf) - _PAD  # clamp reads here: a bad body never reads outside
         self.bad = np.zeros(n, bool)
 
@@ -217,6 +217,26 @@ class _Reader:
         self.pos[rows] = p + width
         return self.buf[p[:, None] + np.arange(width)]
 
+    def floats(self, rows: np.ndarray, run: Sequence[_Field]) -> list[np.ndarray]:
+        """A run of float / double fields, each as a contiguous array: read in place as
+        strided views when the rows sit equally spaced (records of one length), else one
+        gather for the whole run."""
+        widths = [8 if f.kind == "double" else 4 for f in run]
+        total = sum(widths)
+        p = np.minimum(self.pos[rows], self.last)
+        self.pos[rows] = p + total
+        m = len(rows)
+        offsets = np.cumsum([0, *widths[:-1]]).tolist()
+        stride = int(p[1] - p[0]) if m > 1 else total
+        if m and stride >= total and int(p[0]) + (m - 1) * stride + total <= len(self.buf) and (
+                m == 1 or bool((np.diff(p) == stride).all())):
+            return [np.ascontiguousarray(np.ndarray((m,), f"<f{w}", self.buf, int(p[0]) + o,
+                                                    (stride,)))
+                    for w, o in zip(widths, offsets, strict=True)]
+        block = self.buf[p[:, None] + np.arange(total)]
+        return [np.ascontiguousarray(block[:, o:o + w]).view(f"<f{w}").reshape(-1)
+                for w, o in zip(widths, offsets, strict=True)]
+
     def blobs(self, rows: np.ndarray, keep: bool) -> tuple[np.ndarray, np.ndarray] | None:
         """Length-prefixed bytes at ``rows``: (lengths, the bytes back to back) or None."""
         size = self.varint(rows)
@@ -233,10 +253,10 @@ class _Reader:
         return size, self.buf[idx]
 
 
-def _vectorised(plan: _Record, bodies: Sequence[bytes], want: list[str]
+def _vectorised(plan: _Record, values: Sequence[bytes], want: list[str], skip: int
                 ) -> tuple[dict[str, pa.Array], RowErrors]:
-    n = len(bodies)
-    r = _Reader(bodies)
+    n = len(values)
+    r = _Reader(values, skip)
     cols: dict[str, pa.Array] = {}
     _read_record(r, plan, np.arange(n, dtype=np.int64), n, set(want), cols)
     r.bad |= r.pos != r.end  # a body longer or shorter than its schema says
@@ -257,7 +277,18 @@ def _null_where_bad(arr: pa.Array, valid: pa.Array) -> pa.Array:
 
 def _read_record(r: _Reader, rec: _Record, rows: np.ndarray, n: int, want: set[str],
                  cols: dict[str, pa.Array]) -> None:
-    for f in rec.fields:
+    run: list[_Field] = []
+    for f in (*rec.fields, None):
+        if f is not None and f.kind in ("float", "double") and f.nullable is None:
+            run.append(f)  # read with its neighbours, once
+            continue
+        if run:
+            for g, arr in zip(run, r.floats(rows, run), strict=True):
+                if g.path in want:
+                    cols[g.path] = _scatter(pa.array(arr), rows, n)
+            run = []
+        if f is None:
+            break
         present = rows
         if f.nullable is not None:
             branch = r.varint(rows)

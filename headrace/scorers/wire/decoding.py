@@ -155,9 +155,9 @@ def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None 
 
 def wire_rows(wired: WireRecords, features: Sequence[str], bad: list[BadInput]
               ) -> tuple[np.ndarray, np.ndarray]:
-    """The wire records' feature rows (float64, NaN where null) and their messages; the bad
+    """The wire records' feature rows (float32, NaN where null) and their messages; the bad
     ones added to ``bad``."""
-    xs = [np.zeros((0, len(features)))]
+    xs = [np.zeros((0, len(features)), np.float32)]
     msgs = [np.zeros(0, np.int64)]
     bad += [BadInput(i, None, exc, exc.stage or "decode") for i, exc in wired.bad]
     for g in wired.groups:
@@ -166,7 +166,7 @@ def wire_rows(wired: WireRecords, features: Sequence[str], bad: list[BadInput]
             bad += [BadInput(int(g.messages[r]), None, SchemaRecordFailed(
                 f"schema id {g.schema_id}: {why}", schema_id=g.schema_id, stage=stage), stage)
                 for r, stage, why in errs]
-            xs.append(gx.astype(np.float64))
+            xs.append(gx)
             msgs.append(g.messages[ok])
             continue
         bad += [BadInput(int(g.messages[r]), None, exc, exc.stage or "decode")
@@ -175,24 +175,34 @@ def wire_rows(wired: WireRecords, features: Sequence[str], bad: list[BadInput]
         keep[list(g.bad)] = False
         if not keep.any():
             continue
+        gx = np.empty((len(keep), len(features)), np.float32)
         try:
-            table = _arrow_features(pa.table({f: _typed(g.columns[f]) for f in features}),
-                                    features)
+            with np.errstate(over="ignore"):  # out of float32 range: inf, refused as such
+                for j, f in enumerate(features):
+                    gx[:, j] = _numbers(g.columns[f], f)
         except ValidationFailed as exc:
             bad += [BadInput(int(m), None, SchemaRecordFailed(
                 f"schema id {g.schema_id}: {exc}", schema_id=g.schema_id, stage="validate"),
                 "validate") for m in g.messages[keep].tolist()]
             continue
-        gx = np.asarray(table.to_batches()[0].to_tensor(null_to_nan=True)) if len(
-            features) else np.zeros((len(keep), 0))
-        xs.append(np.asarray(gx, np.float64)[keep])
+        xs.append(gx if keep.all() else gx[keep])
         msgs.append(g.messages[keep])
     return np.concatenate(xs), np.concatenate(msgs)
 
 
-def _typed(col: pa.Array) -> pa.Array:
-    """A column null in every row has Arrow's null type: as numbers, each row is missing."""
-    return col.cast(pa.float64()) if pa.types.is_null(col.type) else col
+def _numbers(col: pa.Array, name: str) -> np.ndarray:
+    """A numeric column as float64 with NaN for null; ``ValidationFailed`` for another type."""
+    t = col.type
+    if pa.types.is_null(t):  # null in every row: each row is missing
+        return np.full(len(col), np.nan)
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_decimal(t)):
+        raise ValidationFailed(f"feature column {name!r} has non-numeric type {t}",
+                               stage="validate")
+    if not pa.types.is_floating(t):
+        col = col.cast(pa.float64())
+    return np.asarray(col.to_numpy(zero_copy_only=False), np.float64) if col.null_count else \
+        col.to_numpy(zero_copy_only=False)
 
 
 def with_schema_id(b: BadInput, batch: RawBatch) -> BadInput:

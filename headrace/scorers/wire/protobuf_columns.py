@@ -40,11 +40,12 @@ class ProtobufColumns:
     _file: Any  # FileDescriptor
     _classes: dict[tuple[int, ...], Any]  # message class by Confluent message-index path
 
-    def columns(self, bodies: Sequence[bytes], wanted: Iterable[str]
+    def columns(self, values: Sequence[bytes], wanted: Iterable[str], skip: int = 0
                 ) -> tuple[dict[str, pa.Array], dict[int, str]]:
+        """The ``wanted`` fields, one row per value (its body from byte ``skip`` on)."""
         have = set(self.fields)
         want = [f for f in dict.fromkeys(wanted) if f in have]
-        msgs, errors = self._parse(bodies)
+        msgs, errors = self._parse(values, skip)
         good = [m for m in msgs if m is not None]
         rows = np.fromiter((m is not None for m in msgs), bool, len(msgs))
         cols: dict[str, pa.Array] = {}
@@ -54,15 +55,17 @@ class ProtobufColumns:
             cols[f] = arr if rows.all() else _spread(arr, rows)
         return cols, errors
 
-    def _parse(self, bodies: Sequence[bytes]) -> tuple[list[Any], dict[int, str]]:
+    def _parse(self, values: Sequence[bytes], skip: int) -> tuple[list[Any], dict[int, str]]:
         first = self._classes[(0,)].FromString
         msgs: list[Any] = []
         errors: dict[int, str] = {}
-        for i, body in enumerate(bodies):
+        zero = skip + 1
+        for i, value in enumerate(values):
             try:
-                if body[:1] == b"\x00":  # the first message: the common case
-                    msgs.append(first(body[1:]))
+                if value[skip:zero] == b"\x00":  # the first message: the common case
+                    msgs.append(first(value[zero:]))
                     continue
+                body = value[skip:]
                 path, start = _indexes(body)
                 cls = self._classes.get(path)
                 if cls is None:

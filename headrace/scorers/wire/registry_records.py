@@ -20,6 +20,7 @@ the batch again once the registry answers.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,6 +38,7 @@ MAGIC = b"\x00"
 HEADER_BYTES = 5
 UNKNOWN_RETRY_S = 30.0  # an id the registry did not know is asked again after this long
 MAX_SCHEMAS = 10_000
+_HEADER = operator.itemgetter(slice(0, HEADER_BYTES))
 REGISTRY_STAGE = "registry"  # a RetriableError's stage: waiting for the registry
 
 
@@ -71,7 +73,7 @@ class ColumnsDecoder(Protocol):
     @property
     def fields(self) -> tuple[str, ...]: ...
 
-    def columns(self, bodies: Sequence[bytes], wanted: Iterable[str]
+    def columns(self, values: Sequence[bytes], wanted: Iterable[str], skip: int = 0
                 ) -> tuple[dict[str, pa.Array], dict[int, str]]: ...
 
 
@@ -195,29 +197,35 @@ class RegistryRecords:
         into the ``wanted`` fields (the model's inputs); a group whose schema lacks one of
         them is refused whole."""
         bad: list[tuple[int, SchemaRecordFailed]] = []
-        ids: dict[int, list[int]] = {}
-        for i in messages.tolist():
-            v = values[i]
-            if len(v) < HEADER_BYTES:
-                bad.append((i, SchemaRecordFailed(
-                    f"wire-format record of {len(v)} bytes: shorter than its 5-byte header",
-                    schema_id=None)))
-                continue
-            ids.setdefault(int.from_bytes(v[1:HEADER_BYTES], "big"), []).append(i)
+        mine = values if len(messages) == len(values) else [values[i]
+                                                             for i in messages.tolist()]
+        lengths = np.fromiter(map(len, mine), np.int64, len(mine))
+        short = lengths < HEADER_BYTES
+        if short.any():
+            bad += [(int(messages[k]), SchemaRecordFailed(
+                f"wire-format record of {int(lengths[k])} bytes: shorter than its 5-byte "
+                f"header", schema_id=None)) for k in np.flatnonzero(short).tolist()]
+            keep = np.flatnonzero(~short)
+            messages, mine = messages[keep], [mine[k] for k in keep.tolist()]
+        # Every header at once: bytes 1-4 of each value, big-endian.
+        heads = np.frombuffer(b"".join(map(_HEADER, mine)), np.uint8).reshape(-1, HEADER_BYTES)
+        ids = heads[:, 1:].copy().view(">u4").reshape(-1)
         groups = []
-        for schema_id, members in ids.items():
+        for schema_id in np.unique(ids).tolist():
+            at = np.flatnonzero(ids == schema_id)
+            members = messages[at]
             try:
                 dec = self.decoder(schema_id)
                 _check_fields(dec, schema_id, wanted)
             except SchemaRecordFailed as exc:
-                bad += zip(members, repeat(exc))
+                bad += zip(members.tolist(), repeat(exc))
                 continue
-            group = Group(schema_id, np.asarray(members, np.int64))
-            bodies = [values[i][HEADER_BYTES:] for i in members]
+            group = Group(schema_id, members.astype(np.int64))
+            part = mine if len(at) == len(mine) else [mine[k] for k in at.tolist()]
             if isinstance(dec, JsonBodies):
-                group.json = bodies
+                group.json = [v[HEADER_BYTES:] for v in part]
             else:
-                group.columns, errors = dec.columns(bodies, wanted)
+                group.columns, errors = dec.columns(part, wanted, HEADER_BYTES)
                 group.bad = {r: SchemaRecordFailed(f"schema id {schema_id}: {why}",
                                                    schema_id=schema_id)
                              for r, why in errors.items()}
