@@ -300,9 +300,9 @@ def _read_record(r: _Reader, rec: _Record, rows: np.ndarray, n: int, want: set[s
             _read_record(r, f.record, present, n, want, cols)
             continue
         keep = f.path in want
-        arr = _read_value(r, f, present, keep)
-        if keep:
-            cols[f.path] = _scatter(arr, present, n)
+        value = _read_value(r, f, present, keep)
+        if value is not None:
+            cols[f.path] = _scatter(value, present, n)
 
 
 def _read_value(r: _Reader, f: _Field, rows: np.ndarray, keep: bool) -> pa.Array | None:
