@@ -311,3 +311,34 @@ def test_fixed_width_records_read_in_place_as_when_gathered() -> None:
     want = [r["a"] for r in recs]
     want[7] = None
     assert cols["a"].to_pylist() == want
+
+
+FIXED = """
+syntax = "proto3";
+message Point { float a = 1; double b = 2; optional fixed32 c = 3; sfixed64 d = 4; }
+"""
+
+
+def test_protobuf_records_of_one_layout_are_read_in_place_as_the_runtime_reads_them() -> None:
+    compiled = protobuf_columns.compile_schema(FIXED)
+    assert compiled.vectorised
+    cls = compiled._classes[(0,)]
+    rng = np.random.default_rng(4)
+    msgs = [cls(a=float(np.float32(v)), b=float(w), c=7, d=-int(k))
+            for (v, w), k in zip(rng.normal(size=(40, 2)), range(1, 41), strict=True)]
+    values = [frame(2, b"\x00" + m.SerializeToString()) for m in msgs]
+    wanted = ["a", "b", "c", "d"]
+    fast, errors = compiled.columns(values, wanted, 5)
+    assert not errors
+    other = frame(2, b"\x02\x00" + msgs[0].SerializeToString())  # indexes [0] spelled out
+    slow, _ = compiled.columns([other, *values], wanted, 5)  # not one layout: the runtime
+    for f in wanted:
+        assert fast[f].to_pylist() == slow[f].to_pylist()[1:], f
+    assert fast["d"].to_pylist()[:3] == [-1, -2, -3]
+    # c left out of some records (no presence bit set): not one layout, so the runtime reads
+    # them, and the absent optional field is null.
+    msgs[3].ClearField("c")
+    values[3] = frame(2, b"\x00" + msgs[3].SerializeToString())
+    mixed, errors = compiled.columns(values, wanted, 5)
+    assert not errors and mixed["c"].to_pylist()[2:5] == [7, None, 7]
+    assert mixed["a"].to_pylist() == fast["a"].to_pylist()

@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from headrace.scorers.wire.byte_positions import Positions
+
 # A body that does not decode, by its position in the group.
 RowErrors = dict[int, str]
 
@@ -34,7 +36,6 @@ _PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "string", "b
 _AS_NUMBER = {"date", "time-millis", "time-micros", "timestamp-millis", "timestamp-micros",
               "timestamp-nanos", "local-timestamp-millis", "local-timestamp-micros",
               "local-timestamp-nanos", "uuid"}
-_PAD = 16  # zero bytes after the last body: a read past a record's end stays in the buffer
 
 
 class SchemaUnusable(ValueError):
@@ -180,86 +181,13 @@ def _plan_field(path: str, t: Any, named: dict[str, Any]) -> _Field:
     raise _NotFlat
 
 
-class _Reader:
-    """Every body's read position, advanced a field at a time."""
-
-    def __init__(self, values: Sequence[bytes], skip: int) -> None:
-        n = len(values)
-        lengths = np.fromiter(map(len, values), np.int64, n)
-        self.end = np.cumsum(lengths)
-        self.pos = self.end - lengths + skip
-        self.buf = np.frombuffer(b"".join(values) + bytes(_PAD), np.uint8)
-        self.last = len(self.buf) - _PAD  # clamp reads here: a bad body never reads outside
-        self.bad = np.zeros(n, bool)
-
-    def varint(self, rows: np.ndarray) -> np.ndarray:
-        """Zigzag varints (Avro int and long) at ``rows``' positions, as int64."""
-        p = np.minimum(self.pos[rows], self.last)
-        acc = np.zeros(len(rows), np.uint64)
-        size = np.zeros(len(rows), np.int64)
-        active = np.arange(len(rows))
-        for k in range(10):
-            b = self.buf[p[active] + k]
-            acc[active] |= (b & 0x7F).astype(np.uint64) << np.uint64(7 * k)
-            more = (b & 0x80) != 0
-            size[active[~more]] = k + 1
-            active = active[more]
-            if not len(active):
-                break
-        if len(active):
-            self.bad[rows[active]] = True
-            size[active] = 10
-        self.pos[rows] = p + size
-        return ((acc >> np.uint64(1)) ^ (np.uint64(0) - (acc & np.uint64(1)))).view(np.int64)
-
-    def fixed(self, rows: np.ndarray, width: int) -> np.ndarray:
-        p = np.minimum(self.pos[rows], self.last)
-        self.pos[rows] = p + width
-        return self.buf[p[:, None] + np.arange(width)]
-
-    def floats(self, rows: np.ndarray, run: Sequence[_Field]) -> list[np.ndarray]:
-        """A run of float / double fields, each as a contiguous array: read in place as
-        strided views when the rows sit equally spaced (records of one length), else one
-        gather for the whole run."""
-        widths = [8 if f.kind == "double" else 4 for f in run]
-        total = sum(widths)
-        p = np.minimum(self.pos[rows], self.last)
-        self.pos[rows] = p + total
-        m = len(rows)
-        offsets = np.cumsum([0, *widths[:-1]]).tolist()
-        stride = int(p[1] - p[0]) if m > 1 else total
-        if m and stride >= total and int(p[0]) + (m - 1) * stride + total <= len(self.buf) and (
-                m == 1 or bool((np.diff(p) == stride).all())):
-            return [np.ascontiguousarray(np.ndarray((m,), f"<f{w}", self.buf, int(p[0]) + o,
-                                                    (stride,)))
-                    for w, o in zip(widths, offsets, strict=True)]
-        block = self.buf[p[:, None] + np.arange(total)]
-        return [np.ascontiguousarray(block[:, o:o + w]).view(f"<f{w}").reshape(-1)
-                for w, o in zip(widths, offsets, strict=True)]
-
-    def blobs(self, rows: np.ndarray, keep: bool) -> tuple[np.ndarray, np.ndarray] | None:
-        """Length-prefixed bytes at ``rows``: (lengths, the bytes back to back) or None."""
-        size = self.varint(rows)
-        p = self.pos[rows]
-        wrong = (size < 0) | (size > self.end[rows] - p)
-        if wrong.any():
-            self.bad[rows[wrong]] = True
-            size = np.where(wrong, 0, size)
-        self.pos[rows] = p + size
-        if not keep:
-            return None
-        starts = np.cumsum(size) - size
-        idx = np.repeat(p - starts, size) + np.arange(int(size.sum()), dtype=np.int64)
-        return size, self.buf[idx]
-
-
 def _vectorised(plan: _Record, values: Sequence[bytes], want: list[str], skip: int
                 ) -> tuple[dict[str, pa.Array], RowErrors]:
     n = len(values)
-    r = _Reader(values, skip)
+    r = Positions(values, skip)
     cols: dict[str, pa.Array] = {}
     _read_record(r, plan, np.arange(n, dtype=np.int64), n, set(want), cols)
-    r.bad |= r.pos != r.end  # a body longer or shorter than its schema says
+    r.finish()  # a body longer or shorter than its schema says
     errors: RowErrors = {}
     if r.bad.any():
         errors = {int(i): f"body does not decode as its Avro schema says (record {i})"
@@ -275,7 +203,7 @@ def _null_where_bad(arr: pa.Array, valid: pa.Array) -> pa.Array:
     return pc.if_else(valid, arr, pa.scalar(None, arr.type))
 
 
-def _read_record(r: _Reader, rec: _Record, rows: np.ndarray, n: int, want: set[str],
+def _read_record(r: Positions, rec: _Record, rows: np.ndarray, n: int, want: set[str],
                  cols: dict[str, pa.Array]) -> None:
     run: list[_Field] = []
     for f in (*rec.fields, None):
@@ -283,7 +211,8 @@ def _read_record(r: _Reader, rec: _Record, rows: np.ndarray, n: int, want: set[s
             run.append(f)  # read with its neighbours, once
             continue
         if run:
-            for g, arr in zip(run, r.floats(rows, run), strict=True):
+            widths = [8 if g.kind == "double" else 4 for g in run]
+            for g, arr in zip(run, r.floats(rows, widths), strict=True):
                 if g.path in want:
                     cols[g.path] = _scatter(pa.array(arr), rows, n)
             run = []
@@ -305,7 +234,7 @@ def _read_record(r: _Reader, rec: _Record, rows: np.ndarray, n: int, want: set[s
             cols[f.path] = _scatter(value, present, n)
 
 
-def _read_value(r: _Reader, f: _Field, rows: np.ndarray, keep: bool) -> pa.Array | None:
+def _read_value(r: Positions, f: _Field, rows: np.ndarray, keep: bool) -> pa.Array | None:
     k = f.kind
     if k in ("int", "long"):
         ints = r.varint(rows)

@@ -3,9 +3,10 @@
 The registry gives a schema as ``.proto`` text (or, asked for ``format=serialized``, a
 base64 ``FileDescriptorProto``); ``proto_text`` turns the text into a descriptor and the
 ``protobuf`` runtime builds a message class from it in a pool of its own (two versions of one
-message never meet). Each body is parsed by the runtime (C, upb) and the fields the model reads
-are taken from the message: a Python object per record, which Protobuf's runtime offers no way
-around (measured in ``bench/bench_avro_decode.py --format protobuf``).
+message never meet). A message of scalar fields (numbers, booleans, enums, strings) is read by
+``protobuf_flat`` a tag at a time over the whole batch, no object per record; any other is
+parsed by the runtime (C, upb) record by record and the fields the model reads are taken from
+the messages with C-level maps.
 
 A body starts with the Confluent message indexes (which message of the file: a zigzag varint
 count, then that many indexes; a lone 0 means the first message). Columns are named by path
@@ -27,6 +28,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from headrace.scorers.wire import protobuf_flat
+
+# FieldDescriptor.TYPE_* of the numbers read straight into numpy
+_NUMPY = {1: np.float64, 2: np.float32, 3: np.int64, 4: np.uint64, 5: np.int32, 6: np.uint64,
+          7: np.uint32, 13: np.uint32, 15: np.int32, 16: np.int64, 17: np.int32, 18: np.int64}
 _WELL_KNOWN = ("timestamp", "duration", "wrappers", "struct", "any", "empty", "field_mask")
 
 
@@ -39,12 +45,21 @@ class ProtobufColumns:
     fields: tuple[str, ...]
     _file: Any  # FileDescriptor
     _classes: dict[tuple[int, ...], Any]  # message class by Confluent message-index path
+    _flat: protobuf_flat.FlatPlan | None = None  # the first message, all scalar fields
+
+    @property
+    def vectorised(self) -> bool:
+        return self._flat is not None
 
     def columns(self, values: Sequence[bytes], wanted: Iterable[str], skip: int = 0
                 ) -> tuple[dict[str, pa.Array], dict[int, str]]:
         """The ``wanted`` fields, one row per value (its body from byte ``skip`` on)."""
         have = set(self.fields)
         want = [f for f in dict.fromkeys(wanted) if f in have]
+        if self._flat is not None and _all_first(values, skip):
+            got = protobuf_flat.read(self._flat, values, skip + 1, want)
+            if got is not None:
+                return got, {}
         msgs, errors = self._parse(values, skip)
         good = [m for m in msgs if m is not None]
         rows = np.fromiter((m is not None for m in msgs), bool, len(msgs))
@@ -98,8 +113,11 @@ def _column(desc: Any, path: str, msgs: list[Any]) -> pa.Array:
             desc = fd.message_type
     if fd.message_type is not None:
         return pa.nulls(n)  # a message is read by its fields' paths
-    values = list(map(attrgetter(path), msgs))
     mask = None if present.all() else ~present
+    number = _NUMPY.get(fd.type)
+    if number is not None and not _repeated(fd):  # straight into numpy, no list
+        return pa.array(np.fromiter(map(attrgetter(path), msgs), number, n), mask=mask)
+    values = list(map(attrgetter(path), msgs))
     if _repeated(fd):
         values = list(map(list, values))
         if fd.enum_type is not None:
@@ -122,6 +140,12 @@ def _spread(arr: pa.Array, rows: np.ndarray) -> pa.Array:
     at = np.full(len(rows), -1, np.int64)
     at[rows] = np.arange(int(rows.sum()))
     return arr.take(pa.array(at, mask=at < 0))
+
+
+def _all_first(values: Sequence[bytes], skip: int) -> bool:
+    """Whether every value's message indexes are the lone 0 (the schema's first message)."""
+    zero = skip + 1
+    return all(v[skip:zero] == b"\x00" for v in values)
 
 
 def _indexes(body: bytes) -> tuple[tuple[int, ...], int]:
@@ -193,7 +217,7 @@ def compile_schema(schema_str: str) -> ProtobufColumns:
     walk(file.message_types_by_name.values(), ())
     first = next(iter(file.message_types_by_name.values()))
     fields += _paths(first, "", set())
-    return ProtobufColumns(tuple(fields), file, classes)
+    return ProtobufColumns(tuple(fields), file, classes, protobuf_flat.plan(first))
 
 
 def _paths(desc: Any, prefix: str, seen: set[str]) -> list[str]:
