@@ -274,6 +274,9 @@ class Worker:
         if ahead.inputs is not None:
             try:
                 decoded = ahead.inputs.result()
+            except RetriableError as exc:  # the scorer thread holds the stream until it passes
+                log.warning("decoding ahead: %s; the batch is decoded again", exc)
+                decoded = None
             except Exception:  # decoded again on the scorer thread, which reports it as before
                 log.exception("decoding ahead failed; the batch is decoded again")
                 decoded = None
