@@ -342,3 +342,19 @@ def test_protobuf_records_of_one_layout_are_read_in_place_as_the_runtime_reads_t
     mixed, errors = compiled.columns(values, wanted, 5)
     assert not errors and mixed["c"].to_pylist()[2:5] == [7, None, 7]
     assert mixed["a"].to_pylist() == fast["a"].to_pylist()
+
+
+def test_an_avro_array_feeds_a_tensor_input_and_a_wrong_length_is_refused() -> None:
+    schema = {"type": "record", "name": "T", "fields": [
+        {"name": "v", "type": {"type": "array", "items": "float"}},
+        {"name": "k", "type": {"type": "enum", "name": "E", "symbols": ["a", "b"]}}]}
+    registry = RegistryRecords(Schemas({1: ("AVRO", schema)}))
+    sig = (ModelInput(name="v", kind=InputKind.TENSOR, dtype="float32", shape=(3,)),
+           ModelInput(name="k", kind=InputKind.CATEGORY, dtype="string"))
+    values = [frame(1, avro_body(schema, {"v": [1, 2, 3], "k": "b"})),
+              frame(1, avro_body(schema, {"v": [1, 2], "k": "a"}))]
+    got = decode_inputs(batch(values), sig, InputLimits(registry=registry))
+    np.testing.assert_array_equal(got.arrays["v"], [[1, 2, 3]])
+    assert got.arrays["k"].tolist() == ["b"]
+    assert [(b.message, str(b.error)) for b in got.bad] == [
+        (1, "schema id 1: input 'v': wrong tensor shape, the model takes (3,)")]
