@@ -172,6 +172,7 @@ class Worker:
         self.decoders = decoders
         self._ahead: _Ahead | None = None
         self._revocations = 0
+        self._held_revoked: set[tuple[str, int]] | None = None  # revoked during a hold
         self._inputs_thread: ThreadPoolExecutor | None = None  # signature decode-ahead
         # Taps' threads produce their side outputs early (``taps.SendSide``); the epoch moves
         # when what was produced may be lost (a renewed producer, a failed delivery).
@@ -223,6 +224,8 @@ class Worker:
         self.batcher.revoked(tps)
         if self._ahead is not None:
             self._ahead.revoked.update(tps)
+        if self._held_revoked is not None:  # during a hold: the held batch loses them
+            self._held_revoked.update(tps)
 
     def _decode_ahead(self, batch: RawBatch) -> bool:
         """Hand a big JSON batch's records to the decode helpers (a signature model's batch to
@@ -325,7 +328,7 @@ class Worker:
             raise FatalError("no model loaded")
         if self._pending is not None:
             self._late_side(self._pending.out, wait=False)
-        out = self._score_holding(batch, model, ahead)
+        batch, out = self._score_holding(batch, model, ahead)
         out.received_ms = batch.received_ms
         offsets = batch.next_offsets()
         if self.transactional:
@@ -337,22 +340,29 @@ class Worker:
         self._pending = _Pending(out, offsets, len(batch), t0, batch.consumed_at)
 
     def _score_holding(self, batch: RawBatch, model: LoadedModel,
-                       ahead: DecodedAhead | Decoded | None) -> Outputs:
+                       ahead: DecodedAhead | Decoded | None) -> tuple[RawBatch, Outputs]:
         """Score the batch; while decoding it cannot finish for now (a Schema Registry that
         does not answer), hold the partitions (nothing is consumed, nothing dead-lettered)
-        and try again."""
+        and try again. Partitions revoked meanwhile leave the batch (their next owner reads
+        them from the last commit): the batch that was scored, and its outputs."""
         delay = 0.05
         while True:
             try:
                 route = self._routing(model)
                 if route is not None:
-                    return route.handle(batch, model, self)
+                    return batch, route.handle(batch, model, self)
                 out = self.core.score(batch, model, ahead)
                 self.finish(batch, model, out, None)
-                return out
+                return batch, out
             except RetriableError as exc:
-                self._retrying("schema_registry" if exc.stage == REGISTRY_STAGE else "decode",
-                               exc, delay, keep=self.io.hold)
+                self._held_revoked = set()
+                try:
+                    self._retrying("schema_registry" if exc.stage == REGISTRY_STAGE
+                                   else "decode", exc, delay, keep=self.io.hold)
+                finally:
+                    revoked, self._held_revoked = self._held_revoked, None
+                if revoked:
+                    batch, ahead = self.batcher.keep_owned(batch, revoked), None
                 delay = min(delay * 2, MAX_BACKOFF_S)
 
     def _routing(self, model: LoadedModel) -> Routing | None:
