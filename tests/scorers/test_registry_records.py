@@ -104,7 +104,9 @@ FEATURES = ("x", "loc.lat", "ratio")
 
 def test_a_writer_schema_that_evolves_is_read_by_each_id_in_one_batch() -> None:
     v1 = READING
-    v2 = {**READING, "fields": [*READING["fields"],  # a new field with a default, a new record
+    # v2: a new field with a default, a new nested record; v3: two fields removed; v4: the
+    # nested record the model reads removed.
+    v2: dict[str, Any] = {**READING, "fields": [*READING["fields"],
                                 {"name": "extra", "type": "int", "default": 0},
                                 {"name": "meta", "type": ["null", {
                                     "type": "record", "name": "Meta", "fields": [
@@ -308,7 +310,7 @@ def test_fixed_width_records_read_in_place_as_when_gathered() -> None:
     bodies[7] = bodies[7][:-1]
     cols, errors = compiled.columns(bodies, ["a", "b", "c"])
     assert list(errors) == [7]
-    want = [r["a"] for r in recs]
+    want: list[float | None] = [r["a"] for r in recs]
     want[7] = None
     assert cols["a"].to_pylist() == want
 
@@ -358,3 +360,19 @@ def test_an_avro_array_feeds_a_tensor_input_and_a_wrong_length_is_refused() -> N
     assert got.arrays["k"].tolist() == ["b"]
     assert [(b.message, str(b.error)) for b in got.bad] == [
         (1, "schema id 1: input 'v': wrong tensor shape, the model takes (3,)")]
+
+
+def test_a_decoder_that_breaks_refuses_its_group_and_the_batch_goes_on() -> None:
+    class Broken:
+        fields = ("x", "loc.lat", "ratio")
+
+        def columns(self, values: Any, wanted: Any, skip: int = 0) -> Any:
+            raise IndexError("a bug, not the data")
+
+    registry = RegistryRecords(Schemas({1: ("AVRO", READING)}))
+    registry._decoders[9] = Broken()
+    good = frame(1, avro_body(READING, {**_reading(1, random.Random(1)), "ratio": 0.5}))
+    feats = decode(batch([frame(9, b"\x01"), good]), FEATURES, registry=registry)
+    assert feats.message.tolist() == [1]
+    assert "schema id 9: the records could not be decoded: IndexError" in str(
+        feats.bad[0].error)

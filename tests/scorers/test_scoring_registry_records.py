@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from headrace.core.settings import Settings
 from headrace.streams import dlq
@@ -21,9 +22,9 @@ from tests.fixtures import read_all
 from tests.scorers.conftest import FEATURES, eventually, publish_tf, read_topic, ready_scorer, rows
 from tests.scorers.registry_helpers import Schemas, avro_body, frame
 
-V1 = {"type": "record", "name": "Row", "fields": [
+V1: dict[str, Any] = {"type": "record", "name": "Row", "fields": [
     {"name": f, "type": "double"} for f in FEATURES]}
-# v2: a new optional field and a nested record; v3: "d" moved into the nested record.
+# v2: a new optional field and a nested record; v3: "d" left out.
 V2 = {"type": "record", "name": "Row", "fields": [
     *V1["fields"], {"name": "note", "type": ["null", "string"], "default": None},
     {"name": "meta", "type": {"type": "record", "name": "Meta", "fields": [

@@ -20,6 +20,7 @@ the batch again once the registry answers.
 
 from __future__ import annotations
 
+import logging
 import operator
 import threading
 import time
@@ -33,6 +34,8 @@ import pyarrow as pa
 
 from headrace.core.errors import PermanentError, RetriableError, ValidationFailed
 from headrace.scorers.wire import avro_columns, protobuf_columns
+
+log = logging.getLogger(__name__)
 
 MAGIC = b"\x00"
 HEADER_BYTES = 5
@@ -225,7 +228,16 @@ class RegistryRecords:
             if isinstance(dec, JsonBodies):
                 group.json = [v[HEADER_BYTES:] for v in part]
             else:
-                group.columns, errors = dec.columns(part, wanted, HEADER_BYTES)
+                try:
+                    group.columns, errors = dec.columns(part, wanted, HEADER_BYTES)
+                except Exception as exc:  # no reader dies on any bytes: the group is refused
+                    log.exception("schema id %d: a group of %d records did not decode",
+                                  schema_id, len(part))
+                    failed = SchemaRecordFailed(f"schema id {schema_id}: the records could "
+                                                f"not be decoded: {exc!r}"[:500],
+                                                schema_id=schema_id)
+                    bad += zip(members.tolist(), repeat(failed))
+                    continue
                 group.bad = {r: SchemaRecordFailed(f"schema id {schema_id}: {why}",
                                                    schema_id=schema_id)
                              for r, why in errors.items()}
