@@ -30,6 +30,14 @@ by tools/kafka_cluster.py, ``--kafka-brokers`` nodes) or ``both``: the same seri
 after the other, then a table of Kafka / Tansu ratios.
 Run: ``python bench/bench_scoring.py [--quick] [--idempotent] [--broker tansu|kafka|both]
 [--transactional] [--bootstrap HOST:PORT]``.
+
+``--format avro`` (or ``protobuf``) runs the Schema Registry series instead: the same rows as
+records in the registry's wire format (a 32-float record schema, schema id 1), side by side in
+one run: Headrace on them, Headrace on the same rows as JSON, and a wire pass-through that
+decodes each record and encodes it again without a model (fastavro's schemaless reader and
+writer, the codec under confluent-kafka's Avro serdes; Protobuf's runtime), then p50/p99 at an
+offered 10 000 rows/s. The scorer's schema source serves the schema from memory (it is fetched
+once per id, so a registry's round trip is no part of the steady state).
 """
 
 from __future__ import annotations
@@ -57,6 +65,49 @@ FEATURES = tuple(f"f{i}" for i in range(32))
 CLASSES = ("no", "yes")
 ARROW_ROWS = 4096
 MODEL = "benchmlp"
+SCHEMA_ID = 1
+
+
+def wire_schema(fmt: str) -> str:
+    """The 32-float record schema of ``--format`` (Avro JSON or .proto text)."""
+    if fmt == "avro":
+        return json.dumps({"type": "record", "name": "Row", "namespace": "bench", "fields": [
+            {"name": f, "type": "float"} for f in FEATURES]})
+    fields = " ".join(f"float {f} = {j + 1};" for j, f in enumerate(FEATURES))
+    return f'syntax = "proto3"; package bench; message Row {{ {fields} }}'
+
+
+def wire_records(n: int, fmt: str, seed: int = 0) -> list[bytes]:
+    """``make_records``' rows (same seed) in the registry wire format: magic byte 0, schema id,
+    the body (Avro: the floats back to back; Protobuf: message index 0, then each field's tag
+    and fixed32 value, as the runtime writes them)."""
+    x = np.random.default_rng(seed).normal(size=(n, len(FEATURES))).astype(np.float32)
+    head = b"\x00" + SCHEMA_ID.to_bytes(4, "big")
+    if fmt == "avro":
+        return [head + r.tobytes() for r in x]
+    parts: list[np.ndarray] = [np.zeros((n, 1), np.uint8)]  # message index [0]
+    for j in range(len(FEATURES)):
+        tag, t = [], ((j + 1) << 3) | 5
+        while True:
+            tag.append((t & 0x7F) | (0x80 if t > 0x7F else 0))
+            t >>= 7
+            if not t:
+                break
+        parts += [np.tile(np.asarray(tag, np.uint8), (n, 1)),
+                  x[:, j:j + 1].copy().view(np.uint8)]
+    rows = np.ascontiguousarray(np.concatenate(parts, axis=1))
+    return [head + r.tobytes() for r in rows]
+
+
+class BenchSchemas:
+    """The scorer's schema source in the bench: schema id 1, from memory."""
+
+    def __init__(self, fmt: str) -> None:
+        self.schema_type = "AVRO" if fmt == "avro" else "PROTOBUF"
+        self.schema_str = wire_schema(fmt)
+
+    def fetch_schema(self, schema_id: int) -> BenchSchemas:
+        return self
 
 
 # -- shared setup ------------------------------------------------------------------------------
@@ -308,6 +359,74 @@ def contender_passthrough(a: argparse.Namespace) -> dict[str, Any]:
     return {"rows": n - counted, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
 
 
+def contender_passthrough_wire(a: argparse.Namespace) -> dict[str, Any]:
+    """``contender_passthrough`` with a codec: each wire record decoded and encoded again
+    (``--format``: fastavro's schemaless reader and writer, or Protobuf's runtime), no model."""
+    import io
+
+    from confluent_kafka import TopicPartition
+
+    from headrace.core import heap
+    from headrace.scorers.wire.encoding import JSON_HEADERS
+    from headrace.streams.clients import make_consumer, make_producer
+
+    if a.format == "avro":
+        import fastavro
+
+        schema = fastavro.parse_schema(json.loads(wire_schema("avro")))
+        read, write = fastavro.schemaless_reader, fastavro.schemaless_writer
+
+        def recode(value: bytes) -> bytes:
+            rec = read(io.BytesIO(value[5:]), schema, None)
+            out = io.BytesIO()
+            out.write(value[:5])
+            write(out, schema, rec)
+            return out.getvalue()
+    else:
+        from headrace.scorers.wire import protobuf_columns
+
+        parse = protobuf_columns.compile_schema(wire_schema("protobuf"))._classes[(0,)].FromString
+
+        def recode(value: bytes) -> bytes:
+            return value[:6] + parse(value[6:]).SerializeToString()
+
+    heap.rarer_young_collections(8192)
+    conn = _conn(a.bootstrap)
+    consumer = make_consumer(conn, f"passw-{uuid.uuid4().hex}")
+    consumer.assign([TopicPartition(a.input, 0, 0)])
+    producer = make_producer(conn, **{"delivery.report.only.error": True}, **_profile(a))
+    produce = producer.produce
+    print("READY", flush=True)
+    n, counted, t0, pending = 0, 0, None, None
+    while n < a.rows:
+        msgs = consumer.consume(num_messages=8192, timeout=0)
+        if not msgs:
+            first = consumer.poll(0.1)
+            if first is None or first.error():
+                continue
+            msgs = [first, *consumer.consume(num_messages=8191, timeout=0)]
+        if pending is not None:
+            producer.flush()
+            consumer.commit(message=pending, asynchronous=False)
+        for m in msgs:
+            out = recode(m.value())
+            while True:
+                try:
+                    produce(a.output, out, m.key(), -1, None, None, 0, JSON_HEADERS)
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        producer.poll(0)
+        pending = msgs[-1]
+        n += len(msgs)
+        if t0 is None:
+            t0, counted = time.perf_counter(), n
+    producer.flush()
+    if pending is not None:
+        consumer.commit(message=pending, asynchronous=False)
+    return {"rows": n - counted, "seconds": time.perf_counter() - (t0 or time.perf_counter())}
+
+
 def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
     from headrace.core.settings import load_settings
     from headrace.scorers.engine.settings import load_scorer_settings
@@ -325,7 +444,7 @@ def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
         stream=a.stream, model=MODEL, partitions="0", http_port=0, http_host="127.0.0.1",
         batch_size=a.batch_size, max_wait_ms=a.max_wait_ms, device="cpu",
         idempotent=a.idempotent, transactional=a.transactional),
-        conn=_conn(a.bootstrap))
+        conn=_conn(a.bootstrap), schema_source=BenchSchemas(a.format) if a.format else None)
     stop = threading.Event()
     t = threading.Thread(target=scorer.run, args=(stop,), daemon=True)
     t.start()
@@ -414,6 +533,8 @@ def contender_pipeline(a: argparse.Namespace) -> dict[str, Any]:
 CONTENDERS = {"pipeline": contender_pipeline, "kafka-ml": contender_kafka_ml,
               "passthrough": contender_passthrough,
               "headrace-json": contender_headrace, "headrace-arrow": contender_headrace,
+              "headrace-wire": contender_headrace,
+              "passthrough-wire": contender_passthrough_wire,
               "model-alone": contender_model}
 
 
@@ -690,6 +811,74 @@ def _line(got: Any, paced: bool) -> str:
     return f"{got['rows'] / max(got['seconds'], 1e-9):,.0f} rows/s"
 
 
+def format_main(a: argparse.Namespace) -> None:
+    """The Schema Registry series (``--format``) on each broker ``--broker`` names."""
+    for kind in brokers_of(a):
+        with broker_of(kind, a) as bootstrap:
+            print(f"== {broker_name(kind, a)}", flush=True)
+            format_series(a, bootstrap)
+
+
+def format_series(a: argparse.Namespace, bootstrap: str) -> None:
+    from headrace.streams import headers as hdr
+    from headrace.streams.topics import data_topic, predictions_topic
+
+    fmt = a.format
+    n = 200_000 if a.quick else 600_000
+    n_paced = 30_000 if a.quick else 100_000
+    dfs = Path(tempfile.mkdtemp(prefix="bench-dfs-"))
+    print(f"broker {bootstrap}; cpus {os.cpu_count()}; {fmt} vs JSON, same rows", flush=True)
+    publish_model(dfs)
+    records = make_records(n)
+    wire = wire_records(n, fmt)
+    common = {"bootstrap": bootstrap, "dfs": str(dfs), "idempotent": a.idempotent}
+
+    def stream_topics(tag: str) -> tuple[str, str, str]:
+        s = f"b{tag}{uuid.uuid4().hex[:8]}"
+        ensure(bootstrap, data_topic(s), predictions_topic(s), f"data.{s}.dlq")
+        return s, data_topic(s), predictions_topic(s)
+
+    rates: dict[str, float] = {}
+
+    def keep(name: str, r: dict[str, Any]) -> None:
+        rate = r["rows"] / max(r["seconds"], 1e-9)
+        rates[name] = max(rate, rates.get(name, 0.0))
+        print(f"{name}: {rate:,.0f} rows/s", flush=True)
+
+    for _ in range(a.repeat):  # interleaved rounds, the best of each: a shared machine drifts
+        s, i, _o = stream_topics("j")
+        load_topic(bootstrap, i, records, hdr.JSON)
+        keep("headrace JSON", run_child("headrace-json", stream=s, rows=n, batch_size=8192,
+                                        max_wait_ms=10, **common))
+        s, i, _o = stream_topics("w")
+        load_topic(bootstrap, i, wire, "application/octet-stream")
+        keep(f"headrace {fmt}", run_child("headrace-wire", stream=s, rows=n, batch_size=8192,
+                                          max_wait_ms=10, format=fmt, **common))
+        s, i, o = stream_topics("p")
+        load_topic(bootstrap, i, wire, "application/octet-stream")
+        keep(f"pass-through {fmt}", run_child("passthrough-wire", input=i, output=o, rows=n,
+                                              format=fmt, **common))
+    paced: dict[str, tuple[float, float]] = {}
+    for name, contender, values, ct, kw in (
+            ("headrace JSON", "headrace-json", records[:n_paced], hdr.JSON, {}),
+            (f"headrace {fmt}", "headrace-wire", wire[:n_paced], "application/octet-stream",
+             {"format": fmt})):
+        paced[name] = paced_run(contender, values, ct, 1, 10_000.0, stream_topics,
+                                batch_size=8192, max_wait_ms=5, **kw, **common)
+        print(f"{name}: p50/p99 {paced[name][0]:.1f}/{paced[name][1]:.1f} ms at 10 000 rows/s",
+              flush=True)
+    print()
+    print(f"{'contender':28} {'rows/s':>12}")
+    for k, v in rates.items():
+        print(f"{k:28} {v:>12,.0f}")
+    print()
+    h, j, p = rates[f"headrace {fmt}"], rates["headrace JSON"], rates[f"pass-through {fmt}"]
+    print(f"headrace {fmt} / headrace JSON        = {h / j:.2f} (goal >= 0.8)")
+    print(f"headrace {fmt} / pass-through {fmt}   = {h / p:.2f} (goal >= 0.8)")
+    for k, (p50, p99) in paced.items():
+        print(f"{k:28} p50 {p50:.1f} ms, p99 {p99:.1f} ms at an offered 10 000 rows/s")
+
+
 def shadow_main(a: argparse.Namespace) -> None:
     """The shadow contender: the real scorer with and without a shadow candidate (a second
     version of the same MLP), side by side: rows/s on a preloaded topic and the added p99 at
@@ -870,7 +1059,11 @@ def main() -> None:
                    help="only the shadow contender: Headrace with a shadow candidate on vs "
                         "off (rows/s, and p99 at 10 000 rows/s), JSON and Arrow")
     p.add_argument("--repeat", type=int, default=2,
-                   help="with --shadow-only: off/on rounds (the best of each is reported)")
+                   help="with --shadow-only: off/on rounds; with --format: rounds (the best "
+                        "of each is reported)")
+    p.add_argument("--format", choices=("avro", "protobuf"), default=None,
+                   help="the Schema Registry series: Headrace on wire-format records of this "
+                        "format vs on JSON vs a decode-and-encode pass-through, same run")
     p.add_argument("--idempotent", action="store_true",
                    help="idempotent producers for pass-through and Headrace (the scorer's "
                         "default); without it both run the non-idempotent profile")
@@ -884,6 +1077,8 @@ def main() -> None:
         child_main(a)
     elif a.shadow_only:
         shadow_main(a)
+    elif a.format:
+        format_main(a)
     else:
         parent_main(a)
         if a.gpu:

@@ -99,8 +99,10 @@ def scorer_thread(settings: Settings, conn: KafkaConnection, **overrides: Any) -
     opts: dict[str, Any] = {"stream": stream, "http_port": 0, "http_host": "127.0.0.1",
                             "max_wait_ms": 20, "batch_size": 512, "model_poll_s": 30.0,
                             "device": "cpu", "partitions": "0,1,2", "grace_s": 10}
+    schema_source = overrides.pop("schema_source", None)  # a Schema Registry client
     opts.update(overrides)
-    scorer = Scorer(settings, load_scorer_settings(**opts), conn=conn)
+    scorer = Scorer(settings, load_scorer_settings(**opts), conn=conn,
+                    schema_source=schema_source)
     stop = threading.Event()
     errors: list[BaseException] = []
 

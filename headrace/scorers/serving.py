@@ -41,6 +41,7 @@ from headrace.scorers.wire.budget import MessageCaps
 from headrace.scorers.wire.decode_pool import DecodePool
 from headrace.scorers.wire.inputs import InputLimits
 from headrace.scorers.wire.output_formats import FormatContext, build_format
+from headrace.scorers.wire.registry_records import RegistryRecords, SchemaSource
 from headrace.streams import client_log, topics
 from headrace.streams.client_errors import is_missing_topic
 from headrace.streams.clients import KafkaConnection, ensure_topics
@@ -56,7 +57,8 @@ class Scorer:
     """One scorer process's parts. ``run`` blocks until ``stop`` is set (or a fatal error)."""
 
     def __init__(self, settings: Settings, scorer: ScorerSettings, *,
-                 conn: KafkaConnection | None = None) -> None:
+                 conn: KafkaConnection | None = None,
+                 schema_source: SchemaSource | None = None) -> None:
         if conn is None and not settings.bootstrap:
             raise ConfigError("the scorer needs Kafka: set HEADRACE_BOOTSTRAP or --bootstrap")
         select_runtime(scorer.runtime)  # before any model (and so Keras) is imported
@@ -66,6 +68,8 @@ class Scorer:
         self.conn = conn or connection_for(settings)
         self.metrics = ScorerMetrics(stream=scorer.stream, model=scorer.model_name)
         self.holder = ModelHolder()
+        # Records in the Schema Registry wire format are read through it (None: refused).
+        self.registry = None if schema_source is None else RegistryRecords(schema_source)
         self.metrics.precision_agreement.labels(model=scorer.model_name).set_function(
             lambda: precision.AGREEMENT.share(self.holder.current.ref)
             if self.holder.current is not None else float("nan"))
@@ -108,9 +112,14 @@ class Scorer:
         try:
             data = topics.data_topic(s.stream)
             registry = registry_config(self.settings)  # a bad setting stops the start here
+            client = SchemaRegistry(registry) if registry is not None else None
+            if self.registry is None and client is not None:
+                # One client for wire-format input and Avro output: one cache, one login.
+                self.registry = RegistryRecords(client)
+            elif self.registry is not None and isinstance(self.registry.source, SchemaRegistry):
+                client = self.registry.source
             output = build_format(s.output_format, FormatContext(
-                topics.predictions_topic(s.stream),
-                SchemaRegistry(registry) if registry is not None else None))
+                topics.predictions_topic(s.stream), client))
             model_events = topics.ControlTopics.of(self.settings).models  # HEADRACE_TOPIC_PREFIX
             keeper = TopicKeeper(self.conn, scorer_topics(self.settings, s.stream),
                                  replication_factor=self.settings.replication_factor)
@@ -140,7 +149,8 @@ class Scorer:
                 if worker_box:
                     worker_box[0].on_revoked(tps)
 
-            context = TapContext(self.settings, s, self.conn, self.metrics, stop)
+            context = TapContext(self.settings, s, self.conn, self.metrics, stop,
+                                 registry=self.registry)
             # A canary's candidate is loaded before the first batch.
             routes = build_roles(context, ROLES)
             heap.rarer_young_collections(s.batch_size)
@@ -168,7 +178,8 @@ class Scorer:
                 limits=InputLimits(max_image_pixels=s.max_image_pixels,
                                    max_arrow_bytes=s.max_arrow_bytes,
                                    message=MessageCaps(max_rows=s.max_message_rows,
-                                                       max_bytes=s.max_message_bytes)),
+                                                       max_bytes=s.max_message_bytes),
+                                   registry=self.registry),
                 top_k=s.top_k, max_batch_bytes=s.max_batch_bytes,
                 taps=build_taps(context, TAPS), routes=routes, on_retry=keeper.check,
                 output=output)
@@ -223,9 +234,10 @@ def scorer_topics(settings: Settings, stream: str) -> list[topics.TopicSpec]:
 
 
 def run(settings: Settings, scorer_settings: ScorerSettings, stop_event: threading.Event, *,
-        conn: KafkaConnection | None = None) -> None:
-    """Score until ``stop_event`` is set; raise ``FatalError`` (exit code) on what cannot go on."""
-    Scorer(settings, scorer_settings, conn=conn).run(stop_event)
+        conn: KafkaConnection | None = None, schema_source: SchemaSource | None = None) -> None:
+    """Score until ``stop_event`` is set; raise ``FatalError`` (exit code) on what cannot go on.
+    ``schema_source``: the Schema Registry client, for wire-format records."""
+    Scorer(settings, scorer_settings, conn=conn, schema_source=schema_source).run(stop_event)
 
 
 def install_signal_handlers(stop: threading.Event, *, grace_s: float) -> None:

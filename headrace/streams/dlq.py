@@ -20,6 +20,7 @@ DLQ_TIMESTAMP = "dlq.timestamp"
 DLQ_ROW = "dlq.row"  # for a bad row inside an Arrow batch
 DLQ_TRUNCATED_FROM = "dlq.value-truncated-from"  # original size when the value was cut
 DLQ_VALUE_SHA256 = "dlq.value-sha256"
+DLQ_SCHEMA_ID = "dlq.schema-id"  # a Schema Registry wire-format record's schema id
 # A dead letter must fit where its cause did not: its key, value and headers weigh at most this
 # (librdkafka's default message.max.bytes, under Apache Kafka's topic default of 1,048,588);
 # an oversized value is cut to what is left, with its size and hash.
@@ -35,12 +36,15 @@ class DeadLetter:
     error_class: str
     error_message: str
     row: int | None = None
+    schema_id: int | None = None
 
     @classmethod
     def from_error(cls, record: RecordRef, exc: BaseException, *, stage: str = "",
                    row: int | None = None) -> DeadLetter:
         st = stage or (exc.stage if isinstance(exc, HeadraceError) else "") or "unknown"
-        return cls(record, st, type(exc).__name__, str(exc) or type(exc).__name__, row)
+        schema_id = getattr(exc, "schema_id", None)  # a registry record's (SchemaRecordFailed)
+        return cls(record, st, type(exc).__name__, str(exc) or type(exc).__name__, row,
+                   schema_id if isinstance(schema_id, int) else None)
 
     @cached_property
     def value_limit(self) -> int:
@@ -78,5 +82,6 @@ class DeadLetter:
             DLQ_ERROR_MESSAGE: self.error_message[:MAX_ERROR_CHARS],
             DLQ_TIMESTAMP: int(time.time() * 1000),
             DLQ_ROW: self.row,
+            DLQ_SCHEMA_ID: self.schema_id,
         })
 

@@ -60,8 +60,6 @@ MAGIC = 0
 HEADER = struct.Struct(">bI")  # magic byte, schema id
 NOT_FOUND_TTL_S = 30.0
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
-# Record headers a dead-lettered wire-format record carries (with the DLQ's reason).
-SCHEMA_ID_HEADER = "schema-id"
 # The content-type header of the records Headrace writes in the wire format (readers go by the
 # magic byte and the id; the header is for people and routing).
 AVRO_WIRE = "application/vnd.schemaregistry.avro"

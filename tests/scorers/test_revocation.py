@@ -96,3 +96,40 @@ def test_a_batch_carried_over_a_revocation_loses_the_revoked_partitions() -> Non
     io.steps = [_batch(0, range(0, 2))]
     batch = batcher.next_batch(threading.Event())
     assert batch.offsets.tolist() == [0, 1]
+
+
+def test_a_batch_held_for_the_schema_registry_loses_partitions_revoked_meanwhile() -> None:
+    from headrace.core.errors import RetriableError
+    from headrace.scorers.engine.outputs import Outputs
+    from headrace.scorers.wire.registry_records import REGISTRY_STAGE
+
+    io = _Rebalancing({(TOPIC, 0), (TOPIC, 1)})
+    worker = _worker(io)
+    scored: list[RawBatch] = []
+
+    def score(batch: RawBatch, model: object, ahead: object = None) -> Outputs:
+        if not scored:  # the registry does not answer the first time
+            scored.append(batch)
+            raise RetriableError("the Schema Registry cannot give schema id 3 now",
+                                 stage=REGISTRY_STAGE)
+        scored.append(batch)
+        return Outputs()
+
+    def hold() -> None:  # the group rebalances while the worker holds: p0 goes
+        io.owned.discard((TOPIC, 0))
+        worker.on_revoked([(TOPIC, 0)])
+
+    io.hold = hold  # type: ignore[attr-defined]
+    io.max_message_bytes = 1 << 20  # type: ignore[attr-defined]
+    worker.core.score = score  # type: ignore[method-assign]
+    both = RawBatch([b"{}"] * 4, [None] * 4, [TOPIC] * 4, np.asarray([0, 1, 0, 1], np.int32),
+                    np.asarray([10, 20, 11, 21], np.int64), np.zeros(4, np.int64), [None] * 4,
+                    0.0)
+    batch, _ = worker._score_holding(both, object(), None)  # type: ignore[arg-type]
+    assert len(scored) == 2 and len(scored[0]) == 4
+    assert batch.partitions.tolist() == [1, 1] and batch.offsets.tolist() == [20, 21]
+    assert scored[1] is batch and batch.next_offsets() == {(TOPIC, 1): 22}
+    assert worker._held_revoked is None
+    reg = worker.metrics.registry
+    assert reg.get_sample_value("headrace_scorer_retries_total",
+                                {"stream": "revoked", "what": "schema_registry"}) == 1

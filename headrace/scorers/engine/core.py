@@ -61,7 +61,7 @@ class ScoringCore:
         if isinstance(ahead, Decoded):
             ahead = None  # decoded for a signature model; never the case after the swap checks
         feats = decode(batch, model.features, ahead, self._scratch,
-                       self.limits.max_arrow_bytes, self.limits.message)
+                       self.limits.max_arrow_bytes, self.limits.message, self.limits.registry)
         scores, model_errors = score_rows(model, feats.x)
         bad, keep = _model_failures(feats, model_errors)
         if keep is not None:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from headrace.scorers.engine.settings import ScorerSettings
     from headrace.scorers.wire.decoding import Features
     from headrace.scorers.wire.inputs import Decoded
+    from headrace.scorers.wire.registry_records import RegistryRecords
     from headrace.streams.clients import KafkaConnection
     from headrace.streams.consuming import RawBatch
 
@@ -107,6 +108,7 @@ class TapContext:
     metrics: ScorerMetrics
     stop: threading.Event = field(default_factory=threading.Event)
     shared: dict[str, Any] = field(default_factory=dict)
+    registry: RegistryRecords | None = None  # the scorer's Schema Registry reader, if any
 
 
 TapFactory = Callable[[TapContext], "Tap | None"]

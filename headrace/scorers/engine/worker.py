@@ -76,6 +76,7 @@ from headrace.scorers.wire.decoding import DecodedAhead, is_arrow_mask, tabular_
 from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
 from headrace.scorers.wire.output_formats import JsonPredictions, PredictionFormat
+from headrace.scorers.wire.registry_records import REGISTRY_STAGE
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import Refused
 
@@ -176,6 +177,7 @@ class Worker:
         self.decoders = decoders
         self._ahead: _Ahead | None = None
         self._revocations = 0
+        self._held_revoked: set[tuple[str, int]] | None = None  # revoked during a hold
         self._inputs_thread: ThreadPoolExecutor | None = None  # signature decode-ahead
         # Taps' threads produce their side outputs early (``taps.SendSide``); the epoch moves
         # when what was produced may be lost (a renewed producer, a failed delivery).
@@ -227,6 +229,8 @@ class Worker:
         self.batcher.revoked(tps)
         if self._ahead is not None:
             self._ahead.revoked.update(tps)
+        if self._held_revoked is not None:  # during a hold: the held batch loses them
+            self._held_revoked.update(tps)
 
     def _decode_ahead(self, batch: RawBatch) -> bool:
         """Hand a big JSON batch's records to the decode helpers (a signature model's batch to
@@ -244,6 +248,9 @@ class Worker:
         idx = np.flatnonzero(~arrow)
         if len(idx) < self.ahead_min:
             return False
+        registry = self.limits.registry
+        if registry is not None and registry.wire_mask(batch.values).any():
+            return False  # the helpers read JSON alone; wire records are decoded here
         values = batch.values if len(idx) == len(batch) else [batch.values[i]
                                                                for i in idx.tolist()]
         if not self.decoders.submit(values, model.features):
@@ -275,6 +282,9 @@ class Worker:
         if ahead.inputs is not None:
             try:
                 decoded = ahead.inputs.result()
+            except RetriableError as exc:  # the scorer thread holds the stream until it passes
+                log.warning("decoding ahead: %s; the batch is decoded again", exc)
+                decoded = None
             except Exception:  # decoded again on the scorer thread, which reports it as before
                 log.exception("decoding ahead failed; the batch is decoded again")
                 decoded = None
@@ -323,12 +333,7 @@ class Worker:
             raise FatalError("no model loaded")
         if self._pending is not None:
             self._late_side(self._pending.out, wait=False)
-        route = self._routing(model)
-        if route is not None:
-            out = route.handle(batch, model, self)
-        else:
-            out = self.core.score(batch, model, ahead)
-            self.finish(batch, model, out, None)
+        batch, out = self._score_holding(batch, model, ahead)
         out.received_ms = batch.received_ms
         offsets = batch.next_offsets()
         self._to_wire(out)
@@ -363,6 +368,32 @@ class Worker:
                 raise FatalError(f"the {self.output.name} predictions cannot be written: {exc}"
                                  ) from None
         out.json_values, out.parts = values, parts
+
+    def _score_holding(self, batch: RawBatch, model: LoadedModel,
+                       ahead: DecodedAhead | Decoded | None) -> tuple[RawBatch, Outputs]:
+        """Score the batch; while decoding it cannot finish for now (a Schema Registry that
+        does not answer), hold the partitions (nothing is consumed, nothing dead-lettered)
+        and try again. Partitions revoked meanwhile leave the batch (their next owner reads
+        them from the last commit): the batch that was scored, and its outputs."""
+        delay = 0.05
+        while True:
+            try:
+                route = self._routing(model)
+                if route is not None:
+                    return batch, route.handle(batch, model, self)
+                out = self.core.score(batch, model, ahead)
+                self.finish(batch, model, out, None)
+                return batch, out
+            except RetriableError as exc:
+                self._held_revoked = set()
+                try:
+                    self._retrying("schema_registry" if exc.stage == REGISTRY_STAGE
+                                   else "decode", exc, delay, keep=self.io.hold)
+                finally:
+                    revoked, self._held_revoked = self._held_revoked, None
+                if revoked:
+                    batch, ahead = self.batcher.keep_owned(batch, revoked), None
+                delay = min(delay * 2, MAX_BACKOFF_S)
 
     def _routing(self, model: LoadedModel) -> Routing | None:
         """The role that splits this batch between models, if one does (a canary)."""

@@ -62,7 +62,7 @@ def inputs_for(candidate: LoadedModel, production: LoadedModel,
         return decoded, False
     if candidate.tabular:
         return decode(batch, candidate.features, None, Scratch(), limits.max_arrow_bytes,
-                      limits.message), True
+                      limits.message, limits.registry), True
     return decode_inputs(batch, candidate.signature, limits), True
 
 

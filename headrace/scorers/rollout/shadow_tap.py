@@ -128,7 +128,8 @@ class ShadowTap:
         self.limits = InputLimits(max_image_pixels=s.max_image_pixels,
                                   max_arrow_bytes=s.max_arrow_bytes,
                                   message=MessageCaps(max_rows=s.max_message_rows,
-                                                      max_bytes=s.max_message_bytes))
+                                                      max_bytes=s.max_message_bytes),
+                                  registry=ctx.registry)
         self.core = ScoringCore(limits=self.limits, top_k=s.top_k)
         self.join = LabelJoin(max_records=s.label_window_records, max_age_s=s.label_window_s)
         self.stop = threading.Event()

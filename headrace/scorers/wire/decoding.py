@@ -7,8 +7,9 @@ one JSON object. Reading the ``content-type`` header instead would cost ~2.5 µs
 
 JSON records are decoded one by one (``json_rows``), here or ahead of time by the decode
 helpers (``decode_pool``), whose rows come in as ``ahead``. Arrow messages are read zero-copy,
-one table each. Rows with a missing, null, NaN or infinite feature are rejected one by one;
-everything else is scored.
+one table each. With a Schema Registry (``registry``), a message starting with byte 0 is in its
+wire format: decoded a schema id at a time into columns (``registry_records``). Rows with a
+missing, null, NaN or infinite feature are rejected one by one; everything else is scored.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from headrace.scorers.wire.arrow_limits import DEFAULT_MAX_ARROW_BYTES
 from headrace.scorers.wire.budget import FLOAT32, FLOAT64, MessageCaps, admit
 from headrace.scorers.wire.buffers import Scratch
 from headrace.scorers.wire.json_rows import JsonRows, decode_rows
+from headrace.scorers.wire.registry_records import (
+    RegistryRecords,
+    SchemaRecordFailed,
+    WireRecords,
+    not_configured,
+    wrong_magic,
+)
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import arrow_flags, decode_arrow
 from headrace.streams.consuming import RawBatch
@@ -70,7 +78,8 @@ class DecodedAhead:
 
 def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None = None,
            scratch: Scratch | None = None, max_arrow_bytes: int = DEFAULT_MAX_ARROW_BYTES,
-           caps: MessageCaps | None = None) -> Features:
+           caps: MessageCaps | None = None, registry: RegistryRecords | None = None
+           ) -> Features:
     """All good rows of the batch in one matrix, written in place (no per-part concatenation),
     in ``scratch``'s memory when it is free."""
     width = len(features)
@@ -81,16 +90,24 @@ def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None 
     tables: dict[int, pa.Table] = {}
     columns: list[tuple[int, pa.Table]] = []
 
-    json_idx = np.flatnonzero(~arrow)
+    wire = None if registry is None else registry.wire_mask(batch.values) & ~arrow
+    has_wire = wire is not None and bool(wire.any())
+    json_idx = np.flatnonzero(~arrow & ~wire if has_wire and wire is not None else ~arrow)
     json_x = np.zeros((0, width), np.float32)
     json_ok = np.zeros(0, np.int64)
     if len(json_idx):
-        if json is None:
+        if json is None or has_wire:  # helpers decode the JSON of batches without wire records
             json = decode_rows([batch.values[i] for i in json_idx.tolist()], features)
         json_x, ok, errs = json
-        bad += [_json_error(batch, int(json_idx[i]), ValidationFailed(reason, stage=stage))
+        bad += [_json_error(batch, int(json_idx[i]), ValidationFailed(reason, stage=stage),
+                            registry)
                 for i, stage, reason in errs]
         json_ok = json_idx[ok]
+    if has_wire and registry is not None and wire is not None:
+        wire_x, wire_ok = wire_rows(registry.decode(batch.values, np.flatnonzero(wire),
+                                                    features), features, bad)
+        json_x = np.concatenate([json_x, wire_x])
+        json_ok = np.concatenate([json_ok, wire_ok])
 
     for i in np.flatnonzero(arrow).tolist():
         try:
@@ -128,9 +145,77 @@ def decode(batch: RawBatch, features: Sequence[str], ahead: DecodedAhead | None 
             bad.append(BadInput(m, int(row[i]) if arrow[m] else None, ValidationFailed(
                 f"feature {features[col]!r} is missing, null or not finite"), "validate"))
         x, msg, row = x[finite], msg[finite], row[finite]
+    if has_wire:  # wire rows came after the JSON ones: back in message order
+        order = np.argsort(msg, kind="stable")
+        if (order[1:] < order[:-1]).any():
+            x, msg, row = x[order], msg[order], row[order]
+        bad = [with_schema_id(b, batch) for b in bad]
     return Features(x, msg, row, arrow, tables, bad)
 
 
+def wire_rows(wired: WireRecords, features: Sequence[str], bad: list[BadInput]
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The wire records' feature rows (float32, NaN where null) and their messages; the bad
+    ones added to ``bad``."""
+    xs = [np.zeros((0, len(features)), np.float32)]
+    msgs = [np.zeros(0, np.int64)]
+    bad += [BadInput(i, None, exc, exc.stage or "decode") for i, exc in wired.bad]
+    for g in wired.groups:
+        if g.json is not None:
+            gx, ok, errs = decode_rows(g.json, features)
+            bad += [BadInput(int(g.messages[r]), None, SchemaRecordFailed(
+                f"schema id {g.schema_id}: {why}", schema_id=g.schema_id, stage=stage), stage)
+                for r, stage, why in errs]
+            xs.append(gx)
+            msgs.append(g.messages[ok])
+            continue
+        bad += [BadInput(int(g.messages[r]), None, exc, exc.stage or "decode")
+                for r, exc in g.bad.items()]
+        keep = np.ones(len(g.messages), bool)
+        keep[list(g.bad)] = False
+        if not keep.any():
+            continue
+        gx = np.empty((len(keep), len(features)), np.float32)
+        try:
+            with np.errstate(over="ignore"):  # out of float32 range: inf, refused as such
+                for j, f in enumerate(features):
+                    gx[:, j] = _numbers(g.columns[f], f)
+        except ValidationFailed as exc:
+            bad += [BadInput(int(m), None, SchemaRecordFailed(
+                f"schema id {g.schema_id}: {exc}", schema_id=g.schema_id, stage="validate"),
+                "validate") for m in g.messages[keep].tolist()]
+            continue
+        xs.append(gx if keep.all() else gx[keep])
+        msgs.append(g.messages[keep])
+    return np.concatenate(xs), np.concatenate(msgs)
+
+
+def _numbers(col: pa.Array, name: str) -> np.ndarray:
+    """A numeric column as float64 with NaN for null; ``ValidationFailed`` for another type."""
+    t = col.type
+    if pa.types.is_null(t):  # null in every row: each row is missing
+        return np.full(len(col), np.nan)
+    if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_decimal(t)):
+        raise ValidationFailed(f"feature column {name!r} has non-numeric type {t}",
+                               stage="validate")
+    if not pa.types.is_floating(t):
+        col = col.cast(pa.float64())
+    return np.asarray(col.to_numpy(zero_copy_only=False), np.float64) if col.null_count else \
+        col.to_numpy(zero_copy_only=False)
+
+
+def with_schema_id(b: BadInput, batch: RawBatch) -> BadInput:
+    """A wire record's bad input, its error carrying the record's schema id."""
+    value = batch.values[b.message]
+    if isinstance(b.error, SchemaRecordFailed) or value[:1] != b"\x00" or len(value) < 5:
+        return b
+    schema_id = int.from_bytes(value[1:5], "big")
+    return BadInput(b.message, b.row, SchemaRecordFailed(
+        f"schema id {schema_id}: {b.error}", schema_id=schema_id, stage=b.stage), b.stage)
+
+
+_JSONISH = (b"{", b"[", b" ", b"\t", b"\r", b"\n", b'"')
 _FINITE_ROWS = 1 << 16
 ROW_INDEX = 8 + 4  # Features.message (int64) and Features.row (int32)
 
@@ -148,13 +233,20 @@ def tabular_row_bytes(width: int) -> int:
     return width * (FLOAT32 + FLOAT64) + ROW_INDEX
 
 
-def _json_error(batch: RawBatch, i: int, error: Exception) -> BadInput:
-    """A dead letter's reason; a payload labelled Arrow that is not an Arrow stream says so."""
+def _json_error(batch: RawBatch, i: int, error: Exception,
+                registry: RegistryRecords | None = None) -> BadInput:
+    """A dead letter's reason; a payload labelled Arrow that is not an Arrow stream says so,
+    and so does one that looks like no input the scorer reads."""
     stage = getattr(error, "stage", None) or "decode"
     if hdr.get(batch.headers_of(i), hdr.CONTENT_TYPE) == hdr.ARROW:
         error = ValidationFailed("content-type says Arrow IPC but the payload is not an Arrow "
                                  "IPC stream (no 0xFFFFFFFF continuation marker)", stage="decode")
-        stage = "decode"
+        return BadInput(i, None, error, "decode")
+    value = batch.values[i]
+    other = not_configured(value) if registry is None else (
+        wrong_magic(value) if value and value[:1] not in _JSONISH else None)
+    if other is not None and stage == "decode":
+        return BadInput(i, None, ValidationFailed(other, stage="decode"), "decode")
     return BadInput(i, None, error, stage)
 
 

@@ -10,6 +10,8 @@ A message is one of three things:
   have their headers read (headers cost ~2.5 µs a message).
 * one JSON object: numbers by name, nested arrays for tensors, base64 strings for images,
   strings for text and categories.
+* with a Schema Registry (``InputLimits.registry``), a record in its wire format (starts with
+  byte 0): decoded a schema id at a time into columns by field path (``registry_records``).
 
 The result is a ``Decoded`` value keyed by the signature: any loaded model whose signature is
 equal can score it (two models can share one decoded batch). Bad rows become ``BadInput``s
@@ -33,8 +35,15 @@ from headrace.core.errors import ValidationFailed
 from headrace.core.limits import MAX_RECORD_BYTES
 from headrace.scorers.wire.arrow_limits import DEFAULT_MAX_ARROW_BYTES
 from headrace.scorers.wire.budget import MessageCaps, admit
-from headrace.scorers.wire.decoding import BadInput, is_arrow_mask
+from headrace.scorers.wire.decoding import BadInput, is_arrow_mask, with_schema_id
 from headrace.scorers.wire.inputs import json_columns
+from headrace.scorers.wire.registry_records import (
+    RegistryRecords,
+    SchemaRecordFailed,
+    WireRecords,
+    not_configured,
+    wrong_magic,
+)
 from headrace.store.signature import ModelInput
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import decode_arrow
@@ -51,6 +60,8 @@ __all__ = ["Decoded", "InputLimits", "Signature", "decode_inputs"]
 class InputLimits(Limits):
     max_arrow_bytes: int = DEFAULT_MAX_ARROW_BYTES
     message: MessageCaps = field(default_factory=MessageCaps)
+    # Reads records in the Schema Registry wire format; None: no registry (they are refused).
+    registry: RegistryRecords | None = None
 
 
 @dataclass
@@ -93,7 +104,10 @@ def decode_inputs(batch: RawBatch, signature: Signature,
     tables: dict[int, pa.Table] = {}
     conversions: Counter[str] = Counter()
 
-    json_msgs = np.flatnonzero(~arrow)
+    registry = limits.registry
+    wire = None if registry is None else registry.wire_mask(batch.values) & ~arrow
+    has_wire = wire is not None and bool(wire.any())
+    json_msgs = np.flatnonzero(~arrow & ~wire if has_wire and wire is not None else ~arrow)
     columnar = json_columns.read(batch.values if len(json_msgs) == len(batch) else
                                  [batch.values[i] for i in json_msgs.tolist()], signature)
     if columnar is not None:
@@ -107,7 +121,7 @@ def decode_inputs(batch: RawBatch, signature: Signature,
         raw = single_raw(signature)
         for i in json_msgs.tolist():
             value = batch.values[i]
-            rec = _record(batch, i, value, raw, bad)
+            rec = _record(batch, i, value, raw, bad, registry)
             if rec is not None:
                 records.append(rec)
                 rec_msgs.append(i)
@@ -116,6 +130,11 @@ def decode_inputs(batch: RawBatch, signature: Signature,
             msgs = np.asarray(rec_msgs, np.int64)
             parts.append(_keep(arrays, reasons, msgs, np.zeros(len(msgs), np.int32), bad,
                                False))
+
+    if has_wire and registry is not None and wire is not None:
+        wanted = [f for inp in signature for f in codecs.codec(inp.kind).fields(inp)]
+        parts += _wire_parts(registry.decode(batch.values, np.flatnonzero(wire), wanted),
+                             signature, limits, conversions, bad)
 
     for i in np.flatnonzero(arrow).tolist():
         try:
@@ -152,7 +171,65 @@ def decode_inputs(batch: RawBatch, signature: Signature,
     if len(order) and not (order[1:] > order[:-1]).all():
         arrays = {k: v[order] for k, v in arrays.items()}
         msg, row = msg[order], row[order]
+    if has_wire:
+        bad = [with_schema_id(b, batch) for b in bad]
     return Decoded(signature, arrays, msg, row, arrow, tables, bad, conversions)
+
+
+def _wire_parts(wired: WireRecords, signature: Signature, limits: Limits,
+                conversions: Counter[str], bad: list[BadInput]
+                ) -> list[tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]]:
+    """Each schema id's group of wire records as the model's inputs (JSON Schema bodies as
+    JSON records); the bad records added to ``bad``."""
+    bad += [BadInput(i, None, exc, exc.stage or "decode") for i, exc in wired.bad]
+    parts = []
+    for g in wired.groups:
+        n = len(g.messages)
+        if g.json is not None:
+            records: list[dict[str, Any]] = []
+            rec_msgs: list[int] = []
+            for i, body in zip(g.messages.tolist(), g.json, strict=True):
+                rec = _json_body(i, body, g.schema_id, bad)
+                if rec is not None:
+                    records.append(rec)
+                    rec_msgs.append(i)
+            if records:
+                arrays, reasons = _records_group(records, signature, limits, conversions)
+                msgs = np.asarray(rec_msgs, np.int64)
+                parts.append(_keep(arrays, reasons, msgs, np.zeros(len(msgs), np.int32), bad,
+                                   False))
+            continue
+        bad += [BadInput(int(g.messages[r]), None, exc, exc.stage or "decode")
+                for r, exc in g.bad.items()]
+        cols = g.columns
+        arrays, reasons = _group(cols.get, n, signature, limits, conversions)
+        for r in g.bad:
+            reasons.pop(r, None)
+        keep = np.ones(n, bool)
+        keep[list(g.bad)] = False
+        arrays = {k: v[keep] for k, v in arrays.items()}
+        rows = np.flatnonzero(keep)
+        reasons = {int(np.searchsorted(rows, r)): w for r, w in reasons.items() if keep[r]}
+        parts.append(_keep(arrays, reasons, g.messages[keep], np.zeros(len(rows), np.int32),
+                           bad, False))
+    return parts
+
+
+def _json_body(i: int, body: bytes, schema_id: int, bad: list[BadInput]
+               ) -> dict[str, Any] | None:
+    """A JSON Schema record's body as a JSON object, or None (its reason added to ``bad``)."""
+    why = None
+    try:
+        rec = msgspec.json.decode(body)
+        if not isinstance(rec, dict):
+            why = "JSON record is not an object"
+    except (msgspec.DecodeError, RecursionError) as exc:
+        why = f"undecodable JSON record: {exc}"
+    if why is None:
+        return rec
+    bad.append(BadInput(i, None, SchemaRecordFailed(f"schema id {schema_id}: {why}",
+                                                    schema_id=schema_id), "decode"))
+    return None
 
 
 def _keep(arrays: dict[str, np.ndarray], reasons: Reasons, msgs: np.ndarray, rows: np.ndarray,
@@ -190,7 +267,8 @@ def _check_table(table: pa.Table) -> None:
 
 # -- JSON and raw messages ---------------------------------------------------------------
 def _record(batch: RawBatch, i: int, value: bytes, raw: ModelInput | None,
-            bad: list[BadInput]) -> dict[str, Any] | None:
+            bad: list[BadInput], registry: RegistryRecords | None = None
+            ) -> dict[str, Any] | None:
     def refuse(why: str, stage: str = "decode") -> None:
         bad.append(BadInput(i, None, ValidationFailed(why, stage=stage), stage))
 
@@ -211,6 +289,10 @@ def _record(batch: RawBatch, i: int, value: bytes, raw: ModelInput | None,
         if ctype == hdr.ARROW:
             refuse("content-type says Arrow IPC but the payload is not an Arrow IPC stream "
                    "(no 0xFFFFFFFF continuation marker)")
+            return None
+        other = not_configured(value) if registry is None else wrong_magic(value)
+        if other is not None:
+            refuse(other)
             return None
     try:
         rec = msgspec.json.decode(value)
