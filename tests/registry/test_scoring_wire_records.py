@@ -60,7 +60,7 @@ def test_records_of_every_format_are_scored_through_the_registry(
         else:
             value = frame(json_id, json.dumps(r).encode())
         values.append((f"g{i}", value))
-    unknown = max(ids + [proto_id, json_id]) + 1000
+    unknown = max([*ids, proto_id, json_id]) + 1000
     bad = {"unknown": frame(unknown, b"\x02"), "cut": frame(ids[0], avro_body(V1, good[0])[:-1])}
     p = make_producer(conn)
     for key, v in [*values[:10], *bad.items(), *values[10:]]:
