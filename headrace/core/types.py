@@ -29,6 +29,7 @@ class Framework(StrEnum):
     TENSORFLOW = "tensorflow"
     MXNET = "mxnet"
     TORCH = "torch"
+    ONNX = "onnx"  # imported models (headrace.imports): scored on ONNX Runtime, never trained
 
     @classmethod
     def _missing_(cls, value: object) -> Framework | None:
