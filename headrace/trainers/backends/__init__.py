@@ -11,7 +11,8 @@ from headrace.trainers.backends.base import Backend, DistributedRuntime
 from headrace.trainers.distributed.peers import GangMember
 
 _MODULES = {Framework.TENSORFLOW: "tensorflow_keras", Framework.MXNET: "mxnet_gluon",
-            Framework.TORCH: "torch_nn"}
+            Framework.TORCH: "torch_nn",
+            Framework.ONNX: "onnx_imported"}  # evaluation only: imported, never trained
 
 
 def get_backend(framework: Framework | str) -> Backend:
