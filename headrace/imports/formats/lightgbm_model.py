@@ -55,7 +55,7 @@ def convert(source: ImportSource, into: Path, declared: Declarations) -> Convert
     moved = exact_thresholds(onx, booster.model_to_string())
 
     def predict(x: np.ndarray) -> np.ndarray:
-        raw = booster.predict(x)
+        raw = np.asarray(booster.predict(x))
         return boosters.scores(raw, k) if classifier else np.asarray(raw, np.float32
                                                                      ).reshape(len(x), -1)
 
