@@ -16,9 +16,11 @@ from tests.imports import elsewhere
 from tests.imports.helpers import build, cli, import_file, predict
 
 FORMATS = ["sklearn", "lightgbm", "xgboost", "onnx", "torchscript", "torch.export", "keras"]
+SLOW = {"torchscript", "keras"}  # over 20 s here, most of it importing torch or TensorFlow
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", [pytest.param(f, marks=pytest.mark.slow) if f in SLOW else f
+                                 for f in FORMATS])
 def test_a_model_file_imports_as_a_version_that_predicts_as_its_source_does(
         fmt: str, dfs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:

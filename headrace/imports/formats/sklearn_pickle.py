@@ -40,6 +40,7 @@ def _refusal(model: Any, exc: BaseException) -> str:
     import skl2onnx
 
     said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    said = said.split(" and attributes=")[0][:200]  # not the node's every attribute value
     names = [type(e).__name__ for e in _estimators(model)]
     named = next((n for n in names if n in said), names[-1])
     hist = next((n for n in names if n.startswith("HistGradientBoosting")), None)
