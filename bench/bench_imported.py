@@ -8,7 +8,8 @@ Contenders (``python bench/bench_imported.py [--quick]``), each on the same rows
   ONNX by onnxmltools) and scored by the real scorer from a preloaded topic (rows/s in steady
   state), against the booster's own ``predict`` on the same 4096-row arrays in memory (no Kafka).
   Goal: stream / own predict >= 0.8.
-- ``onnx``: an ONNX file from another producer (skl2onnx over an MLPClassifier), imported and
+- ``onnx``: an ONNX file from another producer (skl2onnx over an MLPClassifier, 50 epochs),
+  imported and
   scored from the stream, against ONNX Runtime alone (``InferenceSession.run`` on the same
   arrays). Goal >= 0.8.
 - The serving choice for boosters: the booster's ``predict`` against ONNX Runtime on the
@@ -124,7 +125,11 @@ def train(kind: str, out: Path) -> Path:
     from skl2onnx import to_onnx
     from sklearn.neural_network import MLPClassifier
 
-    mlp = MLPClassifier(random_state=0, max_iter=50).fit(x.astype(np.float32), y)
+    import warnings
+
+    with warnings.catch_warnings():  # 50 epochs: a model to time, not to use
+        warnings.simplefilter("ignore")
+        mlp = MLPClassifier(random_state=0, max_iter=50).fit(x.astype(np.float32), y)
     (out / "model.onnx").write_bytes(to_onnx(mlp, x[:1].astype(np.float32)).SerializeToString())
     return out / "model.onnx"
 
