@@ -122,10 +122,10 @@ def train(kind: str, out: Path) -> Path:
         xgb.train({"objective": "multi:softprob", "num_class": 3},
                   xgb.DMatrix(frame, y)).save_model(str(out / "model.json"))
         return out / "model.json"
+    import warnings
+
     from skl2onnx import to_onnx
     from sklearn.neural_network import MLPClassifier
-
-    import warnings
 
     with warnings.catch_warnings():  # 50 epochs: a model to time, not to use
         warnings.simplefilter("ignore")
