@@ -53,6 +53,11 @@ def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
     for k, v in sorted(m.metrics.items()):
         metrics.add_row(k, f"{v:.4f}")
     console.print(metrics)
+    imported = m.extra.get("import") or {}
+    if imported:
+        src = imported.get("source") or {}
+        console.print(f"imported from {escape(str(src.get('uri', '?')))} ({imported.get('format')}"
+                      f"{', sha256 ' + str(src['sha256'])[:12] if src.get('sha256') else ''})")
     if m.confusion_matrix:
         cm = Table("true \\ predicted", *m.classes)
         for cls, row in zip(m.classes, m.confusion_matrix, strict=True):

@@ -41,6 +41,8 @@ def test_a_model_file_imports_as_a_version_that_predicts_as_its_source_does(
     assert said is not None and said.line().startswith("kept: not gated")
     code, listing, _ = cli(capsys, "--dfs-root", str(dfs), "models", "list")
     assert code == 0 and "kept: not gated" in listing
+    code, shown, _ = cli(capsys, "--dfs-root", str(dfs), "models", "show", f"{name}:1")
+    assert code == 0 and f"({fmt}, sha256 {sha256_file(path.resolve())[:12]})" in shown
 
     held_out = x[500:]
     rows = elsewhere.write_jsonl(tmp_path / "rows.jsonl", elsewhere.records(held_out))
