@@ -81,3 +81,29 @@ def test_a_regressor_on_diabetes_passes_the_chance_test_and_is_promoted(
     # 2 of these rows); moved down one step, the served model gives LightGBM's own values.
     assert m.extra["import"]["conversion"]["thresholds_moved_down"] > 0
     assert m.extra["import"]["check"]["max_abs_diff"] < 1e-3
+
+
+def test_an_xgboost_classifier_of_digits_is_promoted_with_its_ten_classes(
+        dfs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import xgboost as xgb
+    from sklearn.datasets import load_digits
+
+    data = load_digits(as_frame=True)
+    frame, target = data.data.astype(np.float32), data.target.to_numpy()
+    booster = xgb.train({"objective": "multi:softprob", "num_class": 10},
+                        xgb.DMatrix(frame.iloc[:1200], target[:1200]))
+    path = tmp_path / "digits.ubj"
+    booster.save_model(str(path))
+    out_path = dfs / "datasets" / "digits.parquet"
+    out_path.parent.mkdir(parents=True)
+    held = frame.iloc[1200:]
+    pq.write_table(pa.table({**{c: pa.array(held[c].to_numpy()) for c in frame},
+                             "label": pa.array(target[1200:])}), out_path)
+    code, out, err = import_file(capsys, dfs, path, "digits", "--sample",
+                                 "datasets/digits.parquet")
+    assert code == 0, err
+    m = versions.load_version(dfs, "digits", 1).manifest
+    assert m.classes == tuple(str(i) for i in range(10)) and len(m.features) == 64
+    assert "outcome: promoted" in out, out
+    assert m.metrics["accuracy"] > 0.8
+    assert m.extra["import"]["check"]["labels_differ"] == 0
