@@ -87,8 +87,8 @@ def headrace_scorer(*, bootstrap: str, dfs: str, stream: str, model: str, rows: 
     out (steady state), as in bench_scoring; decode helpers' RSS is added. ``shadow``: version
     2 of the model shadows production on the stream."""
     from headrace.core.settings import load_settings
-    from headrace.scorers.serving import Scorer
     from headrace.scorers.engine.settings import load_scorer_settings
+    from headrace.scorers.serving import Scorer
 
     _time_model_calls()
     settings = load_settings(bootstrap=bootstrap, dfs_root=dfs, streams=[stream], partitions=1)

@@ -60,8 +60,8 @@ def scorer_rows_per_s(bootstrap: str, dfs: Path, stream: str, rows: int, *, drif
                       rows_per_batch: int) -> tuple[float, float]:
     """(rows/s in steady state, drift windows closed) of one run on a preloaded stream."""
     from headrace.core.settings import load_settings
-    from headrace.scorers.serving import Scorer
     from headrace.scorers.engine.settings import load_scorer_settings
+    from headrace.scorers.serving import Scorer
 
     settings = load_settings(bootstrap=bootstrap, dfs_root=dfs, streams=[stream], partitions=1)
     scorer = Scorer(settings, load_scorer_settings(

@@ -219,8 +219,8 @@ def child_scorer(a: argparse.Namespace) -> dict[str, Any]:
     import threading
 
     from headrace.core.settings import load_settings
-    from headrace.scorers.serving import Scorer
     from headrace.scorers.engine.settings import load_scorer_settings
+    from headrace.scorers.serving import Scorer
 
     _rewind(a.bootstrap, a.stream)
     settings = load_settings(bootstrap=a.bootstrap, dfs_root=a.dfs, streams=[a.stream],

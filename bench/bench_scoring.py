@@ -310,8 +310,8 @@ def contender_passthrough(a: argparse.Namespace) -> dict[str, Any]:
 
 def contender_headrace(a: argparse.Namespace) -> dict[str, Any]:
     from headrace.core.settings import load_settings
-    from headrace.scorers.serving import Scorer
     from headrace.scorers.engine.settings import load_scorer_settings
+    from headrace.scorers.serving import Scorer
 
     settings = load_settings(bootstrap=a.bootstrap, dfs_root=a.dfs, streams=[a.stream],
                              partitions=1)

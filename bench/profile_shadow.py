@@ -47,9 +47,9 @@ def _tap(dfs: Path, stream: str) -> Any:
     from headrace.core.settings import load_settings
     from headrace.scorers.engine.metrics import ScorerMetrics
     from headrace.scorers.engine.models import Sizing, load_ref
-    from headrace.scorers.rollout.shadow_tap import ShadowTap
     from headrace.scorers.engine.settings import load_scorer_settings
     from headrace.scorers.engine.taps import TapContext
+    from headrace.scorers.rollout.shadow_tap import ShadowTap
 
     settings = load_settings(bootstrap="unused:9092", dfs_root=str(dfs), streams=[stream],
                              partitions=1)
@@ -68,10 +68,10 @@ def _tap(dfs: Path, stream: str) -> Any:
 def _split(core: Any, tap: Any, cand: Any, model: Any, batch: Any, times: dict[str, list[float]]
            ) -> None:
     """The tap's steps one by one, on this thread (what the tap runs, in its order)."""
+    from headrace.scorers.engine.taps import Scored
     from headrace.scorers.rollout.candidate import inputs_for
     from headrace.scorers.rollout.shadow_rows import Production, pair_rows
     from headrace.scorers.rollout.shadow_tap import _Handoff, _Started
-    from headrace.scorers.engine.taps import Scored
 
     def lap(name: str, t: float) -> float:
         now = time.perf_counter()

@@ -18,8 +18,8 @@ from typing import Any, TypeVar
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from headrace.core.settings import Settings
-from headrace.scorers.serving import Scorer
 from headrace.scorers.engine.settings import load_scorer_settings
+from headrace.scorers.serving import Scorer
 from headrace.streams.clients import (
     KafkaConnection,
     make_consumer,

@@ -22,8 +22,8 @@ from headrace.ops.provenance import REPLAY_ID, REPLAY_ORIGIN_OFFSET
 from headrace.ops.replay_checkpoints import ReplayCheckpoint
 from headrace.scorers.adapters import select_runtime
 from headrace.scorers.engine.core import ScoringCore
-from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.engine.models import load_ref
+from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.store import versions
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.consuming import from_messages

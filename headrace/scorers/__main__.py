@@ -11,8 +11,8 @@ import threading
 
 from headrace.core.errors import HeadraceError
 from headrace.core.settings import load_settings
-from headrace.scorers.serving import install_signal_handlers, run
 from headrace.scorers.engine.settings import load_scorer_settings
+from headrace.scorers.serving import install_signal_handlers, run
 
 
 def main() -> int:

@@ -26,10 +26,10 @@ from headrace.core.bad_records import BadRecords
 from headrace.drift.fitting import PROFILE_FILE, DriftProfile, ProfileError, load_profile
 from headrace.drift.summaries import input_features, prediction_features
 from headrace.drift.tracking import VersionTracker
-from headrace.scorers.wire.decoding import Features
 from headrace.scorers.engine.models import LoadedModel
 from headrace.scorers.engine.outputs import SideOutput
 from headrace.scorers.engine.taps import Scored, TapContext
+from headrace.scorers.wire.decoding import Features
 from headrace.store import tokens
 from headrace.store.dfs import model_dir
 from headrace.streams.reading import iter_records

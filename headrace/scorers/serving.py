@@ -23,23 +23,23 @@ from headrace.core.errors import ConfigError
 from headrace.core.off_main import run_off_main
 from headrace.core.settings import Settings
 from headrace.scorers.adapters import precision, select_runtime
-from headrace.scorers.wire.budget import MessageCaps
-from headrace.scorers.wire.decode_pool import DecodePool
-from headrace.scorers.wire.inputs import InputLimits
 from headrace.scorers.engine.metrics import ScorerMetrics
 from headrace.scorers.engine.models import ModelHolder, Sizing
 from headrace.scorers.engine.probing import ProbeServer, ProbeState
-from headrace.scorers.role_registry import ROLES
 from headrace.scorers.engine.roles import build as build_roles
 from headrace.scorers.engine.settings import ScorerSettings
 from headrace.scorers.engine.stall import GroupStandstill, LagWatch
 from headrace.scorers.engine.stream_io import ModelEventsListener, StreamIO
 from headrace.scorers.engine.swapping import ModelWatcher
-from headrace.scorers.tap_registry import TAPS
 from headrace.scorers.engine.taps import TapContext
 from headrace.scorers.engine.taps import build as build_taps
 from headrace.scorers.engine.topic_keeper import TopicKeeper
 from headrace.scorers.engine.worker import Worker
+from headrace.scorers.role_registry import ROLES
+from headrace.scorers.tap_registry import TAPS
+from headrace.scorers.wire.budget import MessageCaps
+from headrace.scorers.wire.decode_pool import DecodePool
+from headrace.scorers.wire.inputs import InputLimits
 from headrace.streams import topics
 from headrace.streams.client_errors import is_missing_topic
 from headrace.streams.clients import KafkaConnection, ensure_topics

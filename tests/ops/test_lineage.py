@@ -164,8 +164,8 @@ def test_back_from_an_arrow_prediction_and_a_shadow_topic(
     import pyarrow as pa
 
     from headrace.scorers.engine.core import ScoringCore
-    from headrace.scorers.wire.encoding import ARROW_HEADERS
     from headrace.scorers.engine.models import load_ref
+    from headrace.scorers.wire.encoding import ARROW_HEADERS
     from headrace.streams.consuming import from_messages
     from tests.fixtures import read_topic as read_messages
     from tests.scorers.conftest import FEATURES, send_arrow

@@ -11,8 +11,8 @@ import sys
 import threading
 
 from headrace.core.settings import load_settings
-from headrace.scorers.serving import Scorer
 from headrace.scorers.engine.settings import load_scorer_settings
+from headrace.scorers.serving import Scorer
 
 
 def main(runtime: str, pairs: list[str]) -> int:

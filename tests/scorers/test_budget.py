@@ -17,12 +17,12 @@ import pytest
 
 from headrace.core.errors import ValidationFailed
 from headrace.core.settings import Settings
+from headrace.scorers.serving import scorer_topics
 from headrace.scorers.wire import splitting
 from headrace.scorers.wire.budget import MessageCaps, admit, arrow_cost, message_measure
 from headrace.scorers.wire.decoding import tabular_row_bytes
 from headrace.scorers.wire.encoding import ARROW_HEADERS, arrow_prediction_table, arrow_predictions
 from headrace.scorers.wire.inputs import InputLimits, decode_inputs
-from headrace.scorers.serving import scorer_topics
 from headrace.streams import topics
 from headrace.streams.clients import KafkaConnection
 from headrace.streams.codecs import decode_arrow, encode_arrow

@@ -26,9 +26,9 @@ from headrace.ops.rollout.canary import start_canary
 from headrace.ops.rollout.control import current_rollout, publish_rollout
 from headrace.rollout import routing
 from headrace.scorers.engine import taps
+from headrace.scorers.engine.taps import Scored
 from headrace.scorers.rollout import state as rollout_state
 from headrace.scorers.rollout.canary_outcomes import audit_id
-from headrace.scorers.engine.taps import Scored
 from headrace.store.manifest import Manifest
 from headrace.store.versions import ModelVersion, publish, read_alias
 from headrace.streams.clients import KafkaConnection

@@ -12,12 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from headrace.core.settings import Settings
-from headrace.scorers.wire.decode_pool import DecodePool
-from headrace.scorers.wire.json_rows import decode_rows
 from headrace.scorers.engine.metrics import ScorerMetrics
 from headrace.scorers.engine.models import ModelHolder, load_model
 from headrace.scorers.engine.stream_io import RawBatch, StreamIO
 from headrace.scorers.engine.worker import Worker
+from headrace.scorers.wire.decode_pool import DecodePool
+from headrace.scorers.wire.json_rows import decode_rows
 from headrace.streams import dlq
 from headrace.streams import headers as hdr
 from headrace.streams.clients import KafkaConnection, ensure_topics, make_producer

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 
 from headrace.contracts import LineageRange, RolloutRole, RolloutState, parse
-from headrace.scorers.wire.decoding import Features
-from headrace.scorers.lineage_tap import LineageTap
 from headrace.scorers.engine.outputs import Outputs
 from headrace.scorers.engine.taps import Scored
+from headrace.scorers.lineage_tap import LineageTap
+from headrace.scorers.wire.decoding import Features
 from headrace.streams.consuming import RawBatch
 
 TOPIC = "data.s"

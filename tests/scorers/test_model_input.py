@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from headrace.core import heap
-from headrace.scorers.wire.buffers import ALIGN, Scratch, is_aligned
 from headrace.scorers.engine.core import score_rows
-from headrace.scorers.wire.decoding import decode
 from headrace.scorers.engine.models import load_model
+from headrace.scorers.wire.buffers import ALIGN, Scratch, is_aligned
+from headrace.scorers.wire.decoding import decode
 from headrace.streams.codecs import encode_json
 from headrace.streams.consuming import RawBatch
 from tests.scorers.conftest import publish_tf, rows

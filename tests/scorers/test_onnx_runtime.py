@@ -23,12 +23,12 @@ from headrace.cli import main
 from headrace.core.errors import ConfigError
 from headrace.core.settings import Settings
 from headrace.scorers import adapters
-from headrace.scorers.engine import swapping
 from headrace.scorers.adapters.onnx_runtime import MissingExport, providers
+from headrace.scorers.engine import swapping
 from headrace.scorers.engine.metrics import ScorerMetrics
 from headrace.scorers.engine.models import LoadedModel, ModelHolder
-from headrace.scorers.serving import Scorer
 from headrace.scorers.engine.settings import load_scorer_settings
+from headrace.scorers.serving import Scorer
 from headrace.store.exports import read_export
 from headrace.store.manifest import Manifest
 from headrace.store.versions import AliasPointer

@@ -1,5 +1,5 @@
-"""The scorer's batch taps (``scorers.engine.taps``): a tap sees each batch exactly as production scored
-it and its side outputs land in Kafka with the batch; a tap that raises, or whose output the
+"""The scorer's batch taps (``scorers.engine.taps``): a tap sees each batch exactly as production
+scored it and its side outputs land in Kafka with the batch; a tap that raises, or whose output the
 producer refuses, never costs a production prediction."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from headrace.core.settings import Settings
 from headrace.scorers.engine import taps
 from headrace.scorers.engine.outputs import SendSide, SideOutput
-from headrace.scorers.rollout.state import watch_of
 from headrace.scorers.engine.taps import Scored, TapContext
+from headrace.scorers.rollout.state import watch_of
 from headrace.streams.clients import KafkaConnection, ensure_topics
 from headrace.streams.topics import TopicSpec, catalog, predictions_topic
 from tests.fixtures import read_all, read_topic

@@ -23,9 +23,9 @@ from contextlib import suppress
 import numpy as np
 
 from headrace.core.errors import ValidationFailed
+from headrace.scorers.engine.stream_io import RawBatch, StreamIO
 from headrace.scorers.wire.arrow_limits import read_meta
 from headrace.scorers.wire.budget import message_measure
-from headrace.scorers.engine.stream_io import RawBatch, StreamIO
 from headrace.streams.codecs import arrow_flags
 
 log = logging.getLogger(__name__)

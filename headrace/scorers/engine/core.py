@@ -6,8 +6,8 @@ record is decoded and scored by the same code wherever it is scored.
 
 Decoding goes by the model's contract: a tabular model's inputs are one numeric input, decoded by
 the fast float-matrix codec (``decoding``; JSON also in the decode helper processes, ``ahead``);
-a signature model's inputs by their kinds (``scorers.wire.inputs``; ahead in a thread). Both give rows
-tied to their message (and Arrow row), the bad rows as ``BadInput``s; then the rows are scored
+a signature model's inputs by their kinds (``scorers.wire.inputs``; ahead in a thread). Both give
+rows tied to their message (and Arrow row), the bad rows as ``BadInput``s; then the rows are scored
 (a row the model fails on is isolated by bisection and dead-lettered alone) and formatted.
 """
 
@@ -18,13 +18,17 @@ from collections.abc import Callable
 
 import numpy as np
 
+from headrace.scorers.engine.models import LoadedModel
+from headrace.scorers.engine.outputs import Outputs
 from headrace.scorers.wire import predictions, refusals
 from headrace.scorers.wire.buffers import Scratch
 from headrace.scorers.wire.decoding import BadInput, DecodedAhead, Features, decode
-from headrace.scorers.wire.encoding import arrow_prediction_table, arrow_predictions, json_predictions
+from headrace.scorers.wire.encoding import (
+    arrow_prediction_table,
+    arrow_predictions,
+    json_predictions,
+)
 from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs
-from headrace.scorers.engine.models import LoadedModel
-from headrace.scorers.engine.outputs import Outputs
 from headrace.streams.codecs import encode_arrow
 from headrace.streams.consuming import RawBatch
 from headrace.streams.dlq import DeadLetter

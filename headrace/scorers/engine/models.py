@@ -14,8 +14,8 @@ import numpy as np
 
 from headrace.codecs import check_signature, codec
 from headrace.core.errors import PermanentError, RetriableError
-from headrace.scorers.engine import sizing
 from headrace.scorers.adapters import InputsFn, ModelFn, adapter_for, buckets, precision, runtime
+from headrace.scorers.engine import sizing
 from headrace.scorers.wire.inputs import Signature, signature_bytes
 from headrace.store.manifest import Manifest
 from headrace.store.signature import ModelOutput

@@ -37,11 +37,11 @@ from headrace.scorers.engine.outputs import Outputs, SideOutput
 if TYPE_CHECKING:
     from headrace.contracts import RolloutRole
     from headrace.core.settings import Settings
-    from headrace.scorers.wire.decoding import Features
-    from headrace.scorers.wire.inputs import Decoded
     from headrace.scorers.engine.metrics import ScorerMetrics
     from headrace.scorers.engine.models import LoadedModel
     from headrace.scorers.engine.settings import ScorerSettings
+    from headrace.scorers.wire.decoding import Features
+    from headrace.scorers.wire.inputs import Decoded
     from headrace.streams.clients import KafkaConnection
     from headrace.streams.consuming import RawBatch
 

@@ -46,13 +46,8 @@ import numpy as np
 
 from headrace.contracts import RolloutRole
 from headrace.core.errors import FatalError, RetriableError
-from headrace.scorers.wire import refusals, splitting
 from headrace.scorers.engine.batching import Batcher, rows_in
 from headrace.scorers.engine.core import ScoringCore
-from headrace.scorers.wire.decode_pool import DecodePool
-from headrace.scorers.wire.decoding import DecodedAhead, is_arrow_mask, tabular_row_bytes
-from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
-from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
 from headrace.scorers.engine.metrics import ScorerMetrics
 from headrace.scorers.engine.models import LoadedModel, ModelHolder
 from headrace.scorers.engine.outputs import Outputs
@@ -73,6 +68,11 @@ from headrace.scorers.engine.taps import (
     run_before_delivery,
     run_taps,
 )
+from headrace.scorers.wire import refusals, splitting
+from headrace.scorers.wire.decode_pool import DecodePool
+from headrace.scorers.wire.decoding import DecodedAhead, is_arrow_mask, tabular_row_bytes
+from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
+from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs, signature_bytes
 from headrace.streams.dlq import DeadLetter
 from headrace.streams.producing import Refused
 

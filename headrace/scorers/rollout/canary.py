@@ -37,10 +37,10 @@ from headrace.contracts import RolloutRole, RolloutState
 from headrace.rollout import routing
 from headrace.rollout.canary_steps import Decision, Labelled, Ledger, Verdict, judge
 from headrace.scorers.engine.core import ScoringCore
-from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.engine.models import LoadedModel, Sizing
 from headrace.scorers.engine.outputs import Outputs
 from headrace.scorers.engine.roles import Parts
+from headrace.scorers.engine.taps import TapContext
 from headrace.scorers.rollout.canary_labels import Arm, CanaryLabels, arm
 from headrace.scorers.rollout.canary_metrics import CanaryMetrics
 from headrace.scorers.rollout.canary_outcomes import CanaryOutcomes
@@ -48,8 +48,8 @@ from headrace.scorers.rollout.candidates import CandidateLoader, watch_loading
 from headrace.scorers.rollout.label_join import LabelJoin
 from headrace.scorers.rollout.live_counts import LiveComparison
 from headrace.scorers.rollout.state import RolloutWatch, watch_of
+from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
 from headrace.scorers.wire.splitting import Part
-from headrace.scorers.engine.taps import TapContext
 from headrace.streams.consuming import RawBatch
 from headrace.streams.topics import ControlTopics, labels_topic
 

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from headrace.scorers.wire.buffers import Scratch
 from headrace.scorers.engine.core import ScoringCore
-from headrace.scorers.wire.decoding import Features, decode
-from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs
 from headrace.scorers.engine.models import LoadedModel
 from headrace.scorers.engine.outputs import Outputs
+from headrace.scorers.wire.buffers import Scratch
+from headrace.scorers.wire.decoding import Features, decode
+from headrace.scorers.wire.inputs import Decoded, InputLimits, decode_inputs
 from headrace.store.signature import OutputKind
 from headrace.streams.consuming import RawBatch
 

@@ -39,12 +39,10 @@ import numpy as np
 
 from headrace.contracts import RolloutRole
 from headrace.core.rate_limited_log import RateLimitedLog
-from headrace.scorers.wire.budget import MessageCaps
 from headrace.scorers.engine.core import ScoringCore
-from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
-from headrace.scorers.wire.inputs import InputLimits
 from headrace.scorers.engine.models import LoadedModel, Sizing
 from headrace.scorers.engine.outputs import Outputs, SendSide, SideOutput
+from headrace.scorers.engine.taps import Scored, Tap, TapContext
 from headrace.scorers.rollout.candidate import CandidateRun, classes_of, run_candidate
 from headrace.scorers.rollout.candidates import CandidateLoader, watch_loading
 from headrace.scorers.rollout.label_join import LabelJoin, follow_labels
@@ -58,7 +56,9 @@ from headrace.scorers.rollout.live_counts import (
 from headrace.scorers.rollout.shadow_metrics import ShadowMetrics
 from headrace.scorers.rollout.shadow_rows import PartitionRows, Production, pair_rows
 from headrace.scorers.rollout.state import RolloutWatch, watch_of
-from headrace.scorers.engine.taps import Scored, Tap, TapContext
+from headrace.scorers.wire.budget import MessageCaps
+from headrace.scorers.wire.encoding import ARROW_HEADERS, JSON_HEADERS
+from headrace.scorers.wire.inputs import InputLimits
 from headrace.streams.clients import KafkaConnection, ensure_topics, partition_count
 from headrace.streams.consuming import RawBatch
 from headrace.streams.topics import (

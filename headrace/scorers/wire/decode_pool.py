@@ -2,9 +2,9 @@
 
 Decoding a JSON record costs about as much as consuming, scoring and publishing it together, and
 all of it holds the GIL. The worker hands the next batch's JSON records to ``processes`` helpers
-(``python -m headrace.scorers.wire.decode_pool``; numpy and msgspec only) and scores the current batch
-meanwhile. A helper decodes with the very same ``json_rows.decode_rows`` as the worker would, so
-the rows and every dead-letter reason are identical either way.
+(``python -m headrace.scorers.wire.decode_pool``; numpy and msgspec only) and scores the current
+batch meanwhile. A helper decodes with the very same ``json_rows.decode_rows`` as the worker
+would, so the rows and every dead-letter reason are identical either way.
 
 Frames over the helper's stdin/stdout: a request is ``_REQ`` (features JSON length, records,
 payload bytes), the features, each record's length (int64) and the records back to back; a reply
