@@ -22,6 +22,12 @@ EXTRA_OF: dict[str, str] = {
     "jsonschema": "kubernetes",  # kubernetes-validate's
     "helm_python": "topology",
     "sklearn": "demo",
+    "onnx": "onnx",
+    "onnxruntime": "onnx",
+    "skl2onnx": "imports",
+    "onnxmltools": "imports",
+    "lightgbm": "imports",
+    "xgboost": "imports",
 }
 
 

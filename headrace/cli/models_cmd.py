@@ -53,6 +53,11 @@ def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
     for k, v in sorted(m.metrics.items()):
         metrics.add_row(k, f"{v:.4f}")
     console.print(metrics)
+    imported = m.extra.get("import") or {}
+    if imported:
+        src = imported.get("source") or {}
+        console.print(f"imported from {escape(str(src.get('uri', '?')))} ({imported.get('format')}"
+                      f"{', sha256 ' + str(src['sha256'])[:12] if src.get('sha256') else ''})")
     if m.confusion_matrix:
         cm = Table("true \\ predicted", *m.classes)
         for cls, row in zip(m.classes, m.confusion_matrix, strict=True):
@@ -86,6 +91,57 @@ def models_export(ctx: typer.Context, ref: Annotated[str, typer.Argument(
                   f"{chk['rows']} validation rows, labels identical, largest score difference "
                   f"{chk['max_abs_diff']:.2g} (tolerance {chk['tolerance']}); sha256 "
                   f"{rec['sha256'][:12]}")
+
+
+@models_app.command("import")
+def models_import(
+    ctx: typer.Context,
+    source: Annotated[str, typer.Argument(help="A model file: .onnx, a scikit-learn pickle "
+                                               "(.pkl/.joblib), LightGBM .txt, XGBoost "
+                                               ".json/.ubj, TorchScript, torch.export .pt2, "
+                                               ".keras.")],
+    name: Annotated[str, typer.Option("--name", help="The model name to publish under.")],
+    inputs: Annotated[list[str] | None, typer.Option(
+        "--input", help="NAME:KIND[=SPEC] for an input the model does not describe "
+                        "(numeric=a,b,c; tensor=4; image=28x28x1; category; text).")] = None,
+    labels: Annotated[str | None, typer.Option(
+        "--labels", help="Class names in output order, for a model that names none.")] = None,
+    sample: Annotated[str | None, typer.Option(
+        "--sample", help="A labelled dataset on the DFS: gate the version on it.")] = None,
+    label: Annotated[str, typer.Option("--label", help="The sample's label column.")] = "label",
+    promote: Annotated[bool, typer.Option(
+        "--promote", help="Without --sample: promote it anyway (not gated).")] = False,
+    topic_prefix: PrefixOpt = "",
+) -> None:
+    """Import a model trained elsewhere as a new version: converted where needed, gated on
+    --sample like a trained version, served by the scorers as Headrace's own."""
+    from headrace.imports import ImportRequest, import_model, sources
+    from headrace.imports.declarations import declarations
+
+    root = _context.base_settings(ctx).dfs_root
+    request = ImportRequest(source=sources.resolve(source), name=name,
+                            declared=declarations(inputs or [], labels), sample=sample,
+                            label=label, promote=promote)
+    topics = _topics(ctx, topic_prefix)
+    sink = None
+    if _context.settings(ctx).bootstrap:  # announce a promotion; scorers also poll the alias
+        from headrace.streams.clients import ensure_topics
+        from headrace.streams.producing import EventSink
+
+        conn = _context.connection(ctx)
+        ensure_topics(conn, topics.specs())
+        sink = EventSink(conn)
+    try:
+        result = import_model(root=root, request=request, sink=sink, topic=topics.models)
+    finally:
+        if sink is not None:
+            sink.close()
+    m = result.version.manifest
+    console.print(f"imported {escape(source)} as {m.name}:{m.version} ({result.format}, "
+                  f"{m.framework.value} {m.task.value}; inputs "
+                  f"{escape(', '.join(f'{i.name} ({i.kind})' for i in m.input_signature()))}"
+                  f"{'; classes ' + escape(','.join(m.classes)) if m.classes else ''})")
+    console.print(f"outcome: {escape(result.outcome.line())}")
 
 
 @models_app.command("promote")

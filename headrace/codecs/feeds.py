@@ -46,9 +46,16 @@ def keras_decoded(inp: ModelInput, version_path: Path) -> Feeder:
     return ids if ids is not None else (lambda x: x)
 
 
+def decoded(inp: ModelInput, version_path: Path) -> Feeder:
+    """The decoded array as it is, one value a row as a column ``(rows, 1)``: how converters
+    (skl2onnx, onnxmltools) lay out one input per record field."""
+    return lambda x: x.reshape(len(x), 1) if x.ndim == 1 else x
+
+
 FEEDS: dict[str, Callable[[ModelInput, Path], Feeder]] = {
     "float32": float_feeder,  # torch exports (and their ONNX)
     "keras": keras_decoded,  # Keras models (and their ONNX)
+    "decoded": decoded,  # imported ONNX models (headrace.imports)
 }
 
 

@@ -174,6 +174,8 @@ class TrainRequested(Contract):
     @model_validator(mode="after")
     def _family_runs_here(self) -> TrainRequested:
         # Refused where the request enters, never inside a job (a missing builder).
+        if self.framework == Framework.ONNX:
+            raise ValueError("onnx models are imported (headrace models import), not trained")
         m = self.spec.model
         if isinstance(m, str) and not supports(m, self.framework.value):
             raise ValueError(f"model family {m!r} has no {self.framework.value} builder")

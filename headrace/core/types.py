@@ -7,7 +7,7 @@ package for them; ``headrace.contracts`` re-exports them.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -29,10 +29,24 @@ class Framework(StrEnum):
     TENSORFLOW = "tensorflow"
     MXNET = "mxnet"
     TORCH = "torch"
+    ONNX = "onnx"  # imported models (headrace.imports): scored on ONNX Runtime, never trained
 
     @classmethod
     def _missing_(cls, value: object) -> Framework | None:
         return cls.TORCH if value == "pytorch" else None  # the other name people use
+
+
+TrainedFramework = Literal["tensorflow", "mxnet", "torch"]  # what a training job runs
+_TRAINED: dict[Framework, TrainedFramework] = {
+    Framework.TENSORFLOW: "tensorflow", Framework.MXNET: "mxnet", Framework.TORCH: "torch"}
+
+
+def trained_framework(framework: Framework) -> TrainedFramework:
+    """A framework a training job runs (``TrainRequested`` refuses the others first)."""
+    try:
+        return _TRAINED[framework]
+    except KeyError:
+        raise ValueError(f"{framework.value} models are imported, not trained") from None
 
 
 class Task(StrEnum):

@@ -13,7 +13,10 @@ from headrace.store.signature import ModelInput, ModelOutput, default_outputs, t
 MANIFEST = "manifest.json"
 # The saved format of a framework with a versioned one (its adapter refuses any other); the
 # others have had one format, ``model_format`` "".
-MODEL_FORMATS = {Framework.TORCH: "torch.export/1"}
+MODEL_FORMATS = {Framework.TORCH: "torch.export/1", Framework.ONNX: "onnx/1"}
+# Formats a framework's adapter reads beside the one its trainer writes: TorchScript comes only
+# by import (``headrace models import``).
+READ_FORMATS = {Framework.TORCH: ("torch.export/1", "torchscript/1"), Framework.ONNX: ("onnx/1",)}
 # 2: a text or category input whose manifest names a vocabulary file takes the ids its codec
 # makes on the host, in every framework (1: a TensorFlow model took those strings and looked
 # them up in its graph).

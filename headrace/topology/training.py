@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from headrace.contracts import TrainRequested
+from headrace.core.types import trained_framework
 from headrace.topology.cluster import Deploy
 from headrace.trainers.executors.kubernetes_objects import (
     TrainingJobSpec,
@@ -37,7 +38,8 @@ def spec_for_request(
 ) -> TrainingJobSpec:
     r = request.resources
     return TrainingJobSpec(
-        job_id=job_id, model_name=request.model_name, framework=request.framework.value,
+        job_id=job_id, model_name=request.model_name,
+        framework=trained_framework(request.framework),
         image=deploy.image, namespace=deploy.namespace, workers=r.workers, servers=r.servers,
         strategy=request.spec.strategy,
         gpus_per_worker=r.gpus, gpu_type=gpu_type if r.gpus else None,

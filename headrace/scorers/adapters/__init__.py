@@ -49,6 +49,11 @@ ADAPTERS = {  # (framework, runtime) -> module
     ("torch", "torch"): "pytorch",
     ("torch", "onnxruntime"): "onnx_runtime",  # the version's ONNX export
     ("tensorflow", "onnxruntime"): "onnx_runtime",
+    # An imported ONNX model (headrace.imports) is its own export: ONNX Runtime on every runtime.
+    ("onnx", "tensorflow"): "onnx_runtime",
+    ("onnx", "jax"): "onnx_runtime",
+    ("onnx", "torch"): "onnx_runtime",
+    ("onnx", "onnxruntime"): "onnx_runtime",
 }
 REDUCED_PRECISION = {"pytorch"}  # adapters that run --precision bf16/fp16 (adapters.precision)
 _chosen: list[str] = []  # the process's runtime, once chosen

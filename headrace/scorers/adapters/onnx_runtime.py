@@ -1,6 +1,8 @@
 """ONNX Runtime: a version's ONNX export (``headrace models export NAME:VERSION --format onnx``,
 ``exports/onnx/`` beside the version) scored by an ``InferenceSession``; no torch, TensorFlow or
-Keras is imported.
+Keras is imported. An imported ONNX version (framework ``onnx``, ``headrace models import``)
+is its own export: ``model.onnx`` in the version, fed as its manifest's ``extra.onnx`` says
+(``decoded``: each input as its codec decodes it, a column where the graph wants one).
 
 The export's record (``export.json``) says how its graph is fed: ``float32`` (a torch version's
 export: inputs ``x0``, ``x1``... in signature order, each kind's ``mxnet_feed``, as the torch
@@ -25,6 +27,7 @@ from onnxruntime.capi import onnxruntime_pybind11_state as ort_state
 from headrace.codecs.feeds import FEEDS, onnx_cast
 from headrace.core.cpus import cpu_limit
 from headrace.core.errors import ConfigError, PermanentError
+from headrace.core.types import Framework
 from headrace.scorers.adapters import (
     Inputs,
     InputsFn,
@@ -64,7 +67,13 @@ def _threads() -> int:
     return int(omp) if omp.isdigit() and int(omp) > 0 else cpu_limit()
 
 
+IMPORTED_FILE = "model.onnx"  # an imported ONNX version's model (``headrace.imports``)
+
+
 def _export(version_path: Path, manifest: Manifest) -> Export:
+    if manifest.framework == Framework.ONNX:  # the version is its own export; the manifest
+        # verified its sha256 and records how it is fed (``extra.onnx``)
+        return Export(path=version_path / IMPORTED_FILE, record=dict(manifest.extra["onnx"]))
     found = read_export(version_path, FORMAT)
     if found is None:
         ref = f"{manifest.name}:{manifest.version}"

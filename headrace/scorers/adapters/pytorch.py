@@ -1,4 +1,5 @@
-"""PyTorch adapter: a ``torch.export`` program (``model.pt2``) run under ``inference_mode``.
+"""PyTorch adapter: a ``torch.export`` program (``model.pt2``), or an imported TorchScript
+module (``model.ts``, ``headrace models import``), run under ``inference_mode``.
 
 The program takes float32 inputs in signature order, as the trainer fed them
 (``codecs.feeds.float_feeder``: text and categories become ids with the vocabulary file the
@@ -29,18 +30,32 @@ from headrace.scorers.adapters import (
     precision,
 )
 from headrace.scorers.adapters.torch_device import torch_device
-from headrace.store.manifest import MODEL_FORMATS, Manifest
+from headrace.store.manifest import READ_FORMATS, Manifest
 
 MODEL_FILE = "model.pt2"
+SCRIPT_FILE = "model.ts"
+
+
+def _exported(version_path: Path, dev: torch.device) -> torch.nn.Module:
+    module: torch.nn.Module = torch.export.load(version_path / MODEL_FILE).module().to(dev)
+    return module
+
+
+def _scripted(version_path: Path, dev: torch.device) -> torch.nn.Module:
+    module: torch.nn.Module = torch.jit.load(str(version_path / SCRIPT_FILE), map_location=dev)
+    return module.eval()
+
+
+LOADERS: dict[str, Callable[[Path, torch.device], torch.nn.Module]] = {
+    "torch.export/1": _exported, "torchscript/1": _scripted}
 
 
 def _program(version_path: Path, manifest: Manifest, dev: torch.device) -> torch.nn.Module:
-    want = MODEL_FORMATS[manifest.framework]
-    if manifest.model_format != want:
+    readable = READ_FORMATS[manifest.framework]
+    if manifest.model_format not in readable:
         raise ValueError(f"model format {manifest.model_format or 'unstated'!r} is not "
-                         f"{want!r}, the one this scorer reads")
-    module: torch.nn.Module = torch.export.load(version_path / MODEL_FILE).module().to(dev)
-    return module
+                         f"one this scorer reads ({', '.join(readable)})")
+    return LOADERS[manifest.model_format](version_path, dev)
 
 
 def _forward(module: torch.nn.Module, dev: torch.device, widths: list[int], ref: str

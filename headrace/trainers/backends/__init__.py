@@ -13,7 +13,8 @@ from headrace.trainers.distributed.peers import GangMember
 load_in_safe_order()  # before any framework module of this package: see core.llvm_guard
 
 _MODULES = {Framework.TENSORFLOW: "tensorflow_keras", Framework.MXNET: "mxnet_gluon",
-            Framework.TORCH: "torch_nn"}
+            Framework.TORCH: "torch_nn",
+            Framework.ONNX: "onnx_imported"}  # evaluation only: imported, never trained
 
 
 def get_backend(framework: Framework | str) -> Backend:

@@ -36,6 +36,7 @@ from headrace.trainers.inputs import (
 )
 
 MODEL_FILE = "model.pt2"
+SCRIPT_FILE = "model.ts"  # an imported TorchScript version (headrace models import)
 CHECKPOINT_FILE = "state.pt"
 
 if os.environ.get("HEADRACE_THREADS"):  # a gang member's share of the cores (peers.thread_env)
@@ -215,14 +216,18 @@ def _from_code(code: LoadedCode, spec: ModelSpec, n_outputs: int) -> nn.Module:
 
 
 class ExportedPredictor:
-    """A published ``model.pt2`` fed as the trainer fed it."""
+    """A published ``model.pt2`` (or an imported TorchScript ``model.ts``) fed as the trainer
+    fed it."""
 
     def __init__(self, path: Path, signature: tuple[ModelInput, ...]) -> None:
         self.dev = device()
         self.plan = ModelPlan("?", signature, (), 0)
         self.vocabularies = {i.name: tokens.read_vocabulary(path / i.vocabulary)
                              for i in signature if i.vocabulary}
-        self.module = torch.export.load(path / MODEL_FILE).module().to(self.dev)
+        program = path / MODEL_FILE
+        self.module = (torch.export.load(program).module() if program.exists() else
+                       torch.jit.load(str(path / SCRIPT_FILE), map_location="cpu").eval()
+                       ).to(self.dev)
 
     def predict(self, x: Inputs | np.ndarray) -> np.ndarray:
         inp = as_inputs(x)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from headrace.core.errors import HeadraceError, RetriableError
+from headrace.core.types import trained_framework
 from headrace.trainers.distributed.heartbeat import verdict
 from headrace.trainers.executors import kubernetes_kueue as kueue
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, JobOutcome, JobSpec
@@ -88,7 +89,7 @@ def job_spec_for(job: JobSpec, config: KubernetesExecutorConfig) -> TrainingJobS
     r = job.resources
     return TrainingJobSpec(
         **config.placement(),
-        job_id=job.job_id, model_name=job.model_name, framework=job.framework.value,
+        job_id=job.job_id, model_name=job.model_name, framework=trained_framework(job.framework),
         workers=r.workers, servers=r.servers,
         strategy=job.strategy,  # type: ignore[arg-type]
         gpus_per_worker=r.gpus, gpu_type=config.gpu_type if r.gpus else None,

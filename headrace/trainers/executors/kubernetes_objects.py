@@ -34,6 +34,7 @@ from kubernetes.utils.quantity import parse_quantity
 
 from headrace.core.errors import ValidationFailed
 from headrace.core.naming import check_name
+from headrace.core.types import TrainedFramework
 from headrace.trainers.distributed.plan import GangPlan, plan_for
 from headrace.trainers.executors import kubernetes_gang as gang_pods
 from headrace.trainers.executors.base import PERMANENT_EXIT_CODES, job_command
@@ -100,7 +101,7 @@ class TrainingJobSpec(ClusterPlacement):
 
     job_id: str
     model_name: str
-    framework: Literal["tensorflow", "mxnet", "torch"]
+    framework: TrainedFramework
     workers: int = 1
     servers: int = 0
     strategy: Literal["auto", "allreduce", "parameter_server"] = "auto"
