@@ -1,0 +1,1 @@
+"""Models trained elsewhere: files and MLflow models brought into the model store."""
