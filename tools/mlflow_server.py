@@ -98,10 +98,10 @@ class MlflowServer:
             if self.proc is not None and self.proc.poll() is not None:
                 raise MlflowUnavailable(f"mlflow server exited ({self.proc.returncode}): "
                                         f"{self.log_tail()}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
+            with contextlib.suppress(OSError), urllib.request.urlopen(
+                    f"{self.url}/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
             time.sleep(0.5)
         self.stop()
         raise MlflowUnavailable(f"mlflow server did not answer in time: {self.log_tail()}")

@@ -127,5 +127,14 @@ class MlflowClient:
                 yield rel
 
 
+def proxied_path(artifact_uri: str) -> str | None:
+    """The artifact proxy's path of an ``mlflow-artifacts:`` URI (with or without a host);
+    None for any other scheme."""
+    parsed = urllib.parse.urlparse(artifact_uri)
+    if parsed.scheme != "mlflow-artifacts":
+        return None
+    return parsed.path.lstrip("/")
+
+
 def _quote(path: str) -> str:
     return urllib.parse.quote(path.lstrip("/"))

@@ -22,7 +22,7 @@ from typing import Any
 
 from headrace.core.errors import ValidationFailed
 from headrace.imports import mlflow_model
-from headrace.imports.mlflow_rest import MlflowClient, MlflowRefused
+from headrace.imports.mlflow_rest import MlflowClient, MlflowRefused, proxied_path
 from headrace.imports.mlflow_uri import MlflowUri, parse
 from headrace.store.signature import ModelInput
 
@@ -118,19 +118,11 @@ def _has_mlmodel(client: MlflowClient, artifact_uri: str) -> bool:
     local = _local_path(artifact_uri)
     if local is not None:
         return (local / mlflow_model.MLMODEL).is_file()
-    proxied = _proxied_path(artifact_uri)
+    proxied = proxied_path(artifact_uri)
     if proxied is None:
         return False
     return any(str(f.get("path", "")).rsplit("/", 1)[-1] == mlflow_model.MLMODEL
                for f in client.list_artifacts(proxied))
-
-
-def _proxied_path(artifact_uri: str) -> str | None:
-    """The artifact proxy's path of an ``mlflow-artifacts:`` URI (with or without a host)."""
-    parsed = urllib.parse.urlparse(artifact_uri)
-    if parsed.scheme != "mlflow-artifacts":
-        return None
-    return parsed.path.lstrip("/")
 
 
 def _local_path(artifact_uri: str) -> Path | None:
@@ -151,7 +143,7 @@ def fetch_artifacts(client: MlflowClient, artifact_uri: str, dest: Path, *, wher
                                    f"this machine can read")
         shutil.copytree(local, dest)
         return
-    proxied = _proxied_path(artifact_uri)
+    proxied = proxied_path(artifact_uri)
     if proxied is None:
         raise ValidationFailed(f"{where}: artifacts at {artifact_uri} are not reachable from "
                                f"here (Headrace reads mlflow-artifacts: through the tracking "

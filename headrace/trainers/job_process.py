@@ -87,6 +87,7 @@ from headrace.trainers.inputs import (
 )
 from headrace.trainers.limits import RequestCaps
 from headrace.trainers.promotion import promote
+from headrace.trainers.run_log import NoRunLog, RunLog, RunLogSettings, run_log_for
 from headrace.trainers.tuning import pruning  # noqa: F401  (registers the tune trials' stop rule)
 
 log = logging.getLogger("headrace.job")
@@ -106,6 +107,7 @@ class JobContext:
     # Run by an executor, which retries or writes the final state; else (by hand) the job
     # writes its own final state: ``status.json`` never stays ``running`` after it.
     supervised: bool = False
+    run_log: RunLog = field(default_factory=NoRunLog)  # MLflow where configured (chief only)
 
     def event(self, kind: JobEventKind, *, wait: bool = True, **fields: Any) -> None:
         if self.sink is None:
@@ -138,7 +140,7 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
             publish_hook: versions.PublishHook | None = None,
             caps: RequestCaps | None = None,
             member: GangMember = GangMember(), attempt: int | None = None,
-            supervised: bool = False) -> int:
+            supervised: bool = False, run_log: RunLogSettings | None = None) -> int:
     """Run one job (or this process's share of a distributed one); return its exit code.
     Every failure ends as a one-line reason in ``status.json`` (and a LOG event). Under an
     executor (``supervised``; ``attempt`` is the number it launched) the control plane decides
@@ -156,6 +158,8 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
             handler = _EventLogHandler(ctx)
             handler.setFormatter(logging.Formatter("%(message)s"))
             log.addHandler(handler)
+            if member.chief:  # a warning in the log is a LOG event on events.jobs too
+                ctx.run_log = _run_log(run_log)
             try:
                 _run(ctx, publish_hook)
                 return ExitCode.OK
@@ -193,10 +197,29 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
         return ExitCode.RETRIABLE
 
 
+def _run_log(settings: RunLogSettings | None) -> RunLog:
+    """The job's run log; a tracker that cannot even be set up is a warning, not a failure."""
+    try:
+        return run_log_for(settings, log.warning)
+    except HeadraceError as exc:
+        log.warning("run log: %s; the job goes on without it", exc)
+        return NoRunLog()
+
+
+def _params(req: TrainRequested) -> dict[str, str]:
+    """What a run log records as the job's parameters."""
+    spec = json.loads(req.spec.model_dump_json())
+    out = {k: json.dumps(v) if isinstance(v, dict | list) else str(v) for k, v in spec.items()}
+    out.update(framework=str(req.framework), dataset=req.dataset_uri,
+               **{f"hp.{k}": str(v) for k, v in req.hyperparameters.items()})
+    return out
+
+
 def _fail(ctx: JobContext, reason: str, code: int) -> int:
     # Keep every line: a bad gates file names each of its errors on a line of its own.
     reason = "\n".join(reason.strip().splitlines()[:20]) if reason.strip() else "failed"
     log.error("attempt %d failed: %s", ctx.attempt, reason)
+    ctx.run_log.failed(reason)
     if not ctx.member.chief:
         return code
     final = {} if ctx.supervised else {"state": JobState.FAILED, "finished_at": jobs.now_iso()}
@@ -270,6 +293,7 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
         _finish(ctx, existing, result, t0)
         return
     ds, sp, model, model_plan = _build(ctx, runtime, req)
+    ctx.run_log.started(job_id=ctx.job_id, model_name=req.model_name, params=_params(req))
     log.info("dataset %s: %d rows, inputs %s, %s; model %s on %s", req.dataset_uri, ds.rows,
              ", ".join(f"{i.name} ({i.kind.value})" for i in model_plan.inputs),
              f"classes {list(ds.classes)}" if ds.classes else "regression", model_plan.family,
@@ -444,6 +468,7 @@ def _train(ctx: JobContext, model: Model, sp: Split, *,
         if chief:
             ctx.event(JobEventKind.PROGRESS, epoch=epoch + 1, step=step, metrics=metrics,
                       message=f"epoch {epoch + 1}/{spec.epochs}")
+            ctx.run_log.epoch(epoch + 1, {**metrics, "learning_rate": rate})
         if reason is not None:
             stopped = reason
             break
@@ -628,6 +653,7 @@ def _finish(ctx: JobContext, mv: versions.ModelVersion, result: GateResult, t0: 
     ctx.event(JobEventKind.SUCCEEDED, message=msg,
               metrics={k: float(v) for k, v in mv.manifest.metrics.items() if "." not in k},
               reason=None if promoted else said.line())
+    ctx.run_log.published(mv, gate=result.model_dump(), outcome=said.result.value)
     log.info("done in %.1fs: %s", time.time() - t0, msg)
 
 
