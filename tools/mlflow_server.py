@@ -83,7 +83,10 @@ class MlflowServer:
                "--backend-store-uri", f"sqlite:///{self.root / 'mlflow.db'}",
                "--artifacts-destination", str(self.root / "artifacts"),
                "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"]
-        env = {**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
+        # No job runner (three huey consumers, ~230 MB each, for server-side jobs Headrace
+        # never submits) and no telemetry (nothing leaves loopback).
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+               "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"}
         t0 = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,

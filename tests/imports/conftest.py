@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,10 +16,7 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tools"))
-
-from mlflow_server import MlflowServer, mlflow_python, why_unavailable  # noqa: E402
+from tools.mlflow_server import MlflowServer, mlflow_python, why_unavailable
 
 LOGGER = Path(__file__).with_name("mlflow_log_models.py")
 FLAVORS = ("sklearn", "xgboost", "lightgbm", "onnx")
