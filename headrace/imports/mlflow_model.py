@@ -82,10 +82,10 @@ def _model_path(flavor: str, conf: dict[str, Any]) -> str:
         return str(conf.get("data", "model"))
     if flavor == "sklearn":
         return str(conf.get("pickled_model", "model.pkl"))
-    if flavor == "pytorch":
-        return str(conf.get("model_data", "data"))
-    if flavor == "keras":
-        return str(conf.get("data", "data"))
+    if flavor == "pytorch":  # mlflow.pytorch: data/model.pth
+        return f"{conf.get('model_data', 'data')}/model.pth"
+    if flavor == "keras":  # mlflow.keras (Keras 3): data/model.keras
+        return f"{conf.get('data', 'data')}/model.keras"
     return str(conf.get("data", "version"))
 
 

@@ -108,3 +108,57 @@ def test_an_unreachable_server_is_a_retriable_error(tmp_path: Path) -> None:
 def test_no_tracking_uri_names_the_settings(tmp_path: Path) -> None:
     with pytest.raises(ValidationFailed, match="set MLFLOW_TRACKING_URI"):
         resolve("models:/m/1", tracking_uri=None, dest=tmp_path)
+
+
+@pytest.mark.parametrize("flavor", FLAVORS)
+def test_what_the_file_importer_is_handed_predicts_what_the_producer_predicted(
+        flavor: str, mlflow_server, logged_models: Logged, tmp_path: Path) -> None:
+    """MLflow 3's skops files (sklearn, LightGBM's scikit-learn API) are handed on as a
+    joblib dump and a LightGBM text model; every handed-on file, loaded by its library,
+    gives the producer's probabilities on the reference rows."""
+    import pandas as pd
+
+    from headrace.imports.mlflow_handoff import handed_on
+
+    m = logged_models.models[flavor]
+    r = resolve(f"models:/{m['name']}@champion", tracking_uri=mlflow_server.url,
+                dest=tmp_path / "dl")
+    path, fmt = handed_on(r, tmp_path / "handed")
+    assert fmt == {"sklearn": "sklearn", "lightgbm": "lightgbm", "xgboost": "xgboost",
+                   "onnx": "onnx"}[flavor]
+    rows = pd.DataFrame(logged_models.rows)[list(COLUMNS)]
+    if fmt == "sklearn":
+        import joblib
+
+        proba = joblib.load(path).predict_proba(rows)
+    elif fmt == "lightgbm":
+        import lightgbm
+
+        proba = lightgbm.Booster(model_file=str(path)).predict(rows.to_numpy())
+    elif fmt == "xgboost":
+        import xgboost
+
+        booster = xgboost.Booster()
+        booster.load_model(str(path))
+        proba = booster.predict(xgboost.DMatrix(rows))
+    else:
+        import onnxruntime as ort
+
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        proba = sess.run(None, {sess.get_inputs()[0].name: rows.to_numpy(np.float32)})[1]
+    np.testing.assert_allclose(np.asarray(proba), np.asarray(m["proba"]), atol=1e-6, rtol=0)
+
+
+def test_a_skops_file_with_a_type_its_mlmodel_does_not_trust_is_refused(
+        mlflow_server, logged_models: Logged, tmp_path: Path) -> None:
+    import dataclasses
+
+    from headrace.imports.mlflow_handoff import handed_on
+
+    m = logged_models.models["sklearn"]
+    r = resolve(f"models:/{m['name']}/1", tracking_uri=mlflow_server.url, dest=tmp_path)
+    distrusted = dataclasses.replace(r, details={**r.details, "skops_trusted_types": []})
+    with pytest.raises(ValidationFailed, match="does not load with the types its MLmodel "
+                       "trusts") as err:
+        handed_on(distrusted, tmp_path / "handed")
+    assert "\n" not in str(err.value) and not (tmp_path / "handed").exists()
