@@ -16,7 +16,7 @@ from headrace.core.errors import ValidationFailed
 from headrace.imports.mlflow_rest import MlflowUnavailable
 from headrace.imports.mlflow_source import resolve
 from headrace.store.signature import InputKind
-from tests.imports.conftest import FLAVORS, Logged
+from tests.imports.mlflow.conftest import FLAVORS, Logged
 
 pytestmark = pytest.mark.slow
 COLUMNS = ("sepal_length", "sepal_width", "petal_length", "petal_width")
