@@ -4,11 +4,12 @@ The model directory holds the version's files verbatim under ``version/`` (its m
 every file's sha256 travels with it) and an ``MLmodel`` file with its signature (the
 manifest's inputs as MLflow column or tensor specs) and these flavors:
 
-* ``headrace``: the version itself; ``headrace models import models:/...`` of it publishes the
-  very same files (same sha256) with lineage back to MLflow;
+* ``headrace``: the version itself; ``mlflow_export.import_version`` of its ``models:/`` URI
+  publishes the very same files (same sha256) with lineage back to MLflow;
 * ``onnx`` and ``python_function`` (loader ``mlflow.onnx``) where the version is or has an ONNX
-  model (an imported ONNX version, or ``headrace models export NAME:V --format onnx``): then
-  MLflow's own ``mlflow.pyfunc.load_model`` serves it.
+  model (an imported ONNX version, or ``headrace models export NAME:V --format onnx``), over a
+  copy of it at the model's root (where MLflow's loader reads it): then MLflow's own
+  ``mlflow.pyfunc.load_model`` serves it.
 
 Registered under the version's model name with the tags ``headrace.version`` and
 ``headrace.manifest_sha256``.
@@ -32,6 +33,7 @@ from headrace.store.manifest import MANIFEST
 MODEL_PATH = "model"  # under the run's artifacts
 VERSION_DIR = "version"
 IMPORTED_ONNX = "model.onnx"  # an imported ONNX version's file
+ONNX_FILE = "model.onnx"  # the onnx flavor's copy, at the MLflow model's root
 TAG_VERSION = "headrace.version"
 TAG_SHA = "headrace.manifest_sha256"
 
@@ -88,10 +90,10 @@ def build_model_dir(mv: versions.ModelVersion, dest: Path, *, run_id: str) -> Pa
         "data": VERSION_DIR, "name": m.name, "version": m.version,
         "framework": m.framework.value, "manifest_sha256": mv.manifest_sha256}}
     onnx = _onnx_file(mv)
-    if onnx is not None:
-        rel = f"{VERSION_DIR}/{onnx}"
-        flavors["onnx"] = {"data": rel, "providers": ["CPUExecutionProvider"]}
-        flavors["python_function"] = {"loader_module": "mlflow.onnx", "data": rel}
+    if onnx is not None:  # MLflow's onnx loader reads the file beside MLmodel: a copy there
+        shutil.copy2(mv.path / onnx, model / ONNX_FILE)
+        flavors["onnx"] = {"data": ONNX_FILE, "providers": ["CPUExecutionProvider"]}
+        flavors["python_function"] = {"loader_module": "mlflow.onnx", "data": ONNX_FILE}
     mlflow_model.write(model, flavors=flavors, inputs=m.input_signature(), run_id=run_id,
                        metadata={"classes": list(m.classes), "task": m.task.value,
                                  "headrace": f"{m.name}:{m.version}"})

@@ -92,3 +92,50 @@ def test_a_foreign_flavor_is_left_to_the_file_importer(tmp_path: Path) -> None:
                          lineage={"source": "models:/x/1"})
     with pytest.raises(ValidationFailed, match="models:/x/1 is a xgboost model"):
         publish_headrace_flavor(root=tmp_path, source=src, name="x")
+
+
+def test_an_exported_version_with_onnx_is_served_by_mlflow_itself_as_predict_does(
+        dfs: Path, demo: str, tmp_path: Path, mlflow_server,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MLflow model Headrace writes is a real one: MLflow's ``pyfunc.load_model`` of
+    ``models:/NAME/1`` (its onnx flavor) predicts what ``headrace predict`` does."""
+    import subprocess
+    import uuid
+
+    from headrace.contracts import ModelSpec, TrainRequested
+    from headrace.trainers import jobs
+    from headrace.trainers.executors.base import ExitCode
+    from headrace.trainers.job_process import run_job
+    from tests.imports.mlflow.conftest import mlflow_python
+    from tests.trainers.test_families import one_thread
+
+    one_thread("torch")
+    name = "p" + uuid.uuid4().hex[:8]
+    req = TrainRequested(idempotency_key=uuid.uuid4().hex, model_name=name, framework="torch",
+                         dataset_uri=demo, spec=ModelSpec(epochs=3, hidden=(16,),
+                                                          batch_size=32))
+    jid, _ = jobs.create_request(dfs, req)
+    assert run_job(root=dfs, job_id=jid, conn=None) == ExitCode.OK
+    monkeypatch.setenv("HEADRACE_MLFLOW_TRACKING_URI", mlflow_server.url)
+    assert main(["--dfs-root", str(dfs), "models", "export", f"{name}:1", "--format",
+                 "onnx"]) == 0
+    assert main(["--dfs-root", str(dfs), "models", "export", f"{name}:1", "--format",
+                 "mlflow"]) == 0
+    src = versions.load_version(dfs, name, 1)
+    features = src.manifest.features
+    rng = np.random.default_rng(3)
+    records = [{f: float(v) for f, v in zip(features, row, strict=True)}
+               for row in rng.normal(0, 2, (25, len(features)))]
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, want, _ = _predict(capsys, monkeypatch, dfs, f"{name}:1", str(rows), "--runtime",
+                             "torch")
+    assert code == 0 and len(want) == len(records)
+    python = mlflow_python()
+    assert python is not None
+    done = subprocess.run([str(python), str(Path(__file__).with_name(
+        "mlflow_pyfunc_predict.py")), mlflow_server.url, f"models:/{name}/1", str(rows)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = np.asarray(json.loads(done.stdout.strip().splitlines()[-1]))
+    np.testing.assert_allclose(got, [w["scores"] for w in want], atol=1e-4, rtol=0)
