@@ -5,6 +5,7 @@ canary, compare, promote --if-live-gate)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -78,11 +79,16 @@ def models_show(ctx: typer.Context, ref: Annotated[str, typer.Argument(
 @models_app.command("export")
 def models_export(ctx: typer.Context, ref: Annotated[str, typer.Argument(
         help="NAME:VERSION (or NAME, NAME@ALIAS)")],
-        fmt: Annotated[str, typer.Option("--format", help="onnx")] = "onnx") -> None:
+        fmt: Annotated[str, typer.Option("--format", help="onnx or mlflow")] = "onnx") -> None:
     """The version as ONNX beside it (exports/onnx/), kept only when ONNX Runtime gives its
-    labels and scores on its own validation split (torch models)."""
+    labels and scores on its own validation split (torch models); or, with --format mlflow, to
+    the MLflow tracking server (HEADRACE_MLFLOW_TRACKING_URI or MLFLOW_TRACKING_URI) as a run
+    holding the version as an MLflow model, registered under the same name."""
+    if fmt == "mlflow":
+        _export_mlflow(ctx, ref)
+        return
     if fmt != "onnx":
-        raise ValidationFailed(f"--format {fmt}: the one export format is onnx")
+        raise ValidationFailed(f"--format {fmt}: use onnx or mlflow")
     from headrace.trainers.onnx_export import export_onnx  # torch and onnxruntime: lazily
 
     rec = export_onnx(root=_context.base_settings(ctx).dfs_root, ref=ref)
@@ -142,6 +148,15 @@ def models_import(
                   f"{escape(', '.join(f'{i.name} ({i.kind})' for i in m.input_signature()))}"
                   f"{'; classes ' + escape(','.join(m.classes)) if m.classes else ''})")
     console.print(f"outcome: {escape(result.outcome.line())}")
+
+
+def _export_mlflow(ctx: typer.Context, ref: str) -> None:
+    from headrace.imports.mlflow_export import MlflowSettings, export
+
+    settings = MlflowSettings.from_env(dict(os.environ))
+    logged = export(root=_context.base_settings(ctx).dfs_root, ref=ref, settings=settings)
+    console.print(f"exported {ref} to MLflow at {settings.tracking_uri}: run {logged.run_id}, "
+                  f"registered as models:/{logged.registered}/{logged.registry_version}")
 
 
 @models_app.command("promote")

@@ -47,7 +47,13 @@ def from_file(path: Path) -> ImportSource:
 
 # URI scheme -> "module:function" resolving it to an ImportSource (imported when used). A path
 # with no scheme is a file; the MLflow resolver adds ``models`` and ``runs`` here.
-RESOLVERS: dict[str, str] = {"file": "headrace.imports.sources:from_file_uri"}
+# One resolver per URI scheme, loaded when its scheme is asked for (MLflow's needs no import
+# until then).
+RESOLVERS: dict[str, str] = {
+    "file": "headrace.imports.sources:from_file_uri",
+    "models": "headrace.imports.mlflow_handoff:from_mlflow_uri",
+    "runs": "headrace.imports.mlflow_handoff:from_mlflow_uri",
+}
 
 
 def from_file_uri(uri: str) -> ImportSource:

@@ -4,6 +4,7 @@ Reads the settings from the environment once (``HEADRACE_BOOTSTRAP``, ``HEADRACE
 the ``HEADRACE_MAX_*`` caps, and for a gang member ``HEADRACE_GANG_ROLE``/``HEADRACE_WORKER_INDEX``
 ...: see ``headrace.trainers.distributed.peers``) and exits with the job's exit code (0 ok, 65
 permanent, 75 retriable). Invalid settings are permanent: a retry would read the same environment.
+``HEADRACE_MLFLOW_*`` (``trainers.run_log``) make the job an MLflow run too.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         from headrace.trainers import stop_rules
         from headrace.trainers.job_process import run_job
         from headrace.trainers.limits import RequestCaps
+        from headrace.trainers.run_log import load_run_log_settings
 
         # An executor names the job it launched (and, the local one, the attempt): it then
         # owns the retries and the final state; run by hand, the job writes its final state.
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
                        topics=ControlTopics.with_prefix(args.topic_prefix),
                        caps=RequestCaps.from_settings(settings), member=member,
                        attempt=int(attempt) if supervised and attempt.isdigit() else None,
-                       supervised=supervised, stop_rules=stop_rules.FACTORIES)
+                       supervised=supervised, stop_rules=stop_rules.FACTORIES,
+                       run_log=load_run_log_settings())
     except HeadraceError as exc:
         print(f"headrace job: {exc}", file=sys.stderr)
         return ExitCode.RETRIABLE if isinstance(exc, RetriableError) else ExitCode.PERMANENT

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import sys
@@ -37,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from headrace.contracts import JobState
+from headrace.contracts import JobState, TrainRequested
 from headrace.core.errors import HeadraceError, PermanentError, RetriableError
 from headrace.store import versions
 from headrace.store.dfs import job_dir
@@ -56,6 +57,7 @@ from headrace.trainers.gate import GateResult
 from headrace.trainers.job_run import publishing, training
 from headrace.trainers.job_run.context import EventLogHandler, JobContext, fmt, log
 from headrace.trainers.limits import RequestCaps
+from headrace.trainers.run_log import NoRunLog, RunLog, RunLogSettings, run_log_for
 
 LOCK = ".lock"
 
@@ -66,7 +68,8 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
             caps: RequestCaps | None = None,
             member: GangMember = GangMember(), attempt: int | None = None,
             supervised: bool = False,
-            stop_rules: Sequence[stopping.StopRuleFactory] = ()) -> int:
+            stop_rules: Sequence[stopping.StopRuleFactory] = (),
+            run_log: RunLogSettings | None = None) -> int:
     """Run one job (or this process's share of a distributed one); return its exit code.
     Every failure ends as a one-line reason in ``status.json`` (and a LOG event). Under an
     executor (``supervised``; ``attempt`` is the number it launched) the control plane decides
@@ -87,6 +90,8 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
             handler = EventLogHandler(ctx)
             handler.setFormatter(logging.Formatter("%(message)s"))
             log.addHandler(handler)
+            if member.chief:  # a warning in the log is a LOG event on events.jobs too
+                ctx.run_log = _run_log(run_log)
             try:
                 _run(ctx, publish_hook)
                 return ExitCode.OK
@@ -124,10 +129,29 @@ def run_job(*, root: Path, job_id: str, conn: KafkaConnection | None,
         return ExitCode.RETRIABLE
 
 
+def _run_log(settings: RunLogSettings | None) -> RunLog:
+    """The job's run log; a tracker that cannot even be set up is a warning, not a failure."""
+    try:
+        return run_log_for(settings, log.warning)
+    except HeadraceError as exc:
+        log.warning("run log: %s; the job goes on without it", exc)
+        return NoRunLog()
+
+
+def _params(req: TrainRequested) -> dict[str, str]:
+    """What a run log records as the job's parameters."""
+    spec = json.loads(req.spec.model_dump_json())
+    out = {k: json.dumps(v) if isinstance(v, dict | list) else str(v) for k, v in spec.items()}
+    out.update(framework=str(req.framework), dataset=req.dataset_uri,
+               **{f"hp.{k}": str(v) for k, v in req.hyperparameters.items()})
+    return out
+
+
 def _fail(ctx: JobContext, reason: str, code: int) -> int:
     # Keep every line: a bad gates file names each of its errors on a line of its own.
     reason = "\n".join(reason.strip().splitlines()[:20]) if reason.strip() else "failed"
     log.error("attempt %d failed: %s", ctx.attempt, reason)
+    ctx.run_log.failed(reason)
     if not ctx.member.chief:
         return code
     final = {} if ctx.supervised else {"state": JobState.FAILED, "finished_at": jobs.now_iso()}
@@ -201,6 +225,7 @@ def _run(ctx: JobContext, publish_hook: versions.PublishHook | None) -> None:
         publishing.finish(ctx, existing, result, t0)
         return
     ds, sp, model, model_plan = training.build(ctx, runtime, req)
+    ctx.run_log.started(job_id=ctx.job_id, model_name=req.model_name, params=_params(req))
     log.info("dataset %s: %d rows, inputs %s, %s; model %s on %s", req.dataset_uri, ds.rows,
              ", ".join(f"{i.name} ({i.kind.value})" for i in model_plan.inputs),
              f"classes {list(ds.classes)}" if ds.classes else "regression", model_plan.family,

@@ -81,5 +81,5 @@ def test_an_mxnet_version_or_another_format_is_refused_in_one_line(
     assert len(err) == 1 and "mxnet model" in err[0] and "torch and tensorflow" in err[0], err
     assert main(["--dfs-root", str(dfs), "models", "export", "mx:1", "--format", "tflite"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "the one export format is onnx" in err[0], err
+    assert len(err) == 1 and "--format tflite: use onnx or mlflow" in err[0], err
     assert not (dfs / "models" / "mx" / "1" / "exports").exists()

@@ -17,6 +17,7 @@ from headrace.streams.topics import ControlTopics
 from headrace.trainers import jobs, stopping
 from headrace.trainers.distributed.peers import GangMember
 from headrace.trainers.limits import RequestCaps
+from headrace.trainers.run_log import NoRunLog, RunLog
 
 log = logging.getLogger("headrace.job")
 
@@ -36,6 +37,7 @@ class JobContext:
     supervised: bool = False
     # The stop rules besides early stopping (trainers.stop_rules: the entry points pass them).
     stop_rules: Sequence[stopping.StopRuleFactory] = ()
+    run_log: RunLog = field(default_factory=NoRunLog)  # MLflow where configured (chief only)
 
     def event(self, kind: JobEventKind, *, wait: bool = True, **fields: Any) -> None:
         if self.sink is None:

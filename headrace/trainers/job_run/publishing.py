@@ -172,6 +172,7 @@ def finish(ctx: JobContext, mv: versions.ModelVersion, result: GateResult, t0: f
     ctx.event(JobEventKind.SUCCEEDED, message=msg,
               metrics={k: float(v) for k, v in mv.manifest.metrics.items() if "." not in k},
               reason=None if promoted else said.line())
+    ctx.run_log.published(mv, gate=result.model_dump(), outcome=said.result.value)
     log.info("done in %.1fs: %s", time.time() - t0, msg)
 
 

@@ -154,6 +154,7 @@ def train(ctx: JobContext, model: Model, sp: Split, *,
         if chief:
             ctx.event(JobEventKind.PROGRESS, epoch=epoch + 1, step=step, metrics=metrics,
                       message=f"epoch {epoch + 1}/{spec.epochs}")
+            ctx.run_log.epoch(epoch + 1, {**metrics, "learning_rate": rate})
         if reason is not None:
             stopped = reason
             break
