@@ -403,6 +403,10 @@ state = "{c / 'state'}"
             time.sleep(0.25)
         raise KubeUnavailable(f"timed out waiting for {what}\n{self.log_tails()}")
 
+    def check_alive(self) -> None:
+        """Raises when the kubelet or containerd has exited."""
+        self._wait(lambda: True, time.monotonic() + 1, "")
+
     def log_tails(self, chars: int = 3000) -> str:
         return "\n".join(f"--- {c.name}\n{c.log_tail(chars)}" for c in self.components.values())
 
