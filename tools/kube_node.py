@@ -14,6 +14,7 @@ What it changes on the host, and how it leaves the rest alone:
 * **cgroups** (v1 or v2, as mounted): the kubelet's ``cgroupRoot`` is a folder of its own in
   each hierarchy (``/headrace-NODE``), made here and removed on stop, so two nodes never
   manage each other's pods.
+* **Firewall**: none of the kubelet's iptables chains (``makeIPTablesUtilChains: false``).
 * **Network**: a bridge with a private /24 (10.88.N.0/24, the first free N) and no route
   anywhere else: the CNI bridge plugin puts each pod's veth on it without a gateway or
   masquerading, and IP forwarding stays as it is (off). A pod reaches its neighbours and the
@@ -254,6 +255,9 @@ state = "{c / 'state'}"
   stream_server_port = "0"
   netns_mounts_under_state_dir = true
   disable_apparmor = true
+  # Root here lacks CAP_SYS_RESOURCE: runc cannot lower a process's oom_score_adj (the
+  # kubelet asks -998 for sandboxes), so no container goes below containerd's own.
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -352,6 +356,9 @@ state = "{c / 'state'}"
                                "x509": {"clientCAFile": str(pki / "ca.crt")}},
             "authorization": {"mode": "Webhook"},
             "protectKernelDefaults": True,
+            # No iptables chains (KUBE-FIREWALL and its DROP rule, canaries): they serve
+            # kube-proxy, which does not run here, and would outlive the kubelet on the host.
+            "makeIPTablesUtilChains": False,
             "registerWithTaints": [TAINT],
             "podLogsDir": str(k / "pod-logs"),
             "resolvConf": "/etc/resolv.conf",
