@@ -9,22 +9,50 @@ import http.server
 import ipaddress
 import os
 import secrets
+import shutil
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.kube.conftest import Api, wait_for
 from tools.kube_cluster import KubeCluster, KubeUnavailable
-from tools.kube_node import TAINT, TOLERATION, RealNode, node_bin, node_missing
+from tools.kube_node import (
+    KERNEL_TUNABLES,
+    TAINT,
+    TOLERATION,
+    RealNode,
+    node_bin,
+    node_missing,
+)
 
 pytestmark = pytest.mark.slow
 
 
+def _host_state() -> dict[str, Any]:
+    """What the node must leave alone on the host: firewall rules, kernel settings, mounts."""
+    rules = {}
+    for tool in ("iptables", "ip6tables"):
+        if shutil.which(tool):
+            rules[tool] = [subprocess.run([tool, "-t", t, "-S"], capture_output=True, text=True,
+                                          timeout=30).stdout for t in ("filter", "nat", "mangle")]
+    return {"rules": rules,
+            "sysctl": {k: Path(f"/proc/sys/{k}").read_text() for k in KERNEL_TUNABLES},
+            "mounts": sorted(line.split()[1] for line in
+                             Path("/proc/self/mounts").read_text().splitlines())}
+
+
 @pytest.fixture(scope="module")
-def real_node(kube: KubeCluster, api: Api) -> Iterator[RealNode]:
+def host_before() -> dict[str, Any]:
+    return _host_state()
+
+
+@pytest.fixture(scope="module")
+def real_node(kube: KubeCluster, api: Api, host_before: dict[str, Any]) -> Iterator[RealNode]:
     """One real node for this module, gone (processes, mounts, bridge, cgroups, Node) after."""
     why = node_missing()
     if why:
@@ -44,7 +72,7 @@ def real_node(kube: KubeCluster, api: Api) -> Iterator[RealNode]:
 
 
 def test_the_kubelet_registers_the_node_with_its_versions_and_address(
-        real_node: RealNode, api: Api, kube: KubeCluster) -> None:
+        real_node: RealNode, api: Api, kube: KubeCluster, host_before: dict[str, Any]) -> None:
     node = api.get(f"/api/v1/nodes/{real_node.name}")
     info = node["status"]["nodeInfo"]
     assert info["kubeletVersion"] == kube.version  # built from the same tag as the API server
@@ -56,6 +84,8 @@ def test_the_kubelet_registers_the_node_with_its_versions_and_address(
         {k: t.get(k) for k in ("key", "value", "effect")} for t in node["spec"]["taints"]]
     ready = [c for c in node["status"]["conditions"] if c["type"] == "Ready"]
     assert ready and ready[0]["status"] == "True", ready
+    # The host is as it was: no firewall rule, kernel setting or mount of the node's.
+    assert _host_state() == host_before
     assert real_node.describe().startswith(
         f"node: {real_node.name} (real: kubelet {kube.version}, containerd://")
 
@@ -77,10 +107,11 @@ def _serve(address: str, body: bytes) -> tuple[http.server.ThreadingHTTPServer, 
     return server, int(server.server_address[1])
 
 
+# (busybox 1.35's `wget -T` segfaults: `timeout` bounds it instead.)
 SCRIPT = """\
 echo "pod=$POD_NAME uid=$(id -u) gid=$(id -g)"
 echo "route: $(ip -4 route | tr '\\n' ';')"
-echo "host says: $(wget -q -T 10 -O- http://$HOST_IP:$PORT/)"
+echo "host says: $(timeout 10 wget -O- http://$HOST_IP:$PORT/ 2>/dev/null)"
 test -s /var/run/secrets/kubernetes.io/serviceaccount/token && echo "token: mounted"
 if touch /written 2>/dev/null; then echo "root: writable"; else echo "root: read-only"; fi
 echo "tmp: $(echo x > /scratch/f && cat /scratch/f)"
