@@ -224,6 +224,7 @@ if [ "$TARGET" = node ] && [ ! -f "$DEST/.node-complete" ]; then
   node_image pause "$PAUSE_TAG" fill_pause --config.entrypoint /pause --config.user 65535:65535
   node_image busybox "$BUSYBOX_TAG" fill_busybox --config.cmd sh --config.env PATH=/bin
   mv "$IMAGES/index.part" "$IMAGES/index"
+  rmdir "$DEST/.image-work"
   echo "$VERSION" > "$DEST/.node-complete"
   log "real node ready in $(( $(date +%s) - NSTART )) s"
 fi
