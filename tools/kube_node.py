@@ -46,6 +46,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +105,18 @@ def _run(*argv: str, timeout_s: float = 60.0) -> str:
         raise KubeUnavailable(f"{shlex.join(argv)} failed ({out.returncode}): "
                               f"{(out.stderr or out.stdout).strip()[-1500:]}")
     return out.stdout
+
+
+def _kill_all(find: Callable[[], set[int]]) -> None:
+    """SIGKILL what ``find`` returns until it returns nothing (5 s at most)."""
+    for _ in range(50):
+        left = find()
+        if not left:
+            return
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
 
 
 class RealNode:
@@ -417,36 +430,42 @@ state = "{c / 'state'}"
     def log_tails(self, chars: int = 3000) -> str:
         return "\n".join(f"--- {c.name}\n{c.log_tail(chars)}" for c in self.components.values())
 
-    def _namespace_pids(self) -> list[int]:
+    def _namespace_pids(self) -> set[int]:
         """Every process in the node's mount namespace: containerd, the kubelet, the shims
         and every container's processes."""
         if not self.namespace:
-            return []
-        out = []
+            return set()
+        out = set()
         for p in Path("/proc").iterdir():
             if p.name.isdigit():
                 with contextlib.suppress(OSError):
                     if os.readlink(p / "ns" / "mnt") == self.namespace:
-                        out.append(int(p.name))
+                        out.add(int(p.name))
+        return out
+
+    def _cgroup_pids(self) -> set[int]:
+        """Every process in the node's cgroups: its pods' containers (each in a mount
+        namespace of its own, so not found by :meth:`_namespace_pids`)."""
+        out: set[int] = set()
+        for h in cgroup_hierarchies():
+            for d, _dirs, _files in os.walk(h / self.cgroup.lstrip("/")):
+                with contextlib.suppress(OSError):
+                    out.update(int(p) for p in Path(d, "cgroup.procs").read_text().split())
         return out
 
     def stop(self) -> None:
-        """The kubelet, containerd and everything they started; then the bridge, the cgroups
-        and the node's folder (its mounts went with its namespace)."""
+        """The kubelet, its pods' containers, containerd and its shims; then the bridge, the
+        cgroups and the node's folder (its mounts went with its namespace)."""
         kubelet = self.components.get("kubelet")
         if kubelet is not None:
             kubelet.stop()
+        # Containers outlive the kubelet and containerd, shims outlive containerd: end them by
+        # the cgroups and the mount namespace that are the node's alone.
+        _kill_all(self._cgroup_pids)
         ctd = self.components.get("containerd")
         if ctd is not None:
             ctd.stop()
-        for _ in range(50):  # shims and containers outlive containerd: end them by namespace
-            left = self._namespace_pids()
-            if not left:
-                break
-            for pid in left:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.1)
+        _kill_all(self._namespace_pids)
         if self.subnet is not None:
             subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, timeout=30)
         self._remove_cgroups()

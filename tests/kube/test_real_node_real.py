@@ -26,6 +26,7 @@ from tools.kube_node import (
     TAINT,
     TOLERATION,
     RealNode,
+    cgroup_hierarchies,
     node_bin,
     node_missing,
 )
@@ -183,3 +184,41 @@ def test_a_pod_from_a_locally_built_image_runs_to_its_end_on_the_real_node(
     assert "root: read-only" in lines, text
     assert "tmp: x" in lines, text
     print(f"pod ended {took:.1f}s after it was created")
+
+
+def test_a_second_node_beside_the_first_runs_a_pod_and_stopping_it_ends_everything_of_its(
+        real_node: RealNode, api: Api, kube: KubeCluster, namespace: str,
+        host_before: dict[str, Any]) -> None:
+    other = RealNode(kube, "real-node-2").start()
+    try:
+        assert other.subnet != real_node.subnet and other.cgroup != real_node.cgroup
+        api.create(f"/api/v1/namespaces/{namespace}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "long"},
+            "spec": {
+                "nodeName": other.name, "tolerations": [TOLERATION],
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 10001,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{
+                    "name": "c", "image": other.images["busybox"], "imagePullPolicy": "Never",
+                    "command": ["sleep", "3600"],
+                    "securityContext": {"allowPrivilegeEscalation": False,
+                                        "capabilities": {"drop": ["ALL"]}}}]}})
+        wait_for(lambda: api.get(f"/api/v1/namespaces/{namespace}/pods/long")["status"].get(
+            "phase") == "Running", timeout_s=60, what="the pod Running on the second node")
+        running = other._cgroup_pids()
+        assert running  # the sandbox and the sleep, in the node's own cgroups
+    finally:
+        other.stop()
+        api.request("DELETE", f"/api/v1/nodes/{other.name}")
+    for pid in running:  # the containers went with the node
+        assert not Path(f"/proc/{pid}").exists() or \
+            Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z", pid
+    assert not other.root.exists()
+    assert not any((h / other.cgroup.lstrip("/")).exists() for h in cgroup_hierarchies())
+    assert other.bridge not in subprocess.run(["ip", "-o", "link"], capture_output=True,
+                                              text=True, timeout=30).stdout
+    assert _host_state() == host_before
+    # The first node is untouched by the second's coming and going.
+    ready = [c for c in api.get(f"/api/v1/nodes/{real_node.name}")["status"]["conditions"]
+             if c["type"] == "Ready"]
+    assert ready[0]["status"] == "True"
