@@ -158,11 +158,14 @@ class RealNode:
                     str(self.bin / "ctr"), "--address", str(self.socket), "--namespace",
                     "k8s.io", *args, timeout_s=timeout_s)
 
-    def import_image(self, archive: Path, *, timeout_s: float = 900.0) -> list[str]:
-        """Load an image archive (docker-archive or oci-archive) into the node's containerd,
-        as a registry pull would; returns the references it now holds."""
+    def import_image(self, archive: Path, *, base_name: str = "",
+                     timeout_s: float = 900.0) -> list[str]:
+        """Load an image archive (docker-archive, or an oci-archive whose references are
+        tags alone, named ``base_name:TAG``) into the node's containerd, as a registry pull
+        would; returns the references it now holds."""
         before = set(self.ctr("images", "ls", "-q").split())
-        self.ctr("images", "import", str(archive), timeout_s=timeout_s)
+        name = ["--base-name", base_name] if base_name else []
+        self.ctr("images", "import", *name, str(archive), timeout_s=timeout_s)
         return sorted(set(self.ctr("images", "ls", "-q").split()) - before)
 
     def node(self) -> dict[str, Any]:
