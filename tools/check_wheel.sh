@@ -4,7 +4,8 @@
 # role does not install (or a file the wheel does not carry) fails here and not for a user.
 #   tools/check_wheel.sh            every extra (base, control, trainer, scorer+tensorflow,
 #                                   scorer+mxnet, topology, all with `headrace demo`, and
-#                                   torch+jax+onnx with scorer+trainer in one environment)
+#                                   torch+jax+onnx with scorer+trainer in one environment, and
+#                                   imports+mlflow importing a scikit-learn model)
 #   tools/check_wheel.sh base all   only these
 # Each environment prints the NumPy and pyarrow it resolved: NumPy 2 wherever MXNet is not
 # installed (asserted); `mxnet` pins numpy<2 and pyarrow<23, and `all` holds mxnet, so those two
@@ -93,6 +94,12 @@ check() {  # check EXTRA: a fresh environment with the wheel and only EXTRA
     scorer,trainer,torch,jax,onnx)
       # The frameworks beside the engine, each handed NumPy 2 arrays (and giving them back).
       run "$extra-import" "$env/bin/python" -c "$FRAMEWORKS_SMOKE" ;;
+    imports,mlflow)
+      # A model trained elsewhere, imported with only this extra (no TensorFlow, no torch).
+      run "$extra-fit" "$env/bin/python" -c "$IMPORT_SMOKE" "$WORK/iris.joblib"
+      run "$extra-import" "$h" --dfs-root "$WORK/dfs" models import "$WORK/iris.joblib" \
+        --name iris
+      grep -q "imported" "$WORK/$extra-import.out" ;;
     all)
       run all-demo "$h" demo
       grep -q "image accuracy" "$WORK/all-demo.out" \
@@ -126,8 +133,18 @@ assert np.array_equal(s.run(None, {"a": x})[0], x * 2)
 print("torch", torch.__version__, "jax", jnp.zeros(1).device, "onnxruntime", ort.__version__)
 '
 
+IMPORT_SMOKE='
+import sys, joblib
+from sklearn.datasets import load_iris
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+x, y = load_iris(return_X_y=True)
+joblib.dump(make_pipeline(StandardScaler(), LogisticRegression()).fit(x, y), sys.argv[1])
+'
+
 extras=("$@")
 [ ${#extras[@]} -gt 0 ] || extras=(base control trainer scorer,tensorflow scorer,mxnet topology all
-                                   scorer,trainer,torch,jax,onnx)
+                                   scorer,trainer,torch,jax,onnx imports,mlflow)
 for e in "${extras[@]}"; do check "$e"; done
 echo "== every extra works alone from the wheel ($((SECONDS - start)) s)"

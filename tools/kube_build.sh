@@ -11,10 +11,21 @@
 #   kueue and jobset: sigs.k8s.io/kueue (gang admission against quota) and sigs.k8s.io/jobset
 #     (a multi-role gang as one object), each with its CRDs and webhook configurations from the
 #     same module, for tools/kueue.py and tools/jobset.py.
+#   node (only when asked: `tools/kube_build.sh node`): a real node beside them (tools/kube_node.py):
+#     kubelet from k8s.io/kubernetes/cmd/kubelet with the same pins; Debian's containerd, runc and
+#     CNI plugins (installed when root); two images written without a registry into images/ as
+#     docker-archives: the pod sandbox (Kubernetes' own build/pause/linux/pause.c, compiled static)
+#     and a busybox (Debian's busybox-static) for pods that run a shell.
 #   tools/kube_build.sh                          build (if needed) and print the bin folder
+#   tools/kube_build.sh node                     the same, plus the real node's kubelet and images
 #   KUBE_VERSION=v1.35.4 tools/kube_build.sh     another release (its v0.x.y staging modules must be served)
-#   KUBE_CHECK_ONLY=1 tools/kube_build.sh        print the folder only if already built
+#   KUBE_CHECK_ONLY=1 tools/kube_build.sh [node] print the folder only if already built
 set -euo pipefail
+TARGET=${1:-control-plane}
+case "$TARGET" in
+  control-plane|node) ;;
+  *) echo "kube_build: unknown target $TARGET (control-plane or node)" >&2; exit 2 ;;
+esac
 VERSION=${KUBE_VERSION:-v1.36.3}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
@@ -23,7 +34,8 @@ JOBSET_VERSION=${JOBSET_VERSION:-v0.11.1}
 ROOT=${HEADRACE_KUBE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/headrace/kube}
 DEST=$ROOT/$VERSION
 BIN=$DEST/bin
-if [ -f "$DEST/.complete" ] && [ -f "$DEST/kueue/webhooks.yaml" ] && [ -f "$DEST/jobset/webhooks.yaml" ]; then
+if [ -f "$DEST/.complete" ] && [ -f "$DEST/kueue/webhooks.yaml" ] && [ -f "$DEST/jobset/webhooks.yaml" ] \
+   && { [ "$TARGET" != node ] || [ -f "$DEST/.node-complete" ]; }; then
   echo "$BIN"; exit 0
 fi
 [ -z "${KUBE_CHECK_ONLY:-}" ] || exit 0  # only asked whether they are cached
@@ -38,20 +50,24 @@ START=$(date +%s)
 STAGING=${VERSION/#v1./v0.}
 log() { echo "kube_build: $*" >&2; }
 
-if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kube-scheduler" ] || [ ! -x "$BIN/kube-controller-manager" ]; then
-  KGOMOD=$(cd "$WORK" && go mod download -json "k8s.io/kubernetes@$VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  [ -n "$KGOMOD" ] || { log "could not download k8s.io/kubernetes@$VERSION"; exit 1; }
-  GOVER=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$KGOMOD" | head -1)
+# The wrapper module that requires k8s.io/kubernetes at the tag (written once, for every binary
+# built from it).
+kube_module() {
+  [ -f "$WORK/go.mod" ] && [ -f "$WORK/tools.go" ] && grep -q cmd/kubelet "$WORK/tools.go" && return 0
+  local kgomod gover
+  kgomod=$(cd "$WORK" && go mod download -json "k8s.io/kubernetes@$VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  [ -n "$kgomod" ] || { log "could not download k8s.io/kubernetes@$VERSION"; exit 1; }
+  gover=$(sed -n 's/^go \([0-9.]*\).*/\1/p' "$kgomod" | head -1)
   {
     echo "module headrace.tools/kube"
     echo
-    echo "go $GOVER"
+    echo "go $gover"
     echo
     echo "require k8s.io/kubernetes $VERSION"
     echo
     # Every staging module: required at v0.0.0 or replaced to ./staging upstream.
-    { grep -oE 'k8s\.io/[a-z0-9._/-]+ v0\.0\.0([^-0-9]|$)' "$KGOMOD" | awk '{print $1}'
-      grep -oE 'k8s\.io/[a-z0-9._/-]+ => \./staging' "$KGOMOD" | awk '{print $1}'; } \
+    { grep -oE 'k8s\.io/[a-z0-9._/-]+ v0\.0\.0([^-0-9]|$)' "$kgomod" | awk '{print $1}'
+      grep -oE 'k8s\.io/[a-z0-9._/-]+ => \./staging' "$kgomod" | awk '{print $1}'; } \
       | sort -u | while read -r m; do echo "replace $m => $m $STAGING"; done
   } > "$WORK/go.mod"
   cat > "$WORK/tools.go" <<GO
@@ -63,19 +79,26 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubelet"
 )
 GO
-  log "resolving k8s.io/kubernetes $VERSION (staging $STAGING, go $GOVER)"
+  log "resolving k8s.io/kubernetes $VERSION (staging $STAGING, go $gover)"
   (cd "$WORK" && go mod tidy -e >/dev/null 2>"$WORK/tidy.log" || true)
   (cd "$WORK" && GOFLAGS="$GOFLAGS -mod=mod" go mod download >/dev/null 2>&1 || true)
-  LD="-s -w -X k8s.io/component-base/version.gitVersion=$VERSION -X k8s.io/component-base/version.gitMajor=1"
-  LD="$LD -X k8s.io/component-base/version.gitMinor=$(echo "$VERSION" | cut -d. -f2)"
-  LD="$LD -X k8s.io/client-go/pkg/version.gitVersion=$VERSION"
+}
+kube_build() {  # kube_build PACKAGE...: k8s.io/kubernetes commands into $BIN, versioned
+  local ld="-s -w -X k8s.io/component-base/version.gitVersion=$VERSION -X k8s.io/component-base/version.gitMajor=1"
+  ld="$ld -X k8s.io/component-base/version.gitMinor=$(echo "$VERSION" | cut -d. -f2)"
+  ld="$ld -X k8s.io/client-go/pkg/version.gitVersion=$VERSION"
+  kube_module
+  (cd "$WORK" && go build -mod=mod -tags tools -trimpath -ldflags "$ld" -o "$BIN/" "$@") \
+    || { log "go build of $* ($VERSION) failed ($(go version))"; exit 1; }
+}
+
+if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kube-scheduler" ] || [ ! -x "$BIN/kube-controller-manager" ]; then
   log "building kube-apiserver, kube-scheduler, kube-controller-manager"
-  (cd "$WORK" && go build -mod=mod -tags tools -trimpath -ldflags "$LD" -o "$BIN/" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
-      k8s.io/kubernetes/cmd/kube-controller-manager) \
-    || { log "go build of Kubernetes $VERSION failed ($(go version))"; exit 1; }
+  kube_build k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kube-controller-manager
 fi
 if [ ! -x "$BIN/kwok" ]; then
   log "building kwok $KWOK_VERSION"
@@ -140,5 +163,70 @@ if [ ! -f "$STAGES/pod-delete.yaml" ]; then
   chmod u+w "$STAGES"/*.yaml
 fi
 echo "$VERSION" > "$DEST/.complete"
+
+# The real node: the kubelet, Debian's runtime, and the two images it starts pods from.
+PAUSE_TAG=3.10.2  # build/pause's own version at this release (its CHANGELOG)
+BUSYBOX_TAG=1.35
+IMAGES=$DEST/images
+node_image() {  # node_image NAME TAG FILL [umoci config flags]: FILL ROOTFS fills the layer
+  local name=$1 tag=$2 fill=$3 w=$DEST/.image-work/$1
+  shift 3
+  rm -rf "$w" "$IMAGES/$name.tar" && mkdir -p "$w" "$IMAGES"
+  umoci init --layout "$w/oci" >/dev/null
+  umoci new --image "$w/oci:$tag"
+  umoci unpack --image "$w/oci:$tag" "$w/bundle" >/dev/null
+  "$fill" "$w/bundle/rootfs"
+  umoci repack --image "$w/oci:$tag" "$w/bundle" >/dev/null
+  umoci config --image "$w/oci:$tag" --os linux --architecture "$(go env GOARCH)" "$@"
+  skopeo copy -q "oci:$w/oci:$tag" "docker-archive:$IMAGES/$name.tar:localhost/headrace/$name:$tag"
+  echo "$name.tar localhost/headrace/$name:$tag" >> "$IMAGES/index.part"
+  rm -rf "$w"
+}
+fill_pause() {
+  gcc -Os -Wall -Werror -static -s -DVERSION="v$PAUSE_TAG-headrace" -o "$1/pause" \
+    "$KDIR/build/pause/linux/pause.c"
+}
+fill_busybox() {
+  mkdir -p "$1/bin" "$1/tmp" && chmod 1777 "$1/tmp"
+  cp "$BUSYBOX" "$1/bin/busybox"
+  "$BUSYBOX" --list | while read -r applet; do
+    [ "$applet" = busybox ] || ln -sf busybox "$1/bin/$applet"
+  done
+}
+if [ "$TARGET" = node ] && [ ! -f "$DEST/.node-complete" ]; then
+  NSTART=$(date +%s)
+  if [ ! -x "$BIN/kubelet" ]; then
+    log "building kubelet $VERSION"
+    kube_build k8s.io/kubernetes/cmd/kubelet
+    log "built kubelet in $(( $(date +%s) - NSTART )) s"
+  fi
+  DEBS="containerd runc containernetworking-plugins busybox-static umoci skopeo gcc libc6-dev"
+  missing() {
+    for t in containerd containerd-shim-runc-v2 ctr runc umoci skopeo gcc; do
+      command -v "$t" >/dev/null || return 0
+    done
+    [ -x /bin/busybox ] && [ -x /usr/lib/cni/bridge ] || return 0
+    return 1
+  }
+  if missing && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing Debian's $DEBS"
+    (apt-get install -y -qq $DEBS >/dev/null 2>&1 \
+      || (apt-get update -qq && apt-get install -y -qq $DEBS >/dev/null)) || true
+  fi
+  if missing; then
+    log "the real node needs Debian's $DEBS (as root: apt-get install $DEBS)"; exit 1
+  fi
+  for t in containerd containerd-shim-runc-v2 ctr runc; do ln -sf "$(command -v "$t")" "$BIN/$t"; done
+  ln -sfn /usr/lib/cni "$DEST/cni"
+  BUSYBOX=/bin/busybox
+  KDIR=$(cd "$WORK" && go mod download -json "k8s.io/kubernetes@$VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  rm -f "$IMAGES/index.part"
+  node_image pause "$PAUSE_TAG" fill_pause --config.entrypoint /pause --config.user 65535:65535
+  node_image busybox "$BUSYBOX_TAG" fill_busybox --config.cmd sh --config.env PATH=/bin
+  mv "$IMAGES/index.part" "$IMAGES/index"
+  rmdir "$DEST/.image-work"
+  echo "$VERSION" > "$DEST/.node-complete"
+  log "real node ready in $(( $(date +%s) - NSTART )) s"
+fi
 log "built in $(( $(date +%s) - START )) s"
 echo "$BIN"

@@ -107,6 +107,23 @@ def make_pki(d: Path) -> None:
              "-out", str(d / "apiserver.crt"))
     _openssl("genrsa", "-out", str(d / "sa.key"), "2048")
     _openssl("rsa", "-in", str(d / "sa.key"), "-pubout", "-out", str(d / "sa.pub"))
+    # The API server's identity towards kubelets (logs, exec): a real node's kubelet checks it
+    # against this CA and asks the API server whether the user may (webhook authorization).
+    client_cert(d, "apiserver-kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
+
+
+def client_cert(pki: Path, name: str, user: str, group: str) -> tuple[Path, Path]:
+    """A client certificate for ``user`` in ``group`` signed by the cluster's CA (the API server
+    takes CN as the user and O as the group): ``pki/NAME.crt`` and ``pki/NAME.key``."""
+    crt, key, csr = pki / f"{name}.crt", pki / f"{name}.key", pki / f"{name}.csr"
+    ext = pki / f"{name}.ext"
+    ext.write_text("extendedKeyUsage=clientAuth\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/O={group}/CN={user}",
+             "-keyout", str(key), "-out", str(csr))
+    _openssl("x509", "-req", "-in", str(csr), "-CA", str(pki / "ca.crt"), "-CAkey",
+             str(pki / "ca.key"), "-CAcreateserial", "-days", "30", "-extfile", str(ext),
+             "-out", str(crt))
+    return crt, key
 
 
 @dataclass
@@ -224,14 +241,19 @@ class KubeCluster:
             "--tls-private-key-file", str(pki / "apiserver.key"),
             "--client-ca-file", str(pki / "ca.crt"),
             "--token-auth-file", str(r / "tokens.csv"),
-            "--authorization-mode", "RBAC",
+            # Node: a real node's kubelet (tools/kube_node.py) reads and writes what its pods
+            # need, as on any cluster; the kwok nodes need no rights of their own.
+            "--authorization-mode", "Node,RBAC",
             "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
             "--service-account-key-file", str(pki / "sa.pub"),
             "--service-account-signing-key-file", str(pki / "sa.key"),
             "--api-audiences", "https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range", "10.96.0.0/16",
             "--enable-admission-plugins", "NamespaceLifecycle,ServiceAccount,PodSecurity,"
-            "LimitRanger,ResourceQuota,DefaultTolerationSeconds,DefaultStorageClass",
+            "LimitRanger,ResourceQuota,DefaultTolerationSeconds,DefaultStorageClass,"
+            "NodeRestriction",
+            "--kubelet-client-certificate", str(pki / "apiserver-kubelet-client.crt"),
+            "--kubelet-client-key", str(pki / "apiserver-kubelet-client.key"),
             "--allow-privileged=false", "--profiling=false", "--cert-dir", str(pki),
             "--endpoint-reconciler-type", "none",
             # Pod logs come from kwok's kubelet API on the node's InternalIP (127.0.0.1); the
@@ -337,6 +359,47 @@ class KubeCluster:
                 return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
             return False
+
+    def request(self, method: str, path: str, body: Any = None, *,
+                content_type: str = "application/json",
+                timeout_s: float = 30.0) -> tuple[int, Any]:
+        """One API request as the admin: its status and body (JSON decoded; else text)."""
+        req = urllib.request.Request(
+            f"{self.server}{path}", method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.admin_token}",
+                     "Content-Type": content_type, "Accept": "application/json, */*"})
+        ctx = ssl.create_default_context(cafile=str(self.root / "pki" / "ca.crt"))
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s, context=ctx) as resp:
+                status, raw = int(resp.status), resp.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        try:
+            return status, json.loads(raw) if raw else {}
+        except ValueError:
+            return status, raw.decode(errors="replace")
+
+    def add_kwok_nodes(self, nodes: Sequence[dict[str, Any]] | None = None, *,
+                       timeout_s: float = 60.0) -> list[str]:
+        """Register simulated nodes (default: tools/kwok_nodes.py's GPU and CPU nodes) and wait
+        until kwok reports them Ready; returns their names."""
+        from tools.kwok_nodes import NODES, node_manifest, ready
+
+        names = []
+        for n in NODES if nodes is None else nodes:
+            status, data = self.request("POST", "/api/v1/nodes", node_manifest(n))
+            if status not in (201, 409):
+                raise KubeUnavailable(f"creating node {n['name']}: {status} {data}")
+            names.append(n["name"])
+
+        def all_ready() -> bool:
+            status, data = self.request("GET", "/api/v1/nodes?labelSelector=type%3Dkwok")
+            have = {i["metadata"]["name"] for i in data.get("items", []) if ready(i)} \
+                if status == 200 else set()
+            return set(names) <= have
+        self._wait(all_ready, time.monotonic() + timeout_s, "kwok to make its nodes Ready")
+        return names
 
     def _wait(self, ok: Any, deadline: float, what: str) -> None:
         while time.monotonic() < deadline:

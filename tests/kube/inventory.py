@@ -7,27 +7,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-RACK = "topology.headrace.io/rack"
-ZONE = "topology.kubernetes.io/zone"
-GPU_PRODUCT = "nvidia.com/gpu.product"
-GPU = "nvidia.com/gpu"
-GPU_TAINT = {"key": GPU, "value": "present"}
+# The nodes themselves: ./dev kube runs the same ones.
+from tools.kwok_nodes import GPU, GPU_PRODUCT, GPU_TAINT, NODES, RACK, ZONE, node_manifest
 
+__all__ = ["GPU", "GPU_PRODUCT", "GPU_TAINT", "NODES", "RACK", "VOLUMES", "ZONE", "cluster_file",
+           "node_manifest", "volume_objects"]
 
-def _gpu(name: str, rack: str, zone: str, gpus: int, gpu_type: str) -> dict[str, Any]:
-    return {"name": name, "rack": rack, "zone": zone, "cpuMillis": 32000, "memoryMiB": 131072,
-            "gpus": gpus, "gpuType": gpu_type, "taints": [GPU_TAINT]}
-
-
-def _cpu(name: str, rack: str, zone: str) -> dict[str, Any]:
-    return {"name": name, "rack": rack, "zone": zone, "cpuMillis": 16000, "memoryMiB": 65536}
-
-
-NODES: list[dict[str, Any]] = [
-    _gpu("gpu-a1", "r1", "z1", 4, "a100"), _cpu("cpu-c1", "r1", "z1"),
-    _gpu("gpu-a2", "r2", "z1", 4, "a100"), _cpu("cpu-c2", "r2", "z1"),
-    _gpu("gpu-t3", "r3", "z2", 2, "t4"), _cpu("cpu-c3", "r3", "z2"),
-]
 # `features` is a disk in gpu-a1: only that node reaches it.
 VOLUMES: list[dict[str, Any]] = [{"name": "features", "nodes": ["gpu-a1"]}]
 
@@ -49,25 +34,6 @@ def cluster_file(*, streams: list[dict[str, Any]] | None = None, **extra: Any) -
     }
     data.update(extra)
     return data
-
-
-def node_manifest(n: dict[str, Any]) -> dict[str, Any]:
-    """A kwok-managed Node as a kubelet would register it (labels, taints, capacity)."""
-    labels = {"type": "kwok", "kubernetes.io/hostname": n["name"], "kubernetes.io/os": "linux",
-              "kubernetes.io/arch": "amd64", RACK: n["rack"], ZONE: n["zone"]}
-    capacity = {"cpu": f"{n['cpuMillis']}m", "memory": f"{n['memoryMiB']}Mi", "pods": "110"}
-    if n.get("gpus"):
-        labels[GPU_PRODUCT] = n["gpuType"]
-        capacity[GPU] = str(n["gpus"])
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": n["name"], "labels": labels,
-                         "annotations": {"kwok.x-k8s.io/node": "fake",
-                                         "node.alpha.kubernetes.io/ttl": "0"}},
-            "spec": {"taints": [{**t, "effect": t.get("effect", "NoSchedule")}
-                                for t in n.get("taints", [])]},
-            "status": {"capacity": capacity, "allocatable": capacity,
-                       "nodeInfo": {"kubeletVersion": "fake", "architecture": "amd64",
-                                    "operatingSystem": "linux"}}}
 
 
 def volume_objects(namespace: str, *, dfs_claim: str = "headrace-dfs") -> list[dict[str, Any]]:
