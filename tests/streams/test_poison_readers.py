@@ -387,7 +387,7 @@ def test_control_plane_hooks_raise_only_what_the_agents_handle(tmp_path: Path) -
 
 
 def test_the_control_apps_records_carry_any_message_to_the_hooks() -> None:
-    from headrace.trainers.control.app import _record
+    from headrace.trainers.control.record_handling import record_of as _record
 
     for _, rec in POISON:
         msg = type("Msg", (), {"topic": rec.topic, "partition": 0, "offset": rec.offset,
