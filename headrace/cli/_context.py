@@ -192,3 +192,14 @@ def key_values(values: list[str], *, lists: bool = False) -> dict[str, object]:
             raise typer.BadParameter(f"{v!r} is not KEY=VALUE", param_hint="--param")
         out[key] = raw.split(",") if lists and "," in raw else raw
     return out
+
+
+def user_name() -> str:
+    """Who runs this command, for an audit line. ``getpass.getuser`` raises for a uid with no
+    passwd entry and no USER (a pod's uid 10001 has none)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"

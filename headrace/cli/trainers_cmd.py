@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import getpass
 import time
 from pathlib import Path
 from typing import Annotated
@@ -259,7 +258,7 @@ def jobs_cancel(
     """Stop a job: the control plane stops its attempt (a queued job never starts) and the job
     ends CANCELLED with who asked and why; nothing is published. A job that already ended, or
     is publishing its model, is refused."""
-    who = by or getpass.getuser()
+    who = by or _context.user_name()
     api.request_cancel(conn=_context.connection(ctx), root=_context.base_settings(ctx).dfs_root,
                        job_id=job_id, requested_by=who, reason=reason,
                        topics=_topics(ctx, topic_prefix))
@@ -383,16 +382,19 @@ def job_run(ctx: typer.Context, job_id: str, topic_prefix: PrefixOpt = "") -> No
     from headrace.streams.connection import connection_for
     from headrace.trainers import stop_rules
     from headrace.trainers.job_process import run_job
+    from headrace.trainers.run_log import load_run_log_settings
 
     try:
         s = _context.settings(ctx)
+        run_log = load_run_log_settings()
     except ConfigError as exc:  # permanent: a retry would read the same settings
         typer.echo(f"headrace job: {exc}", err=True)
         raise typer.Exit(int(ExitCode.PERMANENT)) from None
     code = run_job(root=s.dfs_root, job_id=job_id,
                    conn=connection_for(s) if s.bootstrap else None,
                    topics=_topics(ctx, topic_prefix),
-                   caps=RequestCaps.from_settings(s), stop_rules=stop_rules.FACTORIES)
+                   caps=RequestCaps.from_settings(s), stop_rules=stop_rules.FACTORIES,
+                   run_log=run_log)
     if code:
         raise typer.Exit(int(code))
 

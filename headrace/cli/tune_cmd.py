@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import getpass
 from types import ModuleType
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -134,7 +133,7 @@ def tune_cancel(
     topic_prefix: Annotated[str, typer.Option("--topic-prefix", hidden=True)] = "",  # tests
 ) -> None:
     """Stop a study: no new trial starts, and each running trial's job is cancelled."""
-    who = by or getpass.getuser()
+    who = by or _context.user_name()
     s = _context.base_settings(ctx)
     stopped = _tuning().cancel_study(root=s.dfs_root, conn=_context.connection(ctx), name=name,
                                      requested_by=who, reason=reason,

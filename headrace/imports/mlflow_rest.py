@@ -12,6 +12,7 @@ a 4xx answer is ``MlflowRefused`` (permanent), carrying MLflow's ``error_code``.
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
@@ -26,7 +27,6 @@ from headrace.core.errors import PermanentError, RetriableError
 API = "/api/2.0/mlflow"
 ARTIFACTS = "/api/2.0/mlflow-artifacts/artifacts"
 TIMEOUT_S = 30.0
-CHUNK = 1 << 20
 
 
 class MlflowUnavailable(RetriableError):
@@ -51,6 +51,15 @@ class MlflowClient:
     @classmethod
     def at(cls, uri: str, *, timeout_s: float = TIMEOUT_S) -> MlflowClient:
         parsed = urllib.parse.urlparse(uri)
+        if parsed.username is not None or parsed.password is not None:
+            # Never echoed: it would carry the password into logs and manifests.
+            raise MlflowRefused("the MLflow tracking URI carries credentials in it; Headrace "
+                                "takes an http://HOST:PORT tracking server without them")
+        try:
+            parsed.port  # noqa: B018  (raises on a port that is not a number)
+        except ValueError:
+            raise MlflowRefused(f"MLflow tracking URI {uri!r}: its port is not a number"
+                                ) from None
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise MlflowRefused(f"MLflow tracking URI {uri!r}: expected http://HOST:PORT "
                                 f"(a tracking server)")
@@ -87,14 +96,18 @@ class MlflowClient:
             text = exc.read().decode(errors="replace")
             try:
                 err = json.loads(text)
-                code, msg = str(err.get("error_code", "")), str(err.get("message", text))
             except ValueError:
+                err = None
+            if isinstance(err, dict):
+                code, msg = str(err.get("error_code", "")), str(err.get("message", text))
+            else:
                 code, msg = "", text.strip()[:300]
             where = f"MLflow at {self.base}: {method} {path.split('?')[0]}"
             if exc.code >= 500:
                 raise MlflowUnavailable(f"{where}: HTTP {exc.code}: {msg}") from None
             raise MlflowRefused(f"{where}: {msg}", code) from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as exc:
+        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError,
+                http.client.HTTPException) as exc:
             why = getattr(exc, "reason", exc)
             raise MlflowUnavailable(f"MLflow at {self.base} is unreachable: {why}") from None
 

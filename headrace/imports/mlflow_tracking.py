@@ -56,6 +56,9 @@ class MlflowRunLog:
             except HeadraceError as exc:  # refused: retrying cannot help
                 self._give_up(what, exc, attempt)
                 return None
+            except Exception as exc:  # an answer it cannot read: MLflow never fails a job
+                self._give_up(what, exc, attempt)
+                return None
         return None
 
     def _give_up(self, what: str, exc: Exception, attempts: int) -> None:
@@ -92,7 +95,7 @@ class MlflowRunLog:
         reasons = "; ".join(str(r) for r in gate.get("reasons", ()))
         now = mlflow_logging.now_ms()
 
-        def finish() -> None:
+        def log_outcome() -> None:
             tags = {"headrace.version": str(mv.version), "headrace.outcome": outcome,
                     "headrace.gate.passed": str(bool(gate.get("passed"))).lower(),
                     "headrace.gate.reasons": reasons[:5000] or "-",
@@ -105,14 +108,21 @@ class MlflowRunLog:
             self.client.post("runs/log-batch", {
                 "run_id": self.run_id, "metrics": metrics[:1000],
                 "tags": [{"key": k, "value": v} for k, v in tags.items()]})
-            uri = mlflow_logging.log_version(self.client, mv, run_id=self.run_id,
-                                             artifact_uri=self.artifact_uri)
-            number = mlflow_logging.register(self.client, mv, model_uri=uri,
-                                             run_id=self.run_id)
-            mlflow_logging.end_run(self.client, self.run_id)
-            log.info("MLflow: %s:%d logged in run %s, registered as %s version %s",
-                     mv.name, mv.version, self.run_id, mv.name, number)
-        self._call(f"logging {mv.name}:{mv.version}", finish)
+
+        # One call a step: a retry redoes only the step that failed (a second upload or a
+        # second registered version after a slow answer would be a duplicate in MLflow).
+        ref = f"{mv.name}:{mv.version}"
+        self._call(f"logging {ref}'s outcome", log_outcome)
+        uri = self._call(f"logging {ref}", lambda: mlflow_logging.log_version(
+            self.client, mv, run_id=self.run_id, artifact_uri=self.artifact_uri))
+        if uri is None:
+            return
+        number = self._call(f"registering {ref}", lambda: mlflow_logging.register(
+            self.client, mv, model_uri=uri, run_id=self.run_id))
+        self._call("ending the run", lambda: mlflow_logging.end_run(self.client, self.run_id))
+        if number is not None and not self.broken:
+            log.info("MLflow: %s logged in run %s, registered as %s version %s",
+                     ref, self.run_id, mv.name, number)
 
     def failed(self, reason: str) -> None:
         if not self.run_id:

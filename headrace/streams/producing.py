@@ -323,6 +323,9 @@ class BatchProducer:
         """Replace the producer, dropping what it still holds (the caller publishes again)."""
         if self.transactional:
             return
+        self._replace()
+
+    def _replace(self) -> None:
         old, self.producer = self.producer, Producer(self._conf)
         try:
             old.purge()
@@ -337,13 +340,7 @@ class BatchProducer:
         ``init_transactions`` fences the old one and settles the old transaction (the
         coordinator completes a commit it prepared, aborts one still open); nothing the old
         one held is sent again."""
-        old, self.producer = self.producer, Producer(self._conf)
-        try:
-            old.purge()
-            old.poll(0)
-        except (KafkaException, SystemError) as exc:
-            log.warning("the replaced transactional producer could not be purged: %s", exc)
-        self.deliveries.take()
+        self._replace()
         self._topics.clear()
 
     def outstanding(self) -> int:

@@ -5,16 +5,34 @@ them, and the test decides how each pod ends."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from headrace.contracts import Framework, Resources
+from headrace.contracts import (
+    CancelRequested,
+    Framework,
+    JobEvent,
+    JobEventKind,
+    JobState,
+    Resources,
+    TrainRequested,
+)
+from headrace.core.errors import RecordRef
+from headrace.streams import headers as hdr
+from headrace.streams.clients import KafkaConnection
+from headrace.streams.reading import read_events
+from headrace.streams.topics import ControlTopics
 from headrace.topology import kube_access
+from headrace.trainers import jobs
+from headrace.trainers.control.plane import ControlPlane
 from headrace.trainers.executors.base import JobOutcome, JobSpec
 from headrace.trainers.executors.kubernetes import KubernetesExecutor, KubernetesExecutorConfig
 from tests.kube import inventory
 from tests.kube.conftest import Api, wait_for
+from tests.trainers.conftest import request
 from tools.kube_cluster import KubeCluster
 
 pytestmark = pytest.mark.slow
@@ -33,10 +51,16 @@ def as_account(kube: KubeCluster, namespace: str, account: str) -> Any:
 
 
 def control_executor(kube: KubeCluster, ns: str, events: list[tuple[str, str, dict[str, Any]]],
-                     *, waiting_check_s: float = 5.0, **config: Any) -> KubernetesExecutor:
+                     *, waiting_check_s: float = 5.0, also: Callable[..., None] | None = None,
+                     **config: Any) -> KubernetesExecutor:
     """The executor as the control plane runs it: acting as the chart's ``headrace-control``
-    account, each event it reports appended to ``events``."""
+    account, each event it reports appended to ``events`` (and passed to ``also``)."""
     from kubernetes import client
+
+    def on_event(kind: str, message: str, **fields: Any) -> None:
+        events.append((kind, message, fields))
+        if also is not None:
+            also(kind, message, **fields)
 
     control = as_account(kube, ns, "headrace-control")
     return KubernetesExecutor(
@@ -45,7 +69,7 @@ def control_executor(kube: KubeCluster, ns: str, events: list[tuple[str, str, di
         batch_api=client.BatchV1Api(control), core_api=client.CoreV1Api(control),
         custom_api=client.CustomObjectsApi(control),
         networking_api=client.NetworkingV1Api(control),
-        on_event=lambda kind, message, **f: events.append((kind, message, f)), backoff_s=0,
+        on_event=on_event, backoff_s=0,
         waiting_check_s=waiting_check_s)
 
 
@@ -351,23 +375,63 @@ def test_a_gang_that_only_partly_fits_is_bound_in_part_and_not_started(
     assert ex.cancel("gang-4")
 
 
-@pytest.mark.skip(reason="written for issue 53's cancel but never run yet: the Kubernetes "
-                  "binaries were still being built (no .complete); run it, then drop this skip")
-def test_a_cancelled_job_is_deleted_with_its_pods_and_never_reported_again(
-        kube: KubeCluster, api: Api, applied: str) -> None:
-    """``headrace jobs cancel`` on Kubernetes: the control plane's ``executor.cancel`` deletes
-    the attempt's Job (Foreground: the garbage collector deletes its pods first), and the
-    executor reports no end of its own afterwards (the control plane records CANCELLED)."""
+def _record(topics: ControlTopics, event: TrainRequested | CancelRequested) -> RecordRef:
+    """``event`` as the control plane's request topic delivers it."""
+    key = event.job_id if isinstance(event, CancelRequested) else event.idempotency_key
+    return RecordRef(topic=topics.train_requests, partition=0, offset=0, key=key.encode(),
+                     value=event.to_bytes(),
+                     headers=tuple(hdr.contract_headers(event.SCHEMA, event.schema_version)))
+
+
+def test_a_cancelled_job_is_deleted_with_its_pods_and_ends_cancelled_once(
+        kube: KubeCluster, api: Api, applied: str, conn: KafkaConnection, dfs: Path, demo: str,
+        topics: ControlTopics) -> None:
+    """``headrace jobs cancel`` on Kubernetes: the control plane, on the ``CancelRequested``,
+    calls ``executor.cancel``, which deletes the attempt's Job (Foreground: the garbage
+    collector deletes its pods first); the job ends CANCELLED once, with who asked and why,
+    and the executor reports no end of its own afterwards."""
     ns = applied
     events: list[tuple[str, str, dict[str, Any]]] = []
-    ex = control_executor(kube, ns, events, gpu_type="a100")
-    job = JobSpec(job_id="cancel-1", model_name="churn", framework=Framework.TENSORFLOW,
-                  resources=Resources(gpus=1, workers=1, cpu=1, memory_gib=2))
-    ex.submit(job)
-    running_pod(api, ns)
-    assert ex.cancel("cancel-1")
-    wait_for(lambda: not api.items(f"/apis/batch/v1/namespaces/{ns}/jobs")
-             and not trainer_pods(api, ns), timeout_s=60,
-             what="the cancelled Job and its pods deleted")
-    assert ex.poll() == [] and "cancel-1" not in ex.active()
-    assert not ex.cancel("cancel-1")  # nothing left to stop
+    planes: list[ControlPlane] = []
+    ex = control_executor(kube, ns, events, gpu_type="a100",
+                          also=lambda kind, message, **f: planes[0].on_executor_event(
+                              kind, message, **f))
+    plane = ControlPlane(root=dfs, conn=conn, executor=ex, topics=topics)
+    planes.append(plane)
+    table: dict[str, Any] = {}
+    train = request(demo, key="kube-cancel", framework="tensorflow").model_copy(
+        update={"resources": Resources(gpus=1, workers=1, cpu=1, memory_gib=2)})
+    jid = jobs.job_id_for("kube-cancel")
+    try:
+        plane.on_request(_record(topics, train), table)
+        assert ex.active() == [jid]
+        pod = running_pod(api, ns)
+        [job_obj] = api.items(f"/apis/batch/v1/namespaces/{ns}/jobs")
+        assert pod["metadata"]["labels"]["job-name"] == job_obj["metadata"]["name"]
+        wait_for(lambda: plane.on_tick(table) or "started" in [e[0] for e in events],
+                 timeout_s=30, what="the executor to see the job running")
+        st = jobs.read_status(dfs, jid)
+        assert st is not None and st.state == JobState.RUNNING, st
+
+        plane.on_request(_record(topics, CancelRequested(
+            job_id=jid, requested_by="alice", reason="wrong dataset")), table)
+        # The garbage collector's Foreground deletion took 16 s alone and 37 s after the
+        # file's other tests on this (loaded) machine: room to spare.
+        wait_for(lambda: not api.items(f"/apis/batch/v1/namespaces/{ns}/jobs")
+                 and not trainer_pods(api, ns), timeout_s=120,
+                 what="the cancelled Job and its pods deleted")
+        for _ in range(3):  # nothing of the deleted Job comes back as an end of its own
+            plane.on_tick(table)
+        assert ex.poll() == [] and jid not in ex.active()
+        assert not ex.cancel(jid)  # nothing left to stop
+    finally:
+        plane.close()
+    st = jobs.read_status(dfs, jid)
+    assert st is not None and st.state == JobState.CANCELLED, st
+    assert st.reason == "cancelled by alice: wrong dataset" and st.version is None
+    assert table[jid]["state"] == JobState.CANCELLED.value
+    mine = [e for e in read_events(conn, topics.jobs, JobEvent, idle_s=0.5)
+            if e.job_id == jid and e.kind != JobEventKind.LOG]
+    assert [e.kind for e in mine] == [JobEventKind.QUEUED, JobEventKind.STARTED,
+                                      JobEventKind.CANCELLED], mine
+    assert mine[-1].reason == "cancelled by alice: wrong dataset"

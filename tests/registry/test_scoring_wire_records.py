@@ -2,8 +2,6 @@
 live in the run's registry (tests/real_registry.py: Apicurio, else the stand-in): registered
 through the client, fetched by the scorer by id, three Avro schema versions in one stream.
 What Kafka holds is asserted: predictions for every good record, dead letters with the schema id.
-
-(registry-decode: for tests/registry/ once registry-infra's client and fixture are merged.)
 """
 
 from __future__ import annotations

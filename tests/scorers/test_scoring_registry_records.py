@@ -3,7 +3,8 @@ the predictions and dead-letter topics hold, and a registry that stops answering
 holds its partitions, dead-letters nothing, and scores everything once it answers again).
 
 The schemas come from an in-process source with the registry client's interface
-(``registry_helpers.Schemas``); the run against a real registry is registry-infra's fixture's.
+(``registry_helpers.Schemas``); tests/registry/test_scoring_wire_records.py runs the same path
+against the suite's registry.
 """
 
 from __future__ import annotations

@@ -362,7 +362,7 @@ class Worker:
                     for p in out.parts]
                 break
             except RetriableError as exc:
-                self._retrying("schema registry", exc, delay, keep=self.io.hold)
+                self._retrying("schema_registry", exc, delay, keep=self.io.hold)
                 delay = min(delay * 2, MAX_BACKOFF_S)
             except PermanentError as exc:
                 raise FatalError(f"the {self.output.name} predictions cannot be written: {exc}"

@@ -35,6 +35,7 @@ from headrace.scorers.wire.registry_records import (
 from headrace.streams import headers as hdr
 from headrace.streams.codecs import arrow_flags, decode_arrow
 from headrace.streams.consuming import RawBatch
+from headrace.streams.schema_registry import wire_schema_id
 
 
 @dataclass(frozen=True)
@@ -207,10 +208,9 @@ def _numbers(col: pa.Array, name: str) -> np.ndarray:
 
 def with_schema_id(b: BadInput, batch: RawBatch) -> BadInput:
     """A wire record's bad input, its error carrying the record's schema id."""
-    value = batch.values[b.message]
-    if isinstance(b.error, SchemaRecordFailed) or value[:1] != b"\x00" or len(value) < 5:
+    schema_id = wire_schema_id(batch.values[b.message])
+    if isinstance(b.error, SchemaRecordFailed) or schema_id is None:
         return b
-    schema_id = int.from_bytes(value[1:5], "big")
     return BadInput(b.message, b.row, SchemaRecordFailed(
         f"schema id {schema_id}: {b.error}", schema_id=schema_id, stage=b.stage), b.stage)
 

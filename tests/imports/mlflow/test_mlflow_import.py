@@ -1,15 +1,10 @@
 """``headrace models import models:/NAME/1 | models:/NAME@champion | runs:/RUN/model`` from a
 real tracking server, for models MLflow's own client logged (sklearn, XGBoost, LightGBM,
 ONNX): each becomes a version whose lineage names the run and the registry version, and the
-stream scores it on the embedded broker exactly as ``headrace predict`` does, record by record.
-
-Needs the file importer (``headrace.imports.importing``, the models-import branch) and its
-resolver registry naming ``mlflow_handoff.from_mlflow_uri`` for ``models`` and ``runs``: skipped,
-saying so, where they are missing."""
+stream scores it on the embedded broker exactly as ``headrace predict`` does, record by record."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any
@@ -26,20 +21,7 @@ from tests.fixtures import score
 from tests.imports.mlflow.conftest import FLAVORS, Logged
 from tests.scorers.conftest import data, send_json, stream  # noqa: F401  (fixtures)
 
-
-def _importer_missing() -> str | None:
-    if importlib.util.find_spec("headrace.imports.importing") is None:
-        return "the file importer (headrace.imports.importing) is not on this branch"
-    from headrace.imports import sources  # type: ignore[attr-defined]
-
-    if "models" not in getattr(sources, "RESOLVERS", {}):
-        return "the import's resolver registry does not name the MLflow resolver"
-    return None
-
-
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(_importer_missing() is not None,
-                                 reason=str(_importer_missing()))]
+pytestmark = pytest.mark.slow
 FORMS = ("models:/{name}/1", "models:/{name}@champion", "runs:/{run_id}/model")
 
 
