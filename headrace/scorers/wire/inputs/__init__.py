@@ -126,10 +126,7 @@ def decode_inputs(batch: RawBatch, signature: Signature,
                 records.append(rec)
                 rec_msgs.append(i)
         if records:
-            arrays, reasons = _records_group(records, signature, limits, conversions)
-            msgs = np.asarray(rec_msgs, np.int64)
-            parts.append(_keep(arrays, reasons, msgs, np.zeros(len(msgs), np.int32), bad,
-                               False))
+            parts.append(_json_part(records, rec_msgs, signature, limits, conversions, bad))
 
     if has_wire and registry is not None and wire is not None:
         wanted = [f for inp in signature for f in codecs.codec(inp.kind).fields(inp)]
@@ -194,10 +191,8 @@ def _wire_parts(wired: WireRecords, signature: Signature, limits: Limits,
                     records.append(rec)
                     rec_msgs.append(i)
             if records:
-                arrays, reasons = _records_group(records, signature, limits, conversions)
-                msgs = np.asarray(rec_msgs, np.int64)
-                parts.append(_keep(arrays, reasons, msgs, np.zeros(len(msgs), np.int32), bad,
-                                   False))
+                parts.append(_json_part(records, rec_msgs, signature, limits, conversions,
+                                        bad))
             continue
         bad += [BadInput(int(g.messages[r]), None, exc, exc.stage or "decode")
                 for r, exc in g.bad.items()]
@@ -230,6 +225,16 @@ def _json_body(i: int, body: bytes, schema_id: int, bad: list[BadInput]
     bad.append(BadInput(i, None, SchemaRecordFailed(f"schema id {schema_id}: {why}",
                                                     schema_id=schema_id), "decode"))
     return None
+
+
+def _json_part(records: list[dict[str, Any]], rec_msgs: list[int], signature: Signature,
+               limits: Limits, conversions: Counter[str], bad: list[BadInput]
+               ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """JSON records (one a message: plain JSON, or a JSON Schema wire record's body) as one
+    part of the batch, their bad rows dead-lettered."""
+    arrays, reasons = _records_group(records, signature, limits, conversions)
+    msgs = np.asarray(rec_msgs, np.int64)
+    return _keep(arrays, reasons, msgs, np.zeros(len(msgs), np.int32), bad, False)
 
 
 def _keep(arrays: dict[str, np.ndarray], reasons: Reasons, msgs: np.ndarray, rows: np.ndarray,
